@@ -1,0 +1,50 @@
+"""A tiny name -> object registry.
+
+Advantage estimators, policy losses, aggregation modes, algorithm presets, tasks and rollout
+backends are looked up by name; an unknown name fails with the list of valid ones.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps names to objects. `register` refuses duplicates; `get` lists valid names on a miss."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def decorator(obj: T) -> T:
+            self.add(name, obj)
+            return obj
+
+        return decorator
+
+    def add(self, name: str, obj: T) -> None:
+        if name in self._items:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self._items[name] = obj
+
+    def get(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            valid = ", ".join(sorted(self._items)) or "(none registered)"
+            raise KeyError(f"unknown {self.kind} {name!r}; valid choices: {valid}") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._items))
+
+    def __len__(self) -> int:
+        return len(self._items)
