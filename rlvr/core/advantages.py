@@ -1,0 +1,253 @@
+"""Advantage estimators: one scalar per sampled completion, from its reward and its group's.
+
+A group is the set of completions sampled for the same prompt. Groups are given either by
+`group_size` (contiguous, prompt-major: rows [g*G, (g+1)*G) belong to prompt g) or by arbitrary
+integer `group_ids` in any order. Every estimator in `ADVANTAGE_ESTIMATORS` has the signature
+`fn(rewards [N], group_size=None, group_ids=None, **options) -> advantages [N]`.
+
+Degenerate groups (a single member, or all rewards equal) carry no learning signal; their
+advantages are exactly 0, never NaN or a huge number from dividing by a zero std.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from rlvr.registry import Registry
+
+AdvantageFn = Callable[..., torch.Tensor]
+
+ADVANTAGE_ESTIMATORS: Registry[AdvantageFn] = Registry("advantage estimator")
+
+
+def _check_rewards(rewards: torch.Tensor | Sequence[float]) -> torch.Tensor:
+    """As a 1-D float tensor; non-finite entries raise ValueError naming their indices."""
+    rewards = torch.as_tensor(rewards)
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    bad = (~torch.isfinite(rewards)).nonzero().flatten()
+    if bad.numel() > 0:
+        raise ValueError(f"rewards must be finite; non-finite values at indices {bad.tolist()}")
+    return rewards
+
+
+def _group_index(
+    num_samples: int,
+    group_size: int | None,
+    group_ids: torch.Tensor | Sequence[int] | None,
+    device: torch.device,
+) -> tuple[torch.Tensor, int]:
+    """(group index in [0, num_groups) for every sample [N], num_groups)."""
+    if (group_size is None) == (group_ids is None):
+        raise ValueError("pass exactly one of group_size (contiguous groups) or group_ids (any order)")
+    if group_size is not None:
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+        if num_samples % group_size != 0:
+            raise ValueError(
+                f"group_size {group_size} does not divide the number of rewards {num_samples}; "
+                "pass group_ids for groups of unequal size"
+            )
+        # Prompt-major layout: sample i belongs to prompt i // group_size.
+        return torch.arange(num_samples, device=device) // group_size, num_samples // group_size  # [N]
+    ids = torch.as_tensor(group_ids, device=device)
+    if ids.shape != (num_samples,):
+        raise ValueError(f"group_ids must have shape ({num_samples},), got {tuple(ids.shape)}")
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise ValueError(f"group_ids must be integers, got dtype {ids.dtype}")
+    unique_ids, index = torch.unique(ids, return_inverse=True)  # index [N]
+    return index, unique_ids.numel()
+
+
+def _group_statistics(rewards: torch.Tensor, index: torch.Tensor, num_groups: int) -> dict[str, torch.Tensor]:
+    """Per-group count, sum, mean, sum of squared deviations, and 'no spread' flag, all [num_groups]."""
+    zeros = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device)  # [G]
+    counts = zeros.index_add(0, index, torch.ones_like(rewards))  # [G]
+    sums = zeros.index_add(0, index, rewards)  # [G]
+    means = sums / counts.clamp(min=1)  # [G]
+    squared_deviations = zeros.index_add(0, index, (rewards - means[index]).square())  # [G]
+    highest = zeros.scatter_reduce(0, index, rewards, reduce="amax", include_self=False)  # [G]
+    lowest = zeros.scatter_reduce(0, index, rewards, reduce="amin", include_self=False)  # [G]
+    return {
+        "counts": counts,
+        "sums": sums,
+        "means": means,
+        "squared_deviations": squared_deviations,
+        "highest": highest,
+        "lowest": lowest,
+    }
+
+
+def _degenerate(stats: dict[str, torch.Tensor], eps: float) -> torch.Tensor:
+    """Groups without signal: one member, or max - min within eps (relative to the reward scale)."""
+    scale = torch.maximum(stats["highest"].abs(), stats["lowest"].abs()).clamp(min=1.0)  # [G]
+    no_spread = (stats["highest"] - stats["lowest"]) <= eps * scale  # [G]
+    return (stats["counts"] < 2) | no_spread  # [G]
+
+
+def compute_group_advantages(
+    rewards: torch.Tensor | Sequence[float],
+    group_size: int | None = None,
+    group_ids: torch.Tensor | Sequence[int] | None = None,
+    *,
+    scale: str = "std",
+    std: str = "population",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Group-relative advantages. rewards [N] -> advantages [N].
+
+    scale="std" (GRPO, Shao et al. 2024): A_i = (r_i - mean_g) / (std_g + eps), with the
+    population std (divide by n, the default) or the sample std (divide by n - 1).
+    scale="none" (Dr. GRPO, Liu et al. 2025): A_i = r_i - mean_g; dividing by std up-weights
+    prompts that are nearly always right or wrong, which Dr. GRPO calls a difficulty bias.
+    Groups of one and groups whose rewards are all equal (within eps) give exactly 0.
+    """
+    if scale not in ("std", "none"):
+        raise ValueError(f"scale must be 'std' or 'none', got {scale!r}")
+    if std not in ("population", "sample"):
+        raise ValueError(f"std must be 'population' or 'sample', got {std!r}")
+    rewards = _check_rewards(rewards)
+    index, num_groups = _group_index(rewards.shape[0], group_size, group_ids, rewards.device)  # [N]
+    stats = _group_statistics(rewards, index, num_groups)
+    centred = rewards - stats["means"][index]  # [N]
+    if scale == "std":
+        degrees_of_freedom = stats["counts"] if std == "population" else stats["counts"] - 1  # [G]
+        group_std = (stats["squared_deviations"] / degrees_of_freedom.clamp(min=1)).sqrt()  # [G]
+        advantages = centred / (group_std[index] + eps)  # [N]
+    else:
+        advantages = centred  # [N]
+    return torch.where(_degenerate(stats, eps)[index], torch.zeros_like(advantages), advantages)
+
+
+def compute_rloo_advantages(
+    rewards: torch.Tensor | Sequence[float],
+    group_size: int | None = None,
+    group_ids: torch.Tensor | Sequence[int] | None = None,
+    *,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024). rewards [N] -> [N].
+
+    A_i = r_i - mean of the other n_g - 1 rewards of its group = n_g / (n_g - 1) * (r_i - mean_g).
+    The baseline excludes r_i, so it is independent of sample i and the estimate stays unbiased.
+    Groups of one (no other sample) and groups with all rewards equal give 0.
+    """
+    rewards = _check_rewards(rewards)
+    index, num_groups = _group_index(rewards.shape[0], group_size, group_ids, rewards.device)  # [N]
+    stats = _group_statistics(rewards, index, num_groups)
+    others = (stats["counts"][index] - 1).clamp(min=1)  # [N]
+    baseline = (stats["sums"][index] - rewards) / others  # [N]: mean of the group without sample i
+    advantages = rewards - baseline  # [N]
+    return torch.where(_degenerate(stats, eps)[index], torch.zeros_like(advantages), advantages)
+
+
+# Registered estimators share one call: fn(rewards, group_size=None, group_ids=None, **options),
+# with options drawn from COMMON_OPTIONS, so a training loop passes the same keywords whatever
+# estimator is configured. An option that means nothing to an estimator is accepted and ignored.
+COMMON_OPTIONS = ("std", "eps")
+
+
+def _check_options(name: str, options: dict[str, Any]) -> None:
+    unknown = sorted(set(options) - set(COMMON_OPTIONS))
+    if unknown:
+        raise TypeError(f"advantage estimator {name!r} got unknown options {unknown}; valid: {list(COMMON_OPTIONS)}")
+
+
+@ADVANTAGE_ESTIMATORS.register("grpo")
+def grpo_advantages(
+    rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
+) -> torch.Tensor:
+    """(r - mean_g) / (std_g + eps). Options: std ("population" | "sample"), eps."""
+    _check_options("grpo", options)
+    return compute_group_advantages(rewards, group_size, group_ids, scale="std", **options)
+
+
+@ADVANTAGE_ESTIMATORS.register("dr_grpo")
+def dr_grpo_advantages(
+    rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
+) -> torch.Tensor:
+    """r - mean_g (Dr. GRPO: no std division). Options: eps (the zero-spread tolerance); std is ignored."""
+    _check_options("dr_grpo", options)
+    return compute_group_advantages(rewards, group_size, group_ids, scale="none", **options)
+
+
+@ADVANTAGE_ESTIMATORS.register("rloo")
+def rloo_advantages(
+    rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
+) -> torch.Tensor:
+    """r_i - mean of the other members of its group. Options: eps; std is ignored."""
+    _check_options("rloo", options)
+    return compute_rloo_advantages(rewards, group_size, group_ids, eps=options.get("eps", 1e-6))
+
+
+def no_baseline_advantages(
+    rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
+) -> torch.Tensor:
+    """The raw reward as the advantage (plain REINFORCE, Williams 1992). Groups and options are ignored."""
+    _check_options("no_baseline", options)
+    return _check_rewards(rewards).clone()
+
+
+ADVANTAGE_ESTIMATORS.add("none", no_baseline_advantages)
+ADVANTAGE_ESTIMATORS.add("no_baseline", no_baseline_advantages)
+
+
+def get_advantage_estimator(name: str) -> AdvantageFn:
+    """The registered estimator; an unknown name raises KeyError listing the valid ones."""
+    return ADVANTAGE_ESTIMATORS.get(name)
+
+
+def maybe_normalize_advantages(advantages: torch.Tensor, enabled: bool, eps: float = 1e-8) -> torch.Tensor:
+    """Batch-level z-score (population std) when enabled. [N] -> [N]; a constant batch gives zeros."""
+    if not enabled or advantages.numel() == 0:
+        return advantages
+    if advantages.max() == advantages.min():
+        return torch.zeros_like(advantages)
+    centred = advantages - advantages.mean()  # [N]
+    return centred / (centred.square().mean().sqrt() + eps)
+
+
+def compute_group_normalized_rewards(
+    reward_fn: Callable[[str, str], dict[str, float]],
+    rollout_responses: Sequence[str],
+    repeated_ground_truths: Sequence[str],
+    group_size: int,
+    advantage_eps: float,
+    normalize_by_std: bool,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """CS336 assignment 5 group normalization. -> (advantages [N], raw_rewards [N], metadata).
+
+    reward_fn(response, ground_truth) returns {"reward", "format_reward", "answer_reward"}.
+    Rewards are viewed as [N / group_size, group_size]; A = (r - mean) / (std + eps) with torch's
+    default sample std (n - 1), or A = r - mean when normalize_by_std is False. As specified there,
+    group_size 1 with normalize_by_std gives NaN (the sample std of one value).
+    """
+    if len(rollout_responses) != len(repeated_ground_truths):
+        raise ValueError(f"{len(rollout_responses)} responses but {len(repeated_ground_truths)} ground truths")
+    if not rollout_responses:
+        raise ValueError("no rollout responses to score")
+    if group_size < 1 or len(rollout_responses) % group_size != 0:
+        raise ValueError(f"group_size {group_size} does not divide the number of responses {len(rollout_responses)}")
+    scores = [reward_fn(response, truth) for response, truth in zip(rollout_responses, repeated_ground_truths)]
+    raw_rewards = torch.tensor([float(score["reward"]) for score in scores], dtype=torch.float32)  # [N]
+    grouped = raw_rewards.view(-1, group_size)  # [N / G, G], prompt-major
+    centred = grouped - grouped.mean(dim=1, keepdim=True)  # [N / G, G]
+    if normalize_by_std:
+        grouped_advantages = centred / (grouped.std(dim=1, keepdim=True) + advantage_eps)
+    else:
+        grouped_advantages = centred
+    advantages = grouped_advantages.reshape(-1)  # [N]
+    metadata = {
+        "reward_mean": raw_rewards.mean().item(),
+        "reward_std": raw_rewards.std().item() if raw_rewards.numel() > 1 else 0.0,
+        "reward_max": raw_rewards.max().item(),
+        "reward_min": raw_rewards.min().item(),
+        "format_reward_mean": sum(float(s.get("format_reward", 0.0)) for s in scores) / len(scores),
+        "answer_reward_mean": sum(float(s.get("answer_reward", 0.0)) for s in scores) / len(scores),
+        "frac_groups_zero_std": (grouped.max(dim=1).values == grouped.min(dim=1).values).float().mean().item(),
+    }
+    return advantages, raw_rewards, metadata

@@ -1,0 +1,129 @@
+"""The rollout batch handed from generation to the optimizer, and its minibatch iterator.
+
+A `RolloutBatch` holds N sampled sequences (prompt + completion) with everything the loss needs.
+All per-sample fields are sliced together by one index, so a minibatch never mixes the
+log-probs of one sample with the advantages of another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+
+def _take_tensor(tensor: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor | None:
+    return None if tensor is None else tensor[index.to(tensor.device)]
+
+
+def _take_list(values: list[str] | None, positions: list[int]) -> list[str] | None:
+    return None if values is None else [values[i] for i in positions]
+
+
+def _move(tensor: torch.Tensor | None, device: torch.device | str) -> torch.Tensor | None:
+    return None if tensor is None else tensor.to(device)
+
+
+@dataclass
+class RolloutBatch:
+    """N sampled sequences, prompt left-padded and completion right-padded to length L.
+
+    input_ids [N, L] long, attention_mask [N, L] long, completion_mask [N, L-1] float (column t
+    refers to token t+1, see `build_completion_mask`), old_logprobs / ref_logprobs [N, L-1] or None,
+    rewards [N] float, advantages [N] float, group_ids [N] long (which prompt each sample answers),
+    task_names / completion_texts: optional lists of N strings, for logging.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+    old_logprobs: torch.Tensor | None
+    ref_logprobs: torch.Tensor | None
+    rewards: torch.Tensor
+    advantages: torch.Tensor
+    group_ids: torch.Tensor
+    task_names: list[str] | None = None
+    completion_texts: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [N, L], got {tuple(self.input_ids.shape)}")
+        num_samples, seq_len = self.input_ids.shape
+        expected = {
+            "attention_mask": (num_samples, seq_len),
+            "completion_mask": (num_samples, seq_len - 1),
+            "old_logprobs": (num_samples, seq_len - 1),
+            "ref_logprobs": (num_samples, seq_len - 1),
+            "rewards": (num_samples,),
+            "advantages": (num_samples,),
+            "group_ids": (num_samples,),
+        }
+        for name, shape in expected.items():
+            value = getattr(self, name)
+            if value is not None and tuple(value.shape) != shape:
+                raise ValueError(f"{name} must have shape {shape}, got {tuple(value.shape)}")
+        for name in ("task_names", "completion_texts"):
+            value = getattr(self, name)
+            if value is not None and len(value) != num_samples:
+                raise ValueError(f"{name} has {len(value)} entries for {num_samples} samples")
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        """A new batch with every tensor on `device` (lists are copied)."""
+        return RolloutBatch(
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            completion_mask=self.completion_mask.to(device),
+            old_logprobs=_move(self.old_logprobs, device),
+            ref_logprobs=_move(self.ref_logprobs, device),
+            rewards=self.rewards.to(device),
+            advantages=self.advantages.to(device),
+            group_ids=self.group_ids.to(device),
+            task_names=None if self.task_names is None else list(self.task_names),
+            completion_texts=None if self.completion_texts is None else list(self.completion_texts),
+        )
+
+    def select(self, indices: torch.Tensor | Sequence[int]) -> RolloutBatch:
+        """The samples at `indices` (in that order), every field sliced by the same index."""
+        index = torch.as_tensor(indices, dtype=torch.long).reshape(-1)  # [n]
+        positions = index.tolist()
+        return RolloutBatch(
+            input_ids=self.input_ids[index.to(self.input_ids.device)],
+            attention_mask=self.attention_mask[index.to(self.attention_mask.device)],
+            completion_mask=self.completion_mask[index.to(self.completion_mask.device)],
+            old_logprobs=_take_tensor(self.old_logprobs, index),
+            ref_logprobs=_take_tensor(self.ref_logprobs, index),
+            rewards=self.rewards[index.to(self.rewards.device)],
+            advantages=self.advantages[index.to(self.advantages.device)],
+            group_ids=self.group_ids[index.to(self.group_ids.device)],
+            task_names=_take_list(self.task_names, positions),
+            completion_texts=_take_list(self.completion_texts, positions),
+        )
+
+
+def iter_minibatches(
+    batch: RolloutBatch,
+    minibatch_size: int,
+    shuffle: bool = True,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> Iterator[RolloutBatch]:
+    """Split `batch` into minibatches of `minibatch_size` samples (the last one may be smaller).
+
+    One permutation (from `generator`, so a seeded generator reproduces it) orders every field.
+    Each minibatch is moved to `device` when given.
+    """
+    if isinstance(minibatch_size, bool) or not isinstance(minibatch_size, int) or minibatch_size < 1:
+        raise ValueError(f"minibatch_size must be a positive int, got {minibatch_size!r}")
+    num_samples = len(batch)
+    if shuffle:
+        order = torch.randperm(num_samples, generator=generator)  # [N]
+    else:
+        order = torch.arange(num_samples)  # [N]
+    for start in range(0, num_samples, minibatch_size):
+        index = order[start : start + minibatch_size]  # [n]
+        minibatch = batch.select(index)
+        yield minibatch if device is None else minibatch.to(device)

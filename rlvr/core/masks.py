@@ -1,0 +1,104 @@
+"""Completion masks, masked reductions, and CS336-style prompt/output tokenization.
+
+Masks follow the log-prob alignment of `rlvr.core.logprobs`: column t of a [B, L-1] mask refers to
+token t+1. Padding is read from the attention mask, never from token ids (pad may equal EOS).
+Masked reductions use `torch.where`, so masked positions may hold anything (inf, NaN) harmlessly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+
+def build_completion_mask(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int
+) -> torch.Tensor:
+    """1.0 at column t when token t+1 is a real (non-padding) completion token. -> float [B, L-1].
+
+    Layout: prompts left-padded to width `prompt_len`, completions right-padded after them, so
+    token t+1 is a completion token iff t+1 >= prompt_len and attention_mask[:, t+1] == 1. The
+    first completion token sits at column prompt_len - 1. A row whose completion is empty is all 0.
+    """
+    if input_ids.dim() != 2 or attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must both be [B, L]"
+        )
+    seq_len = input_ids.shape[1]
+    if not 1 <= prompt_len <= seq_len:
+        raise ValueError(f"prompt_len must be in [1, {seq_len}], got {prompt_len}")
+    target_is_real = attention_mask[:, 1:] != 0  # [B, L-1]: token t+1 is not padding
+    target_position = torch.arange(1, seq_len, device=input_ids.device)  # [L-1]: index of token t+1
+    target_is_completion = target_position >= prompt_len  # [L-1]
+    return (target_is_real & target_is_completion).float()  # [B, L-1]
+
+
+def _masked_values(tensor: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tensor * mask with masked positions exactly 0, mask in the tensor's dtype)."""
+    weights = mask.to(torch.promote_types(tensor.dtype, torch.float32))  # [...]
+    zero = torch.zeros((), dtype=weights.dtype, device=tensor.device)
+    return torch.where(weights != 0, tensor * weights, zero), weights
+
+
+def masked_mean(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """sum(tensor * mask, dim) / sum(mask, dim) (CS336 assignment 5).
+
+    dim=None averages over every element. Where the mask sums to 0 the result is 0, not NaN.
+    """
+    values, weights = _masked_values(tensor, mask)
+    if dim is None:
+        total, count = values.sum(), weights.sum()
+    else:
+        total, count = values.sum(dim), weights.sum(dim)
+    safe_count = torch.where(count != 0, count, torch.ones_like(count))
+    return torch.where(count != 0, total / safe_count, torch.zeros_like(total))
+
+
+def masked_mean_per_row(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked mean over the last dimension. [B, T] -> [B]; rows with an all-zero mask give 0."""
+    return masked_mean(tensor, mask, dim=-1)  # [B]
+
+
+def masked_normalize(
+    tensor: torch.Tensor,
+    mask: torch.Tensor,
+    dim: int | None = None,
+    normalize_constant: float = 1.0,
+) -> torch.Tensor:
+    """sum(tensor * mask, dim) / normalize_constant (CS336 assignment 5; dim=None sums everything)."""
+    values, _ = _masked_values(tensor, mask)
+    total = values.sum() if dim is None else values.sum(dim)
+    return total / normalize_constant
+
+
+def tokenize_prompt_and_output(
+    prompt_strs: Sequence[str], output_strs: Sequence[str], tokenizer: Any
+) -> dict[str, torch.Tensor]:
+    """CS336 assignment 5: tokenize prompts and outputs separately and concatenate them.
+
+    Each row is prompt ids + output ids (no special tokens added), right-padded with
+    `tokenizer.pad_token_id` to the longest row, length M. Returns
+    input_ids [B, M-1] (the row without its last token), labels [B, M-1] (without its first token)
+    and response_mask [B, M-1] bool, True where the label is an output token.
+    """
+    if len(prompt_strs) != len(output_strs):
+        raise ValueError(f"{len(prompt_strs)} prompts but {len(output_strs)} outputs")
+    if tokenizer.pad_token_id is None:
+        raise ValueError("tokenizer has no pad_token_id; set one (for example to the EOS id)")
+    prompt_ids = [tokenizer.encode(text, add_special_tokens=False) for text in prompt_strs]
+    output_ids = [tokenizer.encode(text, add_special_tokens=False) for text in output_strs]
+    row_lengths = [len(p) + len(o) for p, o in zip(prompt_ids, output_ids)]
+    max_len = max(row_lengths, default=0)
+    if max_len < 2:
+        raise ValueError("every batch needs at least one row of 2 or more tokens")
+    full_ids = torch.full((len(prompt_ids), max_len), tokenizer.pad_token_id, dtype=torch.long)  # [B, M]
+    is_output = torch.zeros((len(prompt_ids), max_len), dtype=torch.bool)  # [B, M]
+    for row, (prompt, output) in enumerate(zip(prompt_ids, output_ids)):
+        full_ids[row, : len(prompt) + len(output)] = torch.tensor(prompt + output, dtype=torch.long)
+        is_output[row, len(prompt) : len(prompt) + len(output)] = True
+    return {
+        "input_ids": full_ids[:, :-1],  # [B, M-1]
+        "labels": full_ids[:, 1:],  # [B, M-1]
+        "response_mask": is_output[:, 1:],  # [B, M-1]
+    }

@@ -1,0 +1,247 @@
+"""Per-token policy-gradient losses of the GRPO family, in the registry `POLICY_LOSSES`.
+
+Every registered loss has one signature,
+    fn(logprobs [B, T], old_logprobs [B, T], advantages [B] or [B, 1], mask [B, T], *,
+       clip_low=0.2, clip_high=None) -> (per_token_loss [B, T], metrics)
+and returns the loss per token, unreduced: aggregation (`rlvr.core.aggregation`) is a separate
+choice. `metrics` holds detached [B, T] tensors `ratio`, `clipped_low`, `clipped_high`, `clipped`
+(float 0/1 flags), so the caller computes clip fractions with its own mask.
+The CS336 assignment 5 functions (`compute_naive_policy_gradient_loss`, `compute_grpo_clip_loss`,
+`compute_policy_gradient_loss`) keep that assignment's signatures.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from rlvr.core.masks import masked_mean_per_row
+from rlvr.registry import Registry
+
+LOG_RATIO_CLIP = 20.0  # exp(20) ~ 5e8: a ratio this far from 1 is already clipped or meaningless
+Metrics = dict[str, torch.Tensor]
+PolicyLossFn = Callable[..., tuple[torch.Tensor, Metrics]]
+
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
+
+
+def _as_column(advantages: torch.Tensor) -> torch.Tensor:
+    """[B] -> [B, 1]; [B, 1] and [B, T] pass through."""
+    return advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+
+
+def _log_ratio(policy_log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
+    """log(pi / pi_old) per token, clamped to +-LOG_RATIO_CLIP before any exp. [B, T] -> [B, T].
+
+    The old policy is a constant of the objective: no gradient may reach it.
+    """
+    if policy_log_probs.shape != old_log_probs.shape:
+        raise ValueError(
+            f"policy_log_probs {tuple(policy_log_probs.shape)} and old_log_probs "
+            f"{tuple(old_log_probs.shape)} differ in shape"
+        )
+    log_ratio = policy_log_probs - old_log_probs.detach()  # [B, T]
+    return log_ratio.clamp(-LOG_RATIO_CLIP, LOG_RATIO_CLIP)
+
+
+def _no_clip_flags(like: torch.Tensor) -> Metrics:
+    zeros = torch.zeros_like(like, dtype=torch.float32)  # [B, T]
+    return {"clipped_low": zeros, "clipped_high": zeros.clone(), "clipped": zeros.clone()}
+
+
+def compute_naive_policy_gradient_loss(
+    raw_rewards_or_advantages: torch.Tensor, policy_log_probs: torch.Tensor
+) -> torch.Tensor:
+    """REINFORCE surrogate -A * log pi per token (Williams 1992; CS336 assignment 5).
+
+    raw_rewards_or_advantages [B, 1] (or [B]), policy_log_probs [B, T] -> [B, T].
+    """
+    advantages = _as_column(raw_rewards_or_advantages)  # [B, 1]
+    return -advantages * policy_log_probs  # [B, T]
+
+
+def compute_grpo_clip_loss(
+    advantages: torch.Tensor,
+    policy_log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    cliprange: float,
+    cliprange_high: float | None = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """PPO/GRPO clipped surrogate (Schulman et al. 2017; Shao et al. 2024; CS336 assignment 5).
+
+    loss = -min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A), rho = exp(clamp(logp - old)).
+    eps_high defaults to eps_low; a larger eps_high is DAPO's clip-higher. advantages [B, 1] or [B],
+    policy_log_probs [B, T], old_log_probs [B, T] (detached here) -> (loss [B, T], metadata) with
+    float flags where the clipped branch is active: clipped_low (A < 0 and rho < 1 - eps_low),
+    clipped_high (A > 0 and rho > 1 + eps_high), clipped (either); and the detached ratio.
+    """
+    clip_high = cliprange if cliprange_high is None else cliprange_high
+    advantages = _as_column(advantages)  # [B, 1]
+    ratio = torch.exp(_log_ratio(policy_log_probs, old_log_probs))  # [B, T]
+    clipped_ratio = ratio.clamp(1.0 - cliprange, 1.0 + clip_high)  # [B, T]
+    unclipped_objective = ratio * advantages  # [B, T]
+    clipped_objective = clipped_ratio * advantages  # [B, T]
+    loss = -torch.min(unclipped_objective, clipped_objective)  # [B, T]
+    clipped_low = (ratio < 1.0 - cliprange) & (advantages < 0)  # [B, T]
+    clipped_high = (ratio > 1.0 + clip_high) & (advantages > 0)  # [B, T]
+    metadata = {
+        "ratio": ratio.detach(),
+        "clipped_low": clipped_low.float(),
+        "clipped_high": clipped_high.float(),
+        "clipped": (clipped_low | clipped_high).float(),
+    }
+    return loss, metadata
+
+
+@POLICY_LOSSES.register("grpo_clip")
+def grpo_clip_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float | None = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """Token-level clipped surrogate; see `compute_grpo_clip_loss`. [B, T] -> [B, T]."""
+    return compute_grpo_clip_loss(advantages, logprobs, old_logprobs, clip_low, clip_high)
+
+
+@POLICY_LOSSES.register("grpo_no_clip")
+def grpo_no_clip_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float | None = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """Unclipped importance-weighted surrogate -rho * A (clip ranges ignored). [B, T] -> [B, T]."""
+    ratio = torch.exp(_log_ratio(logprobs, old_logprobs))  # [B, T]
+    loss = -ratio * _as_column(advantages)  # [B, T]
+    return loss, {"ratio": ratio.detach(), **_no_clip_flags(logprobs)}
+
+
+@POLICY_LOSSES.register("gspo")
+def gspo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float | None = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """GSPO (Zheng et al. 2025), token form. [B, T] -> [B, T].
+
+    Sequence ratio s_i = exp(mean over the sequence's tokens of log(pi / pi_old)) (a geometric
+    mean). Token form s_it = sg[s_i] * pi_t / sg[pi_t]: its value is s_i and its gradient is
+    s_i * grad log pi_t, so with seq_mean_token_mean aggregation the gradient equals GSPO's
+    sequence-level one. loss_it = -min(s_it * A_i, clip(s_it, 1 - clip_low, 1 + clip_high) * A_i).
+    GSPO uses much smaller clip ranges than GRPO (the paper: 3e-4 / 4e-4); pass them explicitly.
+    """
+    upper = clip_low if clip_high is None else clip_high
+    advantages = _as_column(advantages)  # [B, 1]
+    log_ratio = _log_ratio(logprobs, old_logprobs)  # [B, T]
+    sequence_log_ratio = masked_mean_per_row(log_ratio, mask).unsqueeze(-1)  # [B, 1]
+    sequence_ratio = torch.exp(sequence_log_ratio)  # [B, 1]
+    token_ratio = sequence_ratio.detach() * torch.exp(logprobs - logprobs.detach())  # [B, T], value s_i
+    clipped_ratio = token_ratio.clamp(1.0 - clip_low, 1.0 + upper)  # [B, T]
+    loss = -torch.min(token_ratio * advantages, clipped_ratio * advantages)  # [B, T]
+    ones = torch.ones_like(logprobs, dtype=torch.float32)  # [B, T]
+    clipped_low = ((sequence_ratio < 1.0 - clip_low) & (advantages < 0)).float() * ones  # [B, T]
+    clipped_high = ((sequence_ratio > 1.0 + upper) & (advantages > 0)).float() * ones  # [B, T]
+    metrics = {
+        "ratio": token_ratio.detach(),
+        "clipped_low": clipped_low,
+        "clipped_high": clipped_high,
+        "clipped": torch.maximum(clipped_low, clipped_high),
+    }
+    return loss, metrics
+
+
+def _reinforce_metrics(logprobs: torch.Tensor, old_logprobs: torch.Tensor | None) -> Metrics:
+    if old_logprobs is None:
+        ratio = torch.ones_like(logprobs).detach()
+    else:
+        ratio = torch.exp(_log_ratio(logprobs, old_logprobs)).detach()  # [B, T], logged only
+    return {"ratio": ratio, **_no_clip_flags(logprobs)}
+
+
+@POLICY_LOSSES.register("gr_reinforce")
+def gr_reinforce_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float | None = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """Group-relative REINFORCE: -A_i * log pi_t, no ratio, no clip. [B, T] -> [B, T].
+
+    With seq_mean_token_mean this is -A_i times the sequence's mean token log-prob. Only valid
+    on-policy (one gradient step per batch); old_logprobs only feeds the logged ratio.
+    """
+    return compute_naive_policy_gradient_loss(advantages, logprobs), _reinforce_metrics(logprobs, old_logprobs)
+
+
+@POLICY_LOSSES.register("reinforce")
+def reinforce_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float | None = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """Plain REINFORCE -R * log pi_t, meant for raw rewards as `advantages`. [B, T] -> [B, T]."""
+    return compute_naive_policy_gradient_loss(advantages, logprobs), _reinforce_metrics(logprobs, old_logprobs)
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """The registered loss; an unknown name raises KeyError listing the valid ones."""
+    return POLICY_LOSSES.get(name)
+
+
+CS336_LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
+
+
+def compute_policy_gradient_loss(
+    policy_log_probs: torch.Tensor,
+    loss_type: str,
+    raw_rewards: torch.Tensor | None = None,
+    advantages: torch.Tensor | None = None,
+    old_log_probs: torch.Tensor | None = None,
+    cliprange: float | None = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """CS336 assignment 5 dispatch. policy_log_probs [B, T] -> (loss [B, T], metadata).
+
+    no_baseline: -raw_rewards * logp; reinforce_with_baseline: -advantages * logp;
+    grpo_clip: `compute_grpo_clip_loss`; grpo_no_clip: -rho * advantages.
+    """
+
+    def need(name: str, value: object) -> None:
+        if value is None:
+            raise ValueError(f"loss_type {loss_type!r} needs {name}")
+
+    if loss_type == "no_baseline":
+        need("raw_rewards", raw_rewards)
+        return compute_naive_policy_gradient_loss(raw_rewards, policy_log_probs), {}
+    if loss_type == "reinforce_with_baseline":
+        need("advantages", advantages)
+        return compute_naive_policy_gradient_loss(advantages, policy_log_probs), {}
+    if loss_type == "grpo_clip":
+        need("advantages", advantages)
+        need("old_log_probs", old_log_probs)
+        need("cliprange", cliprange)
+        return compute_grpo_clip_loss(advantages, policy_log_probs, old_log_probs, cliprange)
+    if loss_type == "grpo_no_clip":
+        need("advantages", advantages)
+        need("old_log_probs", old_log_probs)
+        mask = torch.ones_like(policy_log_probs)
+        return grpo_no_clip_loss(policy_log_probs, old_log_probs, advantages, mask)
+    raise ValueError(f"unknown loss_type {loss_type!r}; valid choices: {', '.join(CS336_LOSS_TYPES)}")

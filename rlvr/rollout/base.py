@@ -1,0 +1,100 @@
+"""What a rollout backend returns, and the helpers every backend shares.
+
+A backend turns B rendered prompts into B*G sequences in prompt-major order (a group's G
+completions are contiguous): the prompt left-padded to a common width P, the completion
+right-padded after its EOS, and an attention mask that is 1 exactly on real tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from rlvr.tasks.base import Example
+
+
+@dataclass
+class Generation:
+    input_ids: torch.Tensor  # [N, P+C] long, N = B*G, prompt-major
+    attention_mask: torch.Tensor  # [N, P+C] long, 0 on left prompt padding and right completion padding
+    prompt_len: int  # P: completions start at column P
+    completion_texts: list[str]  # decoded without special tokens
+    completion_lengths: torch.Tensor  # [N] generated tokens counted in the loss (EOS included)
+    truncated: torch.Tensor  # [N] bool: hit max_new_tokens without EOS or a stop string
+
+
+@dataclass
+class SamplingSettings:
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    stop_strings: tuple[str, ...] = ()
+    do_sample: bool = True
+
+
+def render_prompts(tokenizer, examples: Sequence[Example], use_chat_template: bool) -> list[str]:
+    """Chat messages through the tokenizer's template (generation prompt added), or raw text."""
+    rendered = []
+    for example in examples:
+        prompt = example.prompt
+        if isinstance(prompt, str):
+            if use_chat_template:
+                prompt = [{"role": "user", "content": prompt}]
+            else:
+                rendered.append(prompt)
+                continue
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError(
+                "task.use_chat_template is true but the tokenizer has no chat template; "
+                "set task.use_chat_template=false for a base model"
+            )
+        rendered.append(tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True))
+    return rendered
+
+
+def eos_token_ids(tokenizer, model=None) -> set[int]:
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(config_eos, int):
+        ids.add(config_eos)
+    elif isinstance(config_eos, (list, tuple)):
+        ids.update(int(i) for i in config_eos)
+    return ids
+
+
+def completion_lengths_from_tokens(
+    completion_ids: torch.Tensor,  # [N, C] generated tokens, right-filled with pad after a stop
+    eos_ids: set[int],
+    max_new_tokens: int,
+    tokenizer=None,
+    stop_strings: Sequence[str] = (),
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: how many tokens were really generated (EOS included), and whether it was cut off.
+
+    The pad id may equal the EOS id (SmolLM2), so padding is located from the first EOS, never
+    from the pad id. A row ended by a stop string is filled with pad right after it: when the
+    text before the first EOS already ends with a stop string, that EOS is filler, not generated.
+    """
+    num_rows, width = completion_ids.shape
+    is_eos = torch.zeros_like(completion_ids, dtype=torch.bool)
+    for eos in eos_ids:
+        is_eos |= completion_ids == eos
+    has_eos = is_eos.any(dim=1)  # [N]
+    first_eos = torch.where(has_eos, is_eos.int().argmax(dim=1), torch.full((num_rows,), width))
+    lengths = torch.where(has_eos, first_eos + 1, torch.full((num_rows,), width))  # [N]
+    stopped = torch.zeros(num_rows, dtype=torch.bool)
+    if stop_strings and tokenizer is not None:
+        for row in range(num_rows):
+            end = int(first_eos[row])
+            text = tokenizer.decode(completion_ids[row, :end], skip_special_tokens=True)
+            if any(text.endswith(s) for s in stop_strings):
+                stopped[row] = True
+                lengths[row] = end
+    truncated = ~has_eos & ~stopped & (lengths >= max_new_tokens)
+    return lengths, truncated

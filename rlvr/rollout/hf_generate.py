@@ -1,0 +1,67 @@
+"""Rollout backend on Hugging Face `generate`: sampling in inference mode, prompt-major groups.
+
+`num_return_sequences=G` repeats each prompt G times consecutively, so the output is already
+prompt-major. The completion mask is rebuilt from the first EOS (see `base`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlvr.rollout.base import Generation, SamplingSettings, completion_lengths_from_tokens, eos_token_ids
+
+
+def hf_generate(model, tokenizer, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
+    if not prompts:
+        raise ValueError("hf_generate: no prompts")
+    device = next(model.parameters()).device
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    if tokenizer.padding_side != "left":
+        raise ValueError("hf_generate needs a left-padding tokenizer (tokenizer.padding_side='left')")
+    prompt_ids = encoded["input_ids"].to(device)  # [B, P]
+    prompt_mask = encoded["attention_mask"].to(device)  # [B, P]
+    prompt_len = prompt_ids.shape[1]
+    kwargs = dict(
+        max_new_tokens=settings.max_new_tokens,
+        num_return_sequences=group_size,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        do_sample=settings.do_sample,
+    )
+    if settings.do_sample:
+        kwargs.update(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k or 0)
+        if settings.min_p > 0:
+            kwargs["min_p"] = settings.min_p
+    else:
+        kwargs.update(temperature=None, top_p=None, top_k=None)
+    if settings.stop_strings:
+        kwargs.update(stop_strings=list(settings.stop_strings), tokenizer=tokenizer)
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        output = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kwargs)  # [B*G, P+C]
+    model.train(was_training)
+    output = output.clone()  # leave inference mode: these tensors feed autograd later
+    completion_ids = output[:, prompt_len:]  # [N, C]
+    lengths, truncated = completion_lengths_from_tokens(
+        completion_ids.cpu(), eos_token_ids(tokenizer, model), settings.max_new_tokens,
+        tokenizer, settings.stop_strings,
+    )
+    columns = torch.arange(completion_ids.shape[1])  # [C]
+    completion_mask = (columns[None, :] < lengths[:, None]).long()  # [N, C]
+    attention_mask = torch.cat(
+        [prompt_mask.cpu().repeat_interleave(group_size, dim=0), completion_mask], dim=1
+    )  # [N, P+C]
+    eos_ids = eos_token_ids(tokenizer, model)
+    texts = []
+    for row in range(completion_ids.shape[0]):
+        ids = completion_ids[row, : int(lengths[row])].tolist()
+        ids = [t for t in ids if t not in eos_ids]
+        texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+    return Generation(
+        input_ids=output.cpu(),
+        attention_mask=attention_mask,
+        prompt_len=prompt_len,
+        completion_texts=texts,
+        completion_lengths=lengths,
+        truncated=truncated,
+    )

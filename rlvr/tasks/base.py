@@ -1,0 +1,77 @@
+"""The task interface: a task yields examples and scores a completion into a `Verdict`.
+
+A verdict holds named reward components (NaN when a component cannot be judged), the weighted
+total, and a status (`ok`, `unjudgeable`, `timeout`, `error`) with the verifier's name and
+version, so a run can tell format from correctness and never scores an unjudgeable answer as 0
+by accident.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Protocol, Union
+
+STATUSES = ("ok", "unjudgeable", "timeout", "error")
+
+Messages = list[dict[str, str]]
+
+
+@dataclass
+class Example:
+    """One prompt: raw text or chat messages, the ground truth, and free-form metadata."""
+
+    prompt: Union[str, Messages]
+    ground_truth: Any
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class Verdict:
+    components: dict[str, float]
+    total: float
+    status: str
+    verifier: str
+    version: str
+    correct: bool = False
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"verdict status {self.status!r} is not one of {', '.join(STATUSES)}")
+
+    @property
+    def scorable(self) -> bool:
+        """False when no component could be judged: such a completion gets no advantage."""
+        return math.isfinite(self.total)
+
+
+def weighted_total(components: dict[str, float], weights: dict[str, float]) -> float:
+    """Sum of weight * component over the judgeable components; NaN if none is judgeable."""
+    judged = [(name, value) for name, value in components.items() if math.isfinite(value)]
+    if not judged:
+        return math.nan
+    return float(sum(weights.get(name, 0.0) * value for name, value in judged))
+
+
+def resolve_weights(defaults: dict[str, float], overrides: dict[str, float]) -> dict[str, float]:
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise ValueError(
+            f"task.reward_weights: unknown component {unknown[0]!r}; valid components: {', '.join(defaults)}"
+        )
+    return {**defaults, **overrides}
+
+
+class Task(Protocol):
+    name: str
+    component_names: tuple[str, ...]
+
+    def examples(self, split: str, count: int, seed: int) -> list[Example]:
+        """`count` examples of `split` ("train" or "eval"), deterministic given `seed`."""
+
+    def score(self, completion: str, example: Example) -> Verdict:
+        """Judge one completion; never raises for any string the model can produce."""
+
+    def iter_eval(self) -> Iterator[Example]:
+        """The held-out examples in a fixed order."""

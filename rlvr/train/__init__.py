@@ -1,0 +1,1 @@
+"""Training loops: `rl.train` (GRPO family). Each loop is an explicit function."""

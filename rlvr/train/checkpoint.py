@@ -1,0 +1,77 @@
+"""Atomic checkpoints: trainable weights, optimizer, scheduler, counters and RNG states.
+
+A checkpoint folder is written under a temporary name and renamed into place, and the
+`latest` pointer is replaced atomically afterwards, so a crash at any moment leaves the previous
+checkpoint intact and resumable.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from rlvr.models import load_trainable, save_trainable
+from rlvr.utils import atomic_write_text, rng_state, set_rng_state
+
+LATEST = "latest"
+
+
+def checkpoint_root(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def save_checkpoint(run_dir: Path, iteration: int, loaded, optimizer, scheduler, state: dict, keep: int = 2) -> Path:
+    """Write checkpoint `iter_<iteration>` (iteration = number of finished iterations)."""
+    root = checkpoint_root(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"iter_{iteration:06d}"
+    tmp = root / f".tmp_iter_{iteration:06d}_{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    save_trainable(loaded, tmp / "model")
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(
+        {"scheduler": scheduler.state_dict(), "iteration": iteration, "rng": rng_state(), "state": state},
+        tmp / "trainer_state.pt",
+    )
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    atomic_write_text(root / LATEST, final.name + "\n")
+    _prune(root, keep)
+    return final
+
+
+def _prune(root: Path, keep: int) -> None:
+    folders = sorted(p for p in root.glob("iter_*") if p.is_dir())
+    for old in folders[: max(0, len(folders) - keep)]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    root = checkpoint_root(run_dir)
+    pointer = root / LATEST
+    if pointer.exists():
+        folder = root / pointer.read_text().strip()
+        if folder.is_dir():
+            return folder
+    folders = sorted(p for p in root.glob("iter_*") if p.is_dir())
+    return folders[-1] if folders else None
+
+
+def load_checkpoint(folder: Path, loaded, optimizer, scheduler) -> dict:
+    """Restore everything saved by `save_checkpoint`; returns {'iteration', 'state'}."""
+    folder = Path(folder)
+    for name in ("model", "optimizer.pt", "trainer_state.pt"):
+        if not (folder / name).exists():
+            raise FileNotFoundError(f"checkpoint {folder} is incomplete: {name} is missing")
+    load_trainable(loaded, folder / "model")
+    optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
+    trainer_state = torch.load(folder / "trainer_state.pt", weights_only=False)
+    scheduler.load_state_dict(trainer_state["scheduler"])
+    set_rng_state(trainer_state["rng"])
+    return {"iteration": trainer_state["iteration"], "state": trainer_state["state"]}

@@ -1,0 +1,219 @@
+"""One rollout batch: sample G completions for B prompts, score them, compute advantages.
+
+Returns a `RolloutBatch` whose old log-probs are left empty (the first update epoch is exactly
+on-policy, so they are the detached log-probs of that epoch) and whose reference log-probs are
+computed only when the KL coefficient is above 0.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from rlvr.core import (
+    RolloutBatch,
+    build_completion_mask,
+    compute_per_token_logprobs,
+    get_advantage_estimator,
+    maybe_normalize_advantages,
+)
+from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
+
+
+@dataclass
+class Scored:
+    """Everything about one round of sampled groups, before it becomes a RolloutBatch."""
+
+    examples: list
+    prompts: list[str]
+    input_ids: list[torch.Tensor] = field(default_factory=list)  # per group: [G, L_g]
+    attention_mask: list[torch.Tensor] = field(default_factory=list)
+    prompt_len: list[int] = field(default_factory=list)
+    texts: list[list[str]] = field(default_factory=list)
+    verdicts: list[list] = field(default_factory=list)
+    lengths: list[torch.Tensor] = field(default_factory=list)
+    truncated: list[torch.Tensor] = field(default_factory=list)
+
+
+def overlong_penalty(lengths: torch.Tensor, max_new_tokens: int, buffer: int, factor: float) -> torch.Tensor:
+    """DAPO soft overlong punishment: 0 up to L_max - buffer, then linear down to -factor at L_max."""
+    if buffer <= 0:
+        return torch.zeros_like(lengths, dtype=torch.float32)
+    start = max_new_tokens - buffer
+    over = (lengths.float() - start).clamp(min=0)  # [N]
+    return -factor * (over / buffer).clamp(max=1.0)
+
+
+def _pad_left_right(tensors: list[torch.Tensor], prompt_lens: list[int], fill: int) -> tuple[torch.Tensor, int]:
+    """Stack per-round [G, P_r + C_r] tensors into one [N, P + C] with prompts aligned at column P."""
+    width_prompt = max(prompt_lens)
+    width_completion = max(t.shape[1] - p for t, p in zip(tensors, prompt_lens))
+    rows = []
+    for tensor, p in zip(tensors, prompt_lens):
+        left = width_prompt - p
+        right = width_completion - (tensor.shape[1] - p)
+        rows.append(torch.nn.functional.pad(tensor, (left, right), value=fill))
+    return torch.cat(rows, dim=0), width_prompt
+
+
+def sample_round(policy, tokenizer, task, examples, config, timings: dict) -> Scored:
+    rollout = config.rollout
+    generate = ROLLOUT_BACKENDS.get(rollout.backend)
+    settings = SamplingSettings(
+        max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
+        top_k=rollout.top_k, min_p=rollout.min_p, stop_strings=tuple(rollout.stop_strings),
+    )
+    prompts = render_prompts(tokenizer, examples, config.task.use_chat_template)
+    started = time.perf_counter()
+    generation = generate(policy, tokenizer, prompts, rollout.group_size, settings)
+    timings["generation"] = timings.get("generation", 0.0) + time.perf_counter() - started
+    started = time.perf_counter()
+    group = rollout.group_size
+    scored = Scored(examples=list(examples), prompts=prompts)
+    for g, example in enumerate(examples):
+        rows = slice(g * group, (g + 1) * group)
+        texts = generation.completion_texts[rows]
+        scored.input_ids.append(generation.input_ids[rows])
+        scored.attention_mask.append(generation.attention_mask[rows])
+        scored.prompt_len.append(generation.prompt_len)
+        scored.texts.append(texts)
+        scored.verdicts.append([task.score(text, example) for text in texts])
+        scored.lengths.append(generation.completion_lengths[rows])
+        scored.truncated.append(generation.truncated[rows])
+    timings["scoring"] = timings.get("scoring", 0.0) + time.perf_counter() - started
+    return scored
+
+
+def _group_totals(verdicts: list, lengths: torch.Tensor, algo, max_new_tokens: int) -> torch.Tensor:
+    totals = torch.tensor([v.total for v in verdicts], dtype=torch.float32)  # [G]
+    return totals + overlong_penalty(lengths, max_new_tokens, algo.overlong_buffer, algo.overlong_penalty)
+
+
+def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, reference_ctx=None):
+    """Sample, score and (with DAPO dynamic sampling) filter until B groups are kept.
+
+    Returns (batch, stats, timings, samples): stats are plain floats for metrics.jsonl.
+    """
+    rollout, algo = config.rollout, config.algorithm
+    timings: dict[str, float] = {}
+    kept_groups: list[tuple[Scored, int]] = []
+    degenerate_pool: list[tuple[Scored, int]] = []
+    rounds = 0
+    sampled_groups = 0
+    all_round_groups: list[tuple[Scored, int]] = []
+    max_rounds = algo.dynamic_sampling_max_rounds if algo.dynamic_sampling else 1
+    while len(kept_groups) < rollout.batch_size and rounds < max_rounds:
+        seed = (config.train.seed * 1_000_003 + iteration) * 101 + rounds
+        examples = task.examples("train", rollout.batch_size, seed)
+        scored = sample_round(policy, tokenizer, task, examples, config, timings)
+        rounds += 1
+        for g in range(len(examples)):
+            sampled_groups += 1
+            all_round_groups.append((scored, g))
+            totals = _group_totals(scored.verdicts[g], scored.lengths[g], algo, rollout.max_new_tokens)
+            finite = totals[torch.isfinite(totals)]
+            degenerate = finite.numel() < 2 or bool((finite.max() - finite.min()).abs() < 1e-6)
+            if algo.dynamic_sampling and degenerate:
+                degenerate_pool.append((scored, g))
+            elif len(kept_groups) < rollout.batch_size:
+                kept_groups.append((scored, g))
+    filled = 0
+    while len(kept_groups) < rollout.batch_size:  # dynamic sampling ran out of rounds
+        kept_groups.append(degenerate_pool.pop(0))
+        filled += 1
+
+    # Assemble the batch in prompt-major order.
+    fill_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    input_ids, prompt_len = _pad_left_right([s.input_ids[g] for s, g in kept_groups],
+                                            [s.prompt_len[g] for s, g in kept_groups], fill_id)
+    attention_mask, _ = _pad_left_right([s.attention_mask[g] for s, g in kept_groups],
+                                        [s.prompt_len[g] for s, g in kept_groups], 0)
+    verdicts = [v for s, g in kept_groups for v in s.verdicts[g]]
+    lengths = torch.cat([s.lengths[g] for s, g in kept_groups])  # [N]
+    truncated = torch.cat([s.truncated[g] for s, g in kept_groups])  # [N]
+    texts = [t for s, g in kept_groups for t in s.texts[g]]
+    group = rollout.group_size
+    num_rows = len(verdicts)
+    rewards = torch.cat([_group_totals(s.verdicts[g], s.lengths[g], algo, rollout.max_new_tokens)
+                         for s, g in kept_groups])  # [N]
+
+    # Unscorable completions (no judgeable component) get a singleton group: advantage exactly 0.
+    group_ids = torch.arange(num_rows) // group  # [N]
+    scorable = torch.isfinite(rewards)  # [N]
+    unscorable_rows = (~scorable).nonzero().flatten()
+    group_ids[unscorable_rows] = num_rows + torch.arange(unscorable_rows.numel())
+    safe_rewards = torch.where(scorable, rewards, torch.zeros_like(rewards))
+    estimator = get_advantage_estimator(algo.advantage_estimator)
+    advantages = estimator(safe_rewards, group_ids=group_ids, std=algo.std)  # [N]
+    advantages = torch.where(scorable, advantages, torch.zeros_like(advantages))
+    advantages = maybe_normalize_advantages(advantages, algo.normalize_advantages)
+    if algo.advantage_clip > 0:
+        advantages = advantages.clamp(-algo.advantage_clip, algo.advantage_clip)
+
+    completion_mask = build_completion_mask(input_ids, attention_mask, prompt_len)  # [N, L-1]
+    ref_logprobs = None
+    if algo.kl_coef > 0:
+        started = time.perf_counter()
+        with reference_ctx() as reference_model:
+            ref_logprobs = torch.cat([
+                compute_per_token_logprobs(reference_model, input_ids[i : i + config.optim.minibatch_size],
+                                           attention_mask[i : i + config.optim.minibatch_size],
+                                           enable_grad=False, temperature=rollout.temperature).float()
+                for i in range(0, num_rows, config.optim.minibatch_size)
+            ])  # [N, L-1]
+        timings["logprobs"] = timings.get("logprobs", 0.0) + time.perf_counter() - started
+
+    batch = RolloutBatch(
+        input_ids=input_ids, attention_mask=attention_mask, completion_mask=completion_mask,
+        old_logprobs=None, ref_logprobs=ref_logprobs, rewards=safe_rewards, advantages=advantages,
+        group_ids=torch.arange(num_rows) // group, task_names=[task.name] * num_rows, completion_texts=texts,
+    )
+    stats = _rollout_stats(kept_groups, verdicts, rewards, advantages, lengths, truncated, group,
+                           sampled_groups, filled, rounds, algo.dynamic_sampling)
+    samples = [
+        {"prompt": s.prompts[g], "ground_truth": s.examples[g].ground_truth, "completion": s.texts[g][j],
+         "components": s.verdicts[g][j].components, "reward": s.verdicts[g][j].total,
+         "status": s.verdicts[g][j].status, "advantage": float(advantages[i * group + j])}
+        for i, (s, g) in enumerate(kept_groups) for j in range(group)
+    ]
+    return batch, stats, timings, samples
+
+
+def _rollout_stats(kept_groups, verdicts, rewards, advantages, lengths, truncated, group,
+                   sampled_groups, filled, rounds, dynamic_sampling) -> dict:
+    finite = rewards[torch.isfinite(rewards)]
+    grouped = rewards.view(-1, group)  # [B, G]
+    zero_var = 0
+    for row in grouped:
+        row = row[torch.isfinite(row)]
+        zero_var += int(row.numel() < 2 or float(row.max() - row.min()) < 1e-6)
+    stats = {
+        "reward/mean": float(finite.mean()) if finite.numel() else math.nan,
+        "reward/std": float(finite.std(unbiased=False)) if finite.numel() else math.nan,
+        "reward/max": float(finite.max()) if finite.numel() else math.nan,
+        "frac_zero_variance_groups": zero_var / grouped.shape[0],
+        "frac_nonzero_advantages": float((advantages.abs() > 1e-8).float().mean()),
+        "advantage/abs_mean": float(advantages.abs().mean()),
+        "unscorable": int((~torch.isfinite(rewards)).sum()),
+        "truncated_frac": float(truncated.float().mean()),
+        "completion_len/mean": float(lengths.float().mean()),
+        "completion_len/max": int(lengths.max()),
+        "correct_frac": sum(v.correct for v in verdicts) / len(verdicts),
+        "num_sequences": len(verdicts),
+        "generated_tokens": int(lengths.sum()),
+    }
+    for name in verdicts[0].components:
+        values = torch.tensor([v.components[name] for v in verdicts], dtype=torch.float32)
+        values = values[torch.isfinite(values)]
+        stats[f"reward/{name}"] = float(values.mean()) if values.numel() else math.nan
+    statuses = [v.status for v in verdicts]
+    for status in ("unjudgeable", "timeout", "error"):
+        stats[f"status/{status}"] = statuses.count(status)
+    if dynamic_sampling:
+        stats["dynamic_sampling/rounds"] = rounds
+        stats["dynamic_sampling/sampled_groups"] = sampled_groups
+        stats["dynamic_sampling/filled_degenerate"] = filled
+    return stats

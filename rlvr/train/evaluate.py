@@ -1,0 +1,54 @@
+"""Greedy evaluation on a task's held-out examples (exact match and reward components)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
+
+
+def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: str = "hf_generate",
+             use_chat_template: bool = True, batch_size: int = 32, keep_examples: int = 4) -> dict:
+    """Generate greedily for each example, score it, and return summary numbers plus a few examples."""
+    generate = ROLLOUT_BACKENDS.get(backend)
+    settings = SamplingSettings(max_new_tokens=max_new_tokens, do_sample=False)
+    started = time.perf_counter()
+    correct, totals, truncated, lengths = [], [], [], []
+    components: dict[str, list[float]] = {}
+    kept = []
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        prompts = render_prompts(tokenizer, chunk, use_chat_template)
+        generation = generate(model, tokenizer, prompts, 1, settings)
+        for example, text, cut, length in zip(chunk, generation.completion_texts,
+                                              generation.truncated.tolist(), generation.completion_lengths.tolist()):
+            verdict = task.score(text, example)
+            correct.append(float(verdict.correct))
+            totals.append(verdict.total)
+            truncated.append(float(cut))
+            lengths.append(float(length))
+            for name, value in verdict.components.items():
+                components.setdefault(name, []).append(value)
+            if len(kept) < keep_examples:
+                kept.append({"ground_truth": example.ground_truth, "completion": text,
+                             "components": verdict.components, "correct": verdict.correct})
+
+    def mean(values):
+        finite = [v for v in values if math.isfinite(v)]
+        return sum(finite) / len(finite) if finite else math.nan
+
+    result = {
+        "eval/accuracy": mean(correct),
+        "eval/reward_mean": mean(totals),
+        "eval/truncated_frac": mean(truncated),
+        "eval/completion_len_mean": mean(lengths),
+        "eval/num_examples": len(correct),
+        "eval/seconds": time.perf_counter() - started,
+    }
+    for name, values in components.items():
+        result[f"eval/reward/{name}"] = mean(values)
+    result["examples"] = kept
+    return result

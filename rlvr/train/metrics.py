@@ -1,0 +1,67 @@
+"""Metric reduction in one place, and the rank-0 writers for metrics, samples and evals.
+
+Every per-iteration number is accumulated as (weighted sum, weight) pairs and reduced here, so
+a data-parallel run only has to all-reduce these pairs to get the global numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from rlvr.utils import append_jsonl
+
+
+class MetricSums:
+    """Accumulates weighted sums: mean = sum(value * weight) / sum(weight)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.weights: dict[str, float] = defaultdict(float)
+
+    def add(self, name: str, value, weight=1.0) -> None:
+        """`value` is a mean over `weight` items (tensors are read once, here, off the hot path)."""
+        value = float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
+        weight = float(weight.detach()) if isinstance(weight, torch.Tensor) else float(weight)
+        if weight <= 0:
+            return
+        self.sums[name] += value * weight
+        self.weights[name] += weight
+
+    def add_masked(self, name: str, per_token: torch.Tensor, mask: torch.Tensor) -> None:
+        """Token-weighted mean of a [B, T] tensor over the positions where mask is 1."""
+        count = mask.sum()
+        if float(count) > 0:
+            total = (per_token.detach().float() * mask).sum()
+            self.sums[name] += float(total)
+            self.weights[name] += float(count)
+
+    def reduce(self) -> dict[str, float]:
+        # A data-parallel run all-reduces self.sums and self.weights before this division.
+        return {k: (self.sums[k] / self.weights[k] if self.weights[k] > 0 else math.nan) for k in self.sums}
+
+
+class RunWriter:
+    """Writes the run's JSON-lines files; only the main process writes."""
+
+    def __init__(self, run_dir: Path, is_main: bool = True):
+        self.run_dir = Path(run_dir)
+        self.is_main = is_main
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.samples_path = self.run_dir / "samples.jsonl"
+        self.eval_path = self.run_dir / "eval.jsonl"
+
+    def metrics(self, record: dict) -> None:
+        if self.is_main:
+            append_jsonl(self.metrics_path, [record])
+
+    def samples(self, records: list[dict]) -> None:
+        if self.is_main and records:
+            append_jsonl(self.samples_path, records)
+
+    def eval(self, record: dict) -> None:
+        if self.is_main:
+            append_jsonl(self.eval_path, [record])

@@ -1,0 +1,195 @@
+"""`rlvr train`: the RL loop, top to bottom.
+
+Each iteration: take B prompts, sample G completions each (prompt-major), score them, compute
+group advantages, run `ppo_epochs` optimizer steps over the batch, log one line of metrics,
+evaluate and checkpoint now and then. Shortcuts taken, on purpose: a single process (metric
+reduction is kept in one place so data parallelism can be added), rollouts and update share one
+model (LoRA's reference is the same model with the adapter disabled), and the old log-probs
+come from the first update epoch instead of a separate forward pass.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import datetime
+from pathlib import Path
+
+import torch
+
+from rlvr.config import Config, config_from_dict, save_config
+from rlvr.models import LoraSettings, load_policy, reference_context, trainable_parameters
+from rlvr.tasks import build_task
+from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rlvr.train.collect import collect_rollout_batch
+from rlvr.train.evaluate import evaluate
+from rlvr.train.metrics import RunWriter
+from rlvr.train.update import update_policy
+from rlvr.utils import peak_rss_bytes, read_jsonl, seed_everything, truncate_jsonl
+
+
+def make_scheduler(optimizer, config: Config, total_steps: int):
+    """Linear warm-up over `optim.warmup_steps` optimizer steps, then constant / linear / cosine."""
+    warmup, schedule = config.optim.warmup_steps, config.optim.schedule
+
+    def factor(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+        if schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _run_dir(config: Config) -> Path:
+    name = config.train.run_name or (
+        f"{config.task.name.replace(':', '_')}-{config.algorithm.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    )
+    return Path(config.train.output_dir) / name
+
+
+def setup(config: Config):
+    """Model, task, optimizer and scheduler for a config (shared by train, check and benchmarks)."""
+    if config.model.num_threads > 0:
+        torch.set_num_threads(config.model.num_threads)
+    seed_everything(config.train.seed)
+    lora = None
+    if config.model.lora:
+        lora = LoraSettings(rank=config.model.lora_rank, alpha=config.model.lora_alpha,
+                            dropout=config.model.lora_dropout,
+                            target_modules=tuple(config.model.lora_target_modules))
+    loaded = load_policy(
+        config.model.name, dtype=config.model.dtype, device=config.model.device, lora=lora,
+        gradient_checkpointing=config.model.gradient_checkpointing,
+        need_reference=config.algorithm.kl_coef > 0,
+    )
+    task = build_task(config.task.name, reward_weights=config.task.reward_weights,
+                      options=config.task.options, use_chat_template=config.task.use_chat_template,
+                      seed=config.train.seed)
+    params = trainable_parameters(loaded.policy)
+    optimizer = torch.optim.AdamW(
+        params, lr=config.optim.lr, betas=(config.optim.beta1, config.optim.beta2),
+        eps=config.optim.eps, weight_decay=config.optim.weight_decay,
+    )
+    scheduler = make_scheduler(optimizer, config, config.train.iterations * config.algorithm.ppo_epochs)
+    return loaded, task, params, optimizer, scheduler
+
+
+def train(config: Config, resume_dir: str | Path | None = None) -> Path:
+    """Train according to `config` (or continue the run in `resume_dir`); returns the run folder."""
+    started_at = time.perf_counter()
+    if resume_dir is not None:
+        run_dir = Path(resume_dir)
+    else:
+        run_dir = _run_dir(config)
+        if (run_dir / "metrics.jsonl").exists():
+            raise FileExistsError(f"{run_dir} already holds a run; resume it with --resume {run_dir}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, run_dir / "config.yaml")
+    writer = RunWriter(run_dir)
+    loaded, task, params, optimizer, scheduler = setup(config)
+    ref_ctx = lambda: reference_context(loaded)  # noqa: E731
+    rollout, train_cfg = config.rollout, config.train
+    eval_examples = task.examples("eval", train_cfg.eval_size, train_cfg.seed)
+    eval_tokens = train_cfg.eval_max_new_tokens or rollout.max_new_tokens
+
+    def run_eval(iteration: int) -> dict:
+        result = evaluate(loaded.policy, loaded.tokenizer, task, eval_examples, max_new_tokens=eval_tokens,
+                          backend=rollout.backend, use_chat_template=config.task.use_chat_template)
+        writer.eval({"iteration": iteration, "elapsed_s": time.perf_counter() - started_at, **result})
+        return result
+
+    start_iteration, state = 0, {"skipped_nonfinite_updates": 0, "optimizer_steps": 0, "dead_iterations": 0}
+    if resume_dir is not None:
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise FileNotFoundError(f"{run_dir} has no checkpoint to resume from")
+        restored = load_checkpoint(checkpoint, loaded, optimizer, scheduler)
+        start_iteration, state = restored["iteration"], restored["state"]
+        # Drop whatever a crashed run logged after its last checkpoint.
+        for path in (writer.metrics_path, writer.samples_path, writer.eval_path):
+            truncate_jsonl(path, lambda r: r.get("iteration", -1) <= start_iteration)
+    elif train_cfg.eval_size > 0:
+        run_eval(0)
+
+    progress = None
+    if train_cfg.progress:
+        from tqdm import tqdm
+
+        progress = tqdm(total=train_cfg.iterations, initial=start_iteration, desc="rlvr train", unit="it")
+    for iteration in range(start_iteration, train_cfg.iterations):
+        iteration_started = time.perf_counter()
+        # 1. Rollouts: sample, score, advantages (and reference log-probs when KL is on).
+        batch, stats, timings, samples = collect_rollout_batch(
+            loaded.policy, loaded.tokenizer, task, config, iteration, ref_ctx
+        )
+        batch = batch.to(config.model.device)
+        # 2. Update: ppo_epochs optimizer steps over the whole batch.
+        update_started = time.perf_counter()
+        update_metrics, counters = update_policy(loaded.policy, optimizer, scheduler, batch, config, params)
+        timings["update"] = time.perf_counter() - update_started
+        state["optimizer_steps"] += counters["optimizer_steps"]
+        state["skipped_nonfinite_updates"] += counters["skipped_nonfinite_updates"]
+        state["dead_iterations"] = state["dead_iterations"] + 1 if stats["frac_zero_variance_groups"] == 1.0 else 0
+        # 3. Log.
+        seconds = time.perf_counter() - iteration_started
+        record = {
+            "iteration": iteration + 1,
+            **stats,
+            **update_metrics,
+            "optimizer_steps": counters["optimizer_steps"],
+            "optimizer_steps_total": state["optimizer_steps"],
+            "skipped_nonfinite_updates": counters["skipped_nonfinite_updates"],
+            "skipped_nonfinite_updates_total": state["skipped_nonfinite_updates"],
+            **{f"time/{k}": v for k, v in timings.items()},
+            "time/iteration": seconds,
+            "tokens_per_second": stats["generated_tokens"] / seconds,
+            "elapsed_s": time.perf_counter() - started_at,
+            "peak_rss_bytes": peak_rss_bytes(),
+        }
+        if torch.cuda.is_available():
+            record["peak_cuda_bytes"] = torch.cuda.max_memory_allocated()
+        last = iteration + 1 == train_cfg.iterations
+        if train_cfg.eval_size > 0 and (last or (train_cfg.eval_every and (iteration + 1) % train_cfg.eval_every == 0)):
+            record["eval/accuracy"] = run_eval(iteration + 1)["eval/accuracy"]
+        writer.metrics(record)
+        if train_cfg.samples_every and (iteration + 1) % train_cfg.samples_every == 0:
+            writer.samples([{"iteration": iteration + 1, **s} for s in samples[: train_cfg.samples_per_iteration]])
+        if last or (iteration + 1) % train_cfg.save_every == 0:
+            save_checkpoint(run_dir, iteration + 1, loaded, optimizer, scheduler, state, train_cfg.keep_checkpoints)
+        if progress is not None:
+            progress.update(1)
+            progress.set_postfix(reward=f"{record['reward/mean']:.3f}", kl=f"{record.get('kl', 0.0):.4f}",
+                                 s_per_it=f"{seconds:.1f}")
+        if train_cfg.stop_if_dead_for and state["dead_iterations"] >= train_cfg.stop_if_dead_for:
+            print(f"stopping: no group had reward contrast for {state['dead_iterations']} iterations "
+                  f"(train.stop_if_dead_for={train_cfg.stop_if_dead_for})")
+            save_checkpoint(run_dir, iteration + 1, loaded, optimizer, scheduler, state, train_cfg.keep_checkpoints)
+            break
+    if progress is not None:
+        progress.close()
+    return run_dir
+
+
+def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Path:
+    """Continue the run in `run_dir` with its saved config (overrides may extend train.iterations)."""
+    import yaml
+
+    from rlvr.config import apply_override
+
+    run_dir = Path(run_dir)
+    config_path = run_dir / "config.yaml"
+    if not config_path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a run folder: config.yaml is missing")
+    data = yaml.safe_load(config_path.read_text())
+    for item in overrides:
+        apply_override(data, item)
+    return train(config_from_dict(data), resume_dir=run_dir)
+
+
+def load_metrics(run_dir: str | Path) -> list[dict]:
+    return read_jsonl(Path(run_dir) / "metrics.jsonl")

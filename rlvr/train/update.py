@@ -1,0 +1,94 @@
+"""The policy update over one rollout batch: `ppo_epochs` optimizer steps, each accumulated
+over `grad_accum_steps` microbatches that together cover the whole batch.
+
+Because every epoch is exactly one optimizer step, the first epoch runs at the sampling
+policy: its detached log-probs are the old log-probs (ratio exactly 1), and no separate
+old-log-prob forward pass is needed. Microbatch losses use the global sequence / token counts
+of the batch, so their sum is the full-batch loss for every aggregation mode.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from rlvr.core import (
+    POLICY_LOSSES,
+    aggregate_loss,
+    compute_per_token_logprobs_and_entropy,
+    iter_minibatches,
+    kl_per_token,
+)
+from rlvr.train.metrics import MetricSums
+
+
+def update_policy(policy, optimizer, scheduler, batch, config, trainable_params) -> tuple[dict, dict]:
+    """Run the epochs over `batch`; returns (metrics, counters) with plain floats."""
+    algo, optim, rollout = config.algorithm, config.optim, config.rollout
+    loss_fn = POLICY_LOSSES.get(algo.policy_loss)
+    num_sequences = len(batch)
+    num_tokens = batch.completion_mask.sum()
+    sums = MetricSums()
+    counters = {"optimizer_steps": 0, "skipped_nonfinite_updates": 0}
+    old_logprobs = batch.old_logprobs
+    policy.train(False)  # deterministic forwards: dropout would break the ratio-1 first epoch
+    for epoch in range(algo.ppo_epochs):
+        collected_old = []
+        epoch_loss = torch.zeros(())
+        for minibatch in iter_minibatches(batch, optim.minibatch_size, shuffle=False):
+            mask = minibatch.completion_mask  # [b, L-1]
+            logprobs, entropy = compute_per_token_logprobs_and_entropy(
+                policy, minibatch.input_ids, minibatch.attention_mask, temperature=rollout.temperature
+            )  # [b, L-1] each
+            if old_logprobs is None:
+                minibatch_old = logprobs.detach()  # first epoch: exactly the sampling policy
+                collected_old.append(minibatch_old)
+            else:
+                minibatch_old = minibatch.old_logprobs
+            per_token, loss_metrics = loss_fn(
+                logprobs, minibatch_old, minibatch.advantages, mask,
+                clip_low=algo.clip_low, clip_high=algo.clip_high,
+            )  # [b, L-1]
+            sums.add_masked("policy_loss_per_token", per_token, mask)
+            if algo.kl_coef > 0:
+                kl = kl_per_token(logprobs, minibatch.ref_logprobs, estimator=algo.kl_estimator)  # [b, L-1]
+                per_token = per_token + algo.kl_coef * kl
+                if epoch == 0:
+                    sums.add_masked("kl", kl, mask)
+            if algo.entropy_coef > 0:
+                per_token = per_token - algo.entropy_coef * entropy
+            loss = aggregate_loss(
+                per_token, mask, algo.loss_aggregation, normalize_constant=rollout.max_new_tokens,
+                num_sequences=num_sequences, num_tokens=num_tokens,
+            )
+            loss.backward()
+            epoch_loss = epoch_loss + loss.detach()
+            if epoch == 0:
+                sums.add_masked("entropy", entropy, mask)
+            for flag in ("clipped_low", "clipped_high"):
+                if flag in loss_metrics:
+                    sums.add_masked(f"clip_frac/{flag.split('_')[1]}", loss_metrics[flag], mask)
+            if "ratio" in loss_metrics:
+                sums.add_masked("ratio/mean", loss_metrics["ratio"], mask)
+                if epoch == 0:
+                    deviation = (loss_metrics["ratio"].detach() - 1).abs()
+                    sums.add("ratio/first_epoch_max_dev", float((deviation * mask).max()), 1.0)
+        if old_logprobs is None:
+            old_logprobs = torch.cat(collected_old)  # [N, L-1], reused by later epochs
+            batch.old_logprobs = old_logprobs
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainable_params, optim.max_grad_norm)
+        loss_value = float(epoch_loss)
+        sums.add("loss", loss_value)
+        if math.isfinite(loss_value) and math.isfinite(float(grad_norm)):
+            optimizer.step()
+            scheduler.step()
+            counters["optimizer_steps"] += 1
+            sums.add("grad_norm", float(grad_norm))
+        else:
+            counters["skipped_nonfinite_updates"] += 1
+        optimizer.zero_grad(set_to_none=True)
+    metrics = sums.reduce()
+    metrics["lr"] = scheduler.get_last_lr()[0]
+    return metrics, counters

@@ -1,0 +1,205 @@
+"""Tests for group-relative advantage estimators (GRPO, Dr. GRPO, RLOO, none) and CS336 normalization."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlvr.core import (
+    ADVANTAGE_ESTIMATORS,
+    compute_group_advantages,
+    compute_group_normalized_rewards,
+    compute_rloo_advantages,
+    get_advantage_estimator,
+    maybe_normalize_advantages,
+)
+
+
+def test_prompt_major_groups_not_transposed():
+    rewards = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0, 1.0])  # prompt 0: all wrong, prompt 1: all right
+    advantages = compute_group_advantages(rewards, group_size=3)
+    assert torch.equal(advantages, torch.zeros(6))
+    # Reshaping the wrong way round, [G, N/G] = [3, 2], mixes prompts: rows [0,0], [0,1], [1,1].
+    transposed = rewards.view(3, 2)
+    wrong = (transposed - transposed.mean(1, keepdim=True)) / transposed.std(1, unbiased=False, keepdim=True).clamp(min=1e-6)
+    assert wrong.abs().max() == 1.0
+
+
+def test_group_size_and_equivalent_group_ids_agree():
+    generator = torch.Generator().manual_seed(0)
+    rewards = torch.randn(12, generator=generator, dtype=torch.float64)
+    group_ids = torch.arange(12) // 4
+    by_size = compute_group_advantages(rewards, group_size=4)
+    by_ids = compute_group_advantages(rewards, group_ids=group_ids)
+    assert torch.allclose(by_size, by_ids, atol=1e-12)
+    # Independent naive per-group computation.
+    expected = torch.cat([(g - g.mean()) / (g.std(unbiased=False) + 1e-6) for g in rewards.view(3, 4)])
+    assert torch.allclose(by_size, expected, atol=1e-12)
+
+
+def test_shuffled_group_ids_give_the_same_advantages():
+    generator = torch.Generator().manual_seed(1)
+    rewards = torch.randn(9, generator=generator, dtype=torch.float64)
+    group_ids = torch.tensor([7, 7, 7, 3, 3, 3, 5, 5, 5])
+    sorted_advantages = compute_group_advantages(rewards, group_ids=group_ids)
+    permutation = torch.randperm(9, generator=generator)
+    shuffled = compute_group_advantages(rewards[permutation], group_ids=group_ids[permutation])
+    assert torch.allclose(shuffled, sorted_advantages[permutation], atol=1e-12)
+    assert sorted_advantages.abs().max() > 0.5
+
+
+def test_degenerate_groups_give_exact_zeros():
+    # Group 0 all equal (0.1 is not exact in binary: naive std is ~1e-9, not 0), group 1 has one
+    # member, group 2 is normal.
+    rewards = torch.tensor([0.1, 0.1, 0.1, 5.0, 1.0, 0.0])
+    group_ids = torch.tensor([0, 0, 0, 1, 2, 2])
+    for scale in ("std", "none"):
+        for std in ("population", "sample"):
+            advantages = compute_group_advantages(rewards, group_ids=group_ids, scale=scale, std=std)
+            assert torch.isfinite(advantages).all()
+            assert advantages[:4].tolist() == [0.0, 0.0, 0.0, 0.0]
+            assert advantages[4] > 0 > advantages[5]
+    assert compute_rloo_advantages(rewards, group_ids=group_ids)[:4].tolist() == [0.0] * 4
+    # Near-zero spread (float noise) also gives 0 instead of a blown-up noise advantage.
+    noisy = torch.tensor([1.0, 1.0 + 1e-9, 1.0 - 1e-9], dtype=torch.float64)
+    assert compute_group_advantages(noisy, group_size=3).tolist() == [0.0, 0.0, 0.0]
+    # Empty input.
+    assert compute_group_advantages(torch.zeros(0), group_size=4).shape == (0,)
+    assert compute_group_advantages(torch.zeros(0), group_ids=torch.zeros(0, dtype=torch.long)).shape == (0,)
+    assert compute_rloo_advantages(torch.zeros(0), group_size=2).shape == (0,)
+
+
+def test_population_and_sample_std_by_hand():
+    rewards = torch.tensor([1.0, 2.0, 3.0, 6.0], dtype=torch.float64)
+    # mean 3, deviations [-2, -1, 0, 3], sum of squares 14.
+    population_std, sample_std = math.sqrt(14 / 4), math.sqrt(14 / 3)  # 1.8708, 2.1602
+    deviations = torch.tensor([-2.0, -1.0, 0.0, 3.0], dtype=torch.float64)
+    population = compute_group_advantages(rewards, group_size=4)
+    sample = compute_group_advantages(rewards, group_size=4, std="sample")
+    assert torch.allclose(population, deviations / (population_std + 1e-6), atol=1e-12, rtol=0)
+    assert torch.allclose(sample, deviations / (sample_std + 1e-6), atol=1e-12, rtol=0)
+    assert (population - sample).abs().max() > 0.1  # 3/1.87 = 1.604 vs 3/2.16 = 1.389
+
+
+def test_eps_is_added_to_std_by_hand():
+    rewards = torch.tensor([0.0, 1.0, 2.0, 2.0], dtype=torch.float64)
+    # Group [0, 1]: population std 0.5 -> A = +-0.5 / (0.5 + 0.5) = +-0.5 (without eps: +-1).
+    advantages = compute_group_advantages(rewards, group_size=2, eps=0.5)
+    assert advantages.tolist() == [-0.5, 0.5, 0.0, 0.0]
+
+
+def test_dr_grpo_centres_without_scaling():
+    rewards = torch.tensor([1.0, 2.0, 3.0, 6.0, 0.0, 4.0], dtype=torch.float64)
+    advantages = get_advantage_estimator("dr_grpo")(rewards, group_size=3)
+    # Means 2 and 10/3.
+    expected = [-1.0, 0.0, 1.0, 6 - 10 / 3, -10 / 3, 4 - 10 / 3]
+    assert torch.allclose(advantages, torch.tensor(expected, dtype=torch.float64), atol=1e-12)
+
+
+def test_rloo_by_hand():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 3.0])
+    # Leave-one-out baselines: (0+0+3)/3 = 1, (1+0+3)/3 = 4/3, 4/3, (1+0+0)/3 = 1/3.
+    expected = torch.tensor([0.0, -4 / 3, -4 / 3, 3 - 1 / 3])
+    rloo = compute_rloo_advantages(rewards, group_size=4)
+    assert torch.allclose(rloo, expected, atol=1e-6)
+    assert torch.allclose(ADVANTAGE_ESTIMATORS.get("rloo")(rewards, group_size=4), expected, atol=1e-6)
+    # A baseline that includes the sample itself (the group mean, 1) gives [0, -1, -1, 2].
+    assert (rloo - (rewards - rewards.mean())).abs().max() > 0.3
+
+
+def test_rloo_is_rescaled_mean_centring_on_ragged_groups():
+    generator = torch.Generator().manual_seed(2)
+    rewards = torch.randn(10, generator=generator, dtype=torch.float64)
+    group_ids = torch.tensor([0, 1, 0, 2, 1, 0, 2, 2, 2, 3])  # sizes 3, 2, 4, 1
+    sizes = torch.bincount(group_ids).double()[group_ids]
+    centred = compute_group_advantages(rewards, group_ids=group_ids, scale="none")
+    expected = torch.where(sizes > 1, sizes / (sizes - 1).clamp(min=1) * centred, torch.zeros_like(centred))
+    assert torch.allclose(compute_rloo_advantages(rewards, group_ids=group_ids), expected, atol=1e-12)
+    assert compute_rloo_advantages(rewards, group_ids=group_ids)[9] == 0.0  # group of one
+
+
+def test_non_finite_rewards_raise_with_indices():
+    with pytest.raises(ValueError, match=r"\[2, 4\]"):
+        compute_group_advantages(torch.tensor([0.0, 1.0, float("nan"), 1.0, float("inf"), 0.0]), group_size=3)
+    with pytest.raises(ValueError, match=r"\[1\]"):
+        compute_rloo_advantages(torch.tensor([0.0, float("-inf")]), group_size=2)
+
+
+def test_bad_grouping_arguments_raise():
+    rewards = torch.zeros(6)
+    with pytest.raises(ValueError, match="does not divide"):
+        compute_group_advantages(rewards, group_size=4)
+    with pytest.raises(ValueError, match="exactly one"):
+        compute_group_advantages(rewards)
+    with pytest.raises(ValueError, match="exactly one"):
+        compute_group_advantages(rewards, group_size=3, group_ids=torch.zeros(6, dtype=torch.long))
+    with pytest.raises(ValueError, match="shape"):
+        compute_group_advantages(rewards, group_ids=torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="scale"):
+        compute_group_advantages(rewards, group_size=3, scale="max")
+
+
+def test_registry_and_no_baseline():
+    assert set(ADVANTAGE_ESTIMATORS.names()) == {"grpo", "dr_grpo", "rloo", "none", "no_baseline"}
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.5])
+    assert torch.equal(get_advantage_estimator("none")(rewards, group_size=2), rewards)
+    assert torch.equal(get_advantage_estimator("no_baseline")(rewards), rewards)
+    grpo = get_advantage_estimator("grpo")(rewards, group_size=2, std="sample")
+    assert torch.allclose(grpo, compute_group_advantages(rewards, group_size=2, std="sample"))
+    with pytest.raises(KeyError, match="dr_grpo, grpo, no_baseline, none, rloo"):
+        get_advantage_estimator("ppo")
+    # One call works for every estimator; unknown options are refused.
+    group_ids = torch.tensor([0, 0, 1, 1])
+    for name in ADVANTAGE_ESTIMATORS.names():
+        advantages = ADVANTAGE_ESTIMATORS.get(name)(rewards, group_ids=group_ids, std="sample", eps=1e-6)
+        assert advantages.shape == (4,) and torch.isfinite(advantages).all()
+        with pytest.raises(TypeError, match="scale_by"):
+            ADVANTAGE_ESTIMATORS.get(name)(rewards, group_ids=group_ids, scale_by="std")
+
+
+def test_maybe_normalize_advantages():
+    advantages = torch.tensor([1.0, 3.0], dtype=torch.float64)
+    assert torch.equal(maybe_normalize_advantages(advantages, enabled=False), advantages)
+    # mean 2, population std 1 -> [-1, 1].
+    assert torch.allclose(maybe_normalize_advantages(advantages, enabled=True), torch.tensor([-1.0, 1.0], dtype=torch.float64))
+    assert maybe_normalize_advantages(torch.full((4,), 2.5), enabled=True).tolist() == [0.0] * 4
+
+
+def _reward_fn(response: str, ground_truth: str) -> dict[str, float]:
+    """Answer reward 1 if the answer (after an optional '<' format marker) is right, format reward 0.5."""
+    formatted = response.startswith("<")
+    correct = float(response.lstrip("<") == ground_truth)
+    return {"reward": correct + 0.5 * formatted, "format_reward": float(formatted), "answer_reward": correct}
+
+
+def test_cs336_group_normalized_rewards_by_hand():
+    responses = ["a", "<b", "<a", "c", "<c", "<c"]
+    truths = ["a", "a", "a", "c", "c", "c"]
+    advantages, raw, metadata = compute_group_normalized_rewards(
+        _reward_fn, responses, truths, group_size=3, advantage_eps=1e-6, normalize_by_std=True
+    )
+    # Rewards: group 0 = [1, 0.5, 1.5] (mean 1, sample std 0.5), group 1 = [1, 1.5, 1.5] (mean 4/3, sample std 0.2887).
+    assert raw.tolist() == [1.0, 0.5, 1.5, 1.0, 1.5, 1.5]
+    std1 = math.sqrt(((1 - 4 / 3) ** 2 + 2 * (1.5 - 4 / 3) ** 2) / 2)
+    expected = [0.0, -0.5 / 0.500001, 0.5 / 0.500001, (1 - 4 / 3) / (std1 + 1e-6), (1.5 - 4 / 3) / (std1 + 1e-6), (1.5 - 4 / 3) / (std1 + 1e-6)]
+    assert torch.allclose(advantages, torch.tensor(expected), atol=1e-5)
+    assert metadata["reward_max"] == 1.5 and metadata["reward_min"] == 0.5
+    assert metadata["reward_mean"] == pytest.approx(7 / 6)
+    assert metadata["format_reward_mean"] == pytest.approx(4 / 6)
+    assert metadata["answer_reward_mean"] == pytest.approx(5 / 6)
+    # The population std (0.408 for group 0) would give +-1.2247 instead of +-1.
+    assert abs(0.5 / math.sqrt(1 / 6) - 1.0) > 0.2
+
+
+def test_cs336_group_normalized_rewards_without_std():
+    responses = ["a", "<b", "<a", "c", "<c", "<c"]
+    truths = ["a", "a", "a", "c", "c", "c"]
+    advantages, raw, _ = compute_group_normalized_rewards(
+        _reward_fn, responses, truths, group_size=3, advantage_eps=1e-6, normalize_by_std=False
+    )
+    assert torch.allclose(advantages, torch.tensor([0.0, -0.5, 0.5, -1 / 3, 1 / 6, 1 / 6]), atol=1e-6)
+    # Groups taken the wrong way round ([1, 1], [0.5, 1.5], [1.5, 1.5]) would centre differently.
+    wrong = raw.view(3, 2) - raw.view(3, 2).mean(1, keepdim=True)
+    assert not torch.allclose(wrong.reshape(-1), advantages)

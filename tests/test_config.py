@@ -1,0 +1,92 @@
+"""Config loading: defaults, YAML + overrides, presets, and a clear error for every bad input."""
+
+import pytest
+
+from rlvr.algorithms import ALGORITHMS
+from rlvr.config import ConfigError, load_config
+
+
+def test_defaults_are_grpo_on_format_copy_with_embedded_model():
+    config = load_config()
+    assert config.algorithm.name == "grpo"
+    assert config.task.name == "format_copy"
+    assert config.model.name == "smollm2-135m-instruct"
+    # Preset values were filled in.
+    preset = ALGORITHMS.get("grpo")
+    assert config.algorithm.ppo_epochs == preset.ppo_epochs == 2
+    assert config.algorithm.policy_loss == "grpo_clip"
+    assert config.algorithm.loss_aggregation == "seq_mean_token_mean"
+    # The batch invariant: one optimizer step per epoch.
+    assert config.optim.minibatch_size * config.optim.grad_accum_steps == config.rollout_size
+
+
+def test_overrides_and_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm:\n  name: dapo\nrollout:\n  group_size: 4\n  batch_size: 2\noptim:\n  grad_accum_steps: 2\n")
+    config = load_config(path, ["optim.lr=1e-4", "algorithm.clip_high=0.3", "model.lora_target_modules=q_proj,v_proj"])
+    assert config.algorithm.name == "dapo"
+    assert config.algorithm.clip_high == 0.3  # override beats the preset
+    assert config.algorithm.clip_low == 0.2  # preset
+    assert config.algorithm.loss_aggregation == "token_mean"
+    assert config.optim.lr == 1e-4
+    assert config.optim.minibatch_size == 4  # derived: 2*4 / 2
+    assert config.model.lora_target_modules == ["q_proj", "v_proj"]
+
+
+def test_every_preset_resolves():
+    for name in ALGORITHMS:
+        config = load_config(None, [f"algorithm.name={name}"])
+        assert config.algorithm.advantage_estimator is not None
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["optim.lrr=1"], "unknown config key 'optim.lrr'"),
+        (["optim.lrr=1"], "valid keys: lr, weight_decay"),
+        (["nope.x=1"], "'nope' is not in top level"),
+        (["optim.lr=fast"], "optim.lr: expected a number"),
+        (["rollout.group_size=2.5"], "rollout.group_size: expected an integer"),
+        (["model.lora=maybe"], "model.lora: expected true or false"),
+        (["algorithm.name=ppo2"], "unknown algorithm 'ppo2'; valid choices: dapo, dr_grpo, gr_reinforce, grpo"),
+        (["algorithm.policy_loss=bogus"], "algorithm.policy_loss: unknown name 'bogus'; valid choices:"),
+        (["algorithm.loss_aggregation=mean"], "valid choices: seq_mean_token_mean, seq_mean_token_sum_norm, token_mean"),
+        (["task.name=chess"], "task.name: unknown name 'chess'; valid choices: "),
+        (["optim.minibatch_size=5", "optim.grad_accum_steps=2"], "must equal rollout.batch_size * rollout.group_size = 32"),
+        (["optim.grad_accum_steps=3", "optim.minibatch_size=null"], "optim.grad_accum_steps=3 must divide"),
+        (["algorithm.std=biased"], "algorithm.std: 'biased' is not one of population, sample"),
+        (["rollout.temperature=0"], "rollout.temperature must be > 0"),
+        (["model.dtype=fp8"], "model.dtype: 'fp8' is not one of"),
+        (["lr"], "is not of the form key=value"),
+    ],
+)
+def test_config_errors_name_the_problem(overrides, expected):
+    with pytest.raises((ConfigError, KeyError)) as info:
+        load_config(None, overrides)
+    message = info.value.args[0] if info.value.args else str(info.value)
+    assert expected in message
+
+
+def test_unknown_key_in_yaml_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("rollout:\n  groupsize: 4\n")
+    with pytest.raises(ConfigError, match="unknown config key 'rollout.groupsize'.*valid keys: backend, batch_size, group_size"):
+        load_config(path)
+
+
+def test_missing_and_broken_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "none.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("rollout: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(broken)
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    configs = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml"))
+    assert len(configs) >= len(ALGORITHMS)
+    for path in configs:
+        load_config(path)

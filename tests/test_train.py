@@ -1,0 +1,113 @@
+"""End-to-end training on a tiny random model: CLI smoke run, resume, and rollout layout."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlvr.cli import main
+from rlvr.config import load_config
+from rlvr.models import LoraSettings, load_policy, load_trainable
+from rlvr.rollout import SamplingSettings, hf_generate
+from rlvr.utils import read_jsonl
+from tests.conftest import tiny_overrides
+
+REQUIRED_METRICS = [
+    "reward/mean", "reward/std", "reward/share", "frac_zero_variance_groups", "frac_nonzero_advantages",
+    "policy_loss_per_token", "kl", "entropy", "clip_frac/low", "clip_frac/high", "grad_norm", "lr",
+    "truncated_frac", "completion_len/mean", "optimizer_steps", "skipped_nonfinite_updates",
+    "time/generation", "time/scoring", "time/logprobs", "time/update", "tokens_per_second", "peak_rss_bytes",
+]
+
+
+def _weights(run_dir, model_dir):
+    loaded = load_policy(str(model_dir), lora=LoraSettings(rank=4, alpha=8))
+    load_trainable(loaded, sorted((run_dir / "checkpoints").glob("iter_*"))[-1] / "model")
+    return {k: v.clone() for k, v in loaded.policy.named_parameters() if v.requires_grad}
+
+
+def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
+    run_dir = tmp_path / "smoke"
+    overrides = tiny_overrides(tiny_model_dir, run_dir, **{"train.iterations": 2, "model.lora_rank": 4,
+                                                           "model.lora_alpha": 8})
+    assert main(["train", *overrides]) == 0
+    for name in ("config.yaml", "metrics.jsonl", "samples.jsonl", "eval.jsonl"):
+        assert (run_dir / name).exists(), name
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["iteration"] for r in records] == [1, 2]
+    for record in records:
+        for key in REQUIRED_METRICS:
+            assert key in record, key
+            assert record[key] is not None and math.isfinite(record[key]), key
+        assert record["optimizer_steps"] == 2  # grpo: 2 epochs, one optimizer step each
+        assert record["frac_zero_variance_groups"] < 1.0  # the toy task has contrast
+        assert record["kl"] >= 0
+    # First epoch is on-policy: the ratio is exactly 1 there.
+    assert records[0]["ratio/first_epoch_max_dev"] < 1e-6
+    # Parameters changed: the LoRA B matrices start at zero and must not stay there.
+    trained = _weights(run_dir, tiny_model_dir)
+    lora_b = [v for k, v in trained.items() if "lora_B" in k]
+    assert lora_b and any(v.abs().max() > 0 for v in lora_b)
+
+
+def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path):
+    extra = {"train.iterations": 4, "train.save_every": 2, "train.eval_every": 2, "algorithm.name": "grpo",
+             "model.lora_rank": 4, "model.lora_alpha": 8, "train.keep_checkpoints": 5}
+    full = tmp_path / "full"
+    assert main(["train", *tiny_overrides(tiny_model_dir, full, **extra)]) == 0
+    part = tmp_path / "part"
+    assert main(["train", *tiny_overrides(tiny_model_dir, part, **{**extra, "train.iterations": 2})]) == 0
+    # Simulate a crash that logged a line after the last checkpoint: resume must drop it.
+    with open(part / "metrics.jsonl", "a") as handle:
+        handle.write('{"iteration": 3, "reward/mean": 123.0}\n')
+    assert main(["train", "--resume", str(part), "train.iterations=4"]) == 0
+    full_records, part_records = read_jsonl(full / "metrics.jsonl"), read_jsonl(part / "metrics.jsonl")
+    assert [r["iteration"] for r in part_records] == [1, 2, 3, 4]
+    skip = ("time/", "elapsed_s", "tokens_per_second", "peak_rss_bytes")
+    for a, b in zip(full_records, part_records):
+        for key, value in a.items():
+            if not key.startswith(skip):
+                assert b[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+    full_w, part_w = _weights(full, tiny_model_dir), _weights(part, tiny_model_dir)
+    for key in full_w:
+        assert torch.equal(full_w[key], part_w[key]), key
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys):
+    run_dir = tmp_path / "empty"
+    run_dir.mkdir()
+    assert main(["train", "--resume", str(run_dir)]) == 2
+    assert "config.yaml is missing" in capsys.readouterr().err
+
+
+def test_generation_is_prompt_major_and_mask_covers_generated_tokens(tiny_model_dir):
+    loaded = load_policy(str(tiny_model_dir))
+    tokenizer = loaded.tokenizer
+    prompts = ["a", "bbbbbbb", "cc"]  # different lengths: left padding differs per prompt
+    group = 3
+    torch.manual_seed(0)
+    generation = hf_generate(loaded.policy, tokenizer, prompts, group, SamplingSettings(max_new_tokens=7))
+    prompt_len = generation.prompt_len
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    for row in range(len(prompts) * group):
+        # Prompt-major: rows g*G .. g*G+G-1 all carry prompt g.
+        assert torch.equal(generation.input_ids[row, :prompt_len], encoded["input_ids"][row // group])
+        assert torch.equal(generation.attention_mask[row, :prompt_len], encoded["attention_mask"][row // group])
+        completion = generation.input_ids[row, prompt_len:].tolist()
+        length = int(generation.completion_lengths[row])
+        mask = generation.attention_mask[row, prompt_len:].tolist()
+        assert mask == [1] * length + [0] * (len(completion) - length)
+        eos = tokenizer.eos_token_id
+        if eos in completion:
+            assert length == completion.index(eos) + 1  # EOS itself is generated and counted
+            assert not generation.truncated[row]
+        else:
+            assert length == 7 and generation.truncated[row]
+
+
+def test_config_errors_reach_the_cli(capsys):
+    assert main(["train", "optim.lrr=3"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown config key 'optim.lrr'" in err and "valid keys" in err
