@@ -42,90 +42,157 @@ RUN_TIMEOUT_S = 300
 class Mutation:
     name: str
     path: str  # relative to the repository root
-    replacements: tuple[tuple[str, str], ...]  # (exact text, replacement); each text must occur once
     description: str
+    replacements: tuple[tuple[str, str], ...]  # (exact text, replacement); each text must occur once
+
+
+def mutation(name: str, path: str, description: str, *replacements: tuple[str, str]) -> Mutation:
+    return Mutation(name, path, description, tuple(replacements))
 
 
 MUTATIONS = [
-    Mutation("mask_keeps_prompt", "rlvr/core/masks.py",
-             (("target_is_completion = target_position >= prompt_len", "target_is_completion = target_position >= 1"),),
-             "completion mask also covers prompt tokens"),
-    Mutation("mask_shifted_by_one", "rlvr/core/masks.py",
-             (("target_is_real = attention_mask[:, 1:] != 0", "target_is_real = attention_mask[:, :-1] != 0"),
-              ("torch.arange(1, seq_len, device=input_ids.device)", "torch.arange(0, seq_len - 1, device=input_ids.device)")),
-             "completion mask aligned with input tokens instead of targets"),
-    Mutation("logits_not_shifted", "rlvr/core/logprobs.py",
-             (("return torch.cat([input_ids[:, 1:], dummy], dim=1)  # [B, L]", "return input_ids  # [B, L]"),),
-             "logits at t score token t instead of t+1 (off by one)"),
-    Mutation("no_fp32_upcast", "rlvr/core/logprobs.py",
-             (("compute_dtype = torch.promote_types(logits.dtype, torch.float32)", "compute_dtype = logits.dtype"),),
-             "log-softmax taken in bf16/fp16"),
-    Mutation("position_ids_ignore_padding", "rlvr/core/logprobs.py",
-             (("position_ids = position_ids_from_attention_mask(attention_mask)  # [B, L]",
-               "position_ids = torch.arange(input_ids.shape[1]).expand_as(input_ids)  # [B, L]"),),
-             "left padding shifts the positions of the real tokens"),
-    Mutation("kl_sign_reversed", "rlvr/core/kl.py",
-             (("log_ratio = logp_ref - logp_new  # [B, T]", "log_ratio = logp_new - logp_ref  # [B, T]"),),
-             "d = log(pi / pi_ref) instead of log(pi_ref / pi)"),
-    Mutation("kl_missing_minus_one", "rlvr/core/kl.py",
-             (("return torch.expm1(log_ratio) - log_ratio", "return torch.exp(log_ratio) - log_ratio"),),
-             "k3 = exp(d) - d without the -1"),
-    Mutation("kl_not_clamped", "rlvr/core/kl.py",
-             (("log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)  # [B, T]", "log_ratio = log_ratio  # [B, T]"),),
-             "log-ratio not clamped before exp"),
-    Mutation("minibatch_shuffles_only_input_ids", "rlvr/core/batch.py",
-             (("minibatch = batch.select(index)",
-               "minibatch = batch.select(torch.arange(start, start + len(index)))\n"
-               "        minibatch.input_ids = batch.input_ids[index]"),),
-             "the permutation is applied to input_ids only"),
-    Mutation("advantages_groups_transposed", "rlvr/core/advantages.py",
-             (("return torch.arange(num_samples, device=device) // group_size, num_samples // group_size",
-               "return torch.arange(num_samples, device=device) % (num_samples // group_size), num_samples // group_size"),),
-             "contiguous groups read as a transposed [G, N/G] reshape"),
-    Mutation("cs336_rewards_reshaped_transposed", "rlvr/core/advantages.py",
-             (("grouped = raw_rewards.view(-1, group_size)", "grouped = raw_rewards.view(group_size, -1).T"),),
-             "CS336 group normalization reshapes the wrong way round"),
-    Mutation("sample_std_instead_of_population", "rlvr/core/advantages.py",
-             (('degrees_of_freedom = stats["counts"] if std == "population" else stats["counts"] - 1',
-               'degrees_of_freedom = stats["counts"] - 1'),),
-             "population std replaced by sample std"),
-    Mutation("std_eps_dropped", "rlvr/core/advantages.py",
-             (("advantages = centred / (group_std[index] + eps)  # [N]", "advantages = centred / group_std[index]  # [N]"),),
-             "eps no longer added to the group std"),
-    Mutation("zero_spread_groups_not_zeroed", "rlvr/core/advantages.py",
-             (("        advantages = centred  # [N]\n"
-               "    return torch.where(_degenerate(stats, eps)[index], torch.zeros_like(advantages), advantages)",
-               "        advantages = centred  # [N]\n    return advantages"),),
-             "groups without spread keep float-noise advantages"),
-    Mutation("rloo_baseline_includes_self", "rlvr/core/advantages.py",
-             (('baseline = (stats["sums"][index] - rewards) / others', 'baseline = stats["means"][index]'),),
-             "RLOO baseline is the full group mean"),
-    Mutation("reinforce_without_advantage", "rlvr/core/policy_losses.py",
-             (("return -advantages * policy_log_probs  # [B, T]", "return -policy_log_probs  # [B, T]"),),
-             "REINFORCE loss forgets to weight by the advantage"),
-    Mutation("clip_loss_wrong_sign", "rlvr/core/policy_losses.py",
-             (("loss = -torch.min(unclipped_objective, clipped_objective)", "loss = torch.min(unclipped_objective, clipped_objective)"),),
-             "GRPO clip loss maximised instead of minimised"),
-    Mutation("clip_removed", "rlvr/core/policy_losses.py",
-             (("clipped_ratio = ratio.clamp(1.0 - cliprange, 1.0 + clip_high)  # [B, T]", "clipped_ratio = ratio  # [B, T]"),),
-             "ratio never clipped"),
-    Mutation("min_replaced_by_max", "rlvr/core/policy_losses.py",
-             (("loss = -torch.min(unclipped_objective, clipped_objective)", "loss = -torch.max(unclipped_objective, clipped_objective)"),),
-             "optimistic instead of pessimistic bound"),
-    Mutation("old_logprobs_not_detached", "rlvr/core/policy_losses.py",
-             (("log_ratio = policy_log_probs - old_log_probs.detach()  # [B, T]", "log_ratio = policy_log_probs - old_log_probs  # [B, T]"),),
-             "gradient flows into the old policy's log-probs"),
-    Mutation("gspo_sum_not_mean", "rlvr/core/policy_losses.py",
-             (("sequence_log_ratio = masked_mean_per_row(log_ratio, mask).unsqueeze(-1)  # [B, 1]",
-               "sequence_log_ratio = (log_ratio * mask).sum(-1, keepdim=True)  # [B, 1]"),),
-             "GSPO sequence ratio uses the sum, not the mean, of token log-ratios"),
-    Mutation("loss_not_divided_by_accumulation", "rlvr/core/train_steps.py",
-             (("    loss = batch_loss / gradient_accumulation_steps\n    loss.backward()\n    return loss, {**metadata",
-               "    loss = batch_loss\n    loss.backward()\n    return loss, {**metadata"),),
-             "GRPO microbatch loss not divided by the accumulation steps"),
-    Mutation("token_mean_ignores_global_count", "rlvr/core/aggregation.py",
-             (("    return values.sum() / num_tokens", "    return values.sum() / weights.sum()"),),
-             "token_mean divides by the microbatch's own token count"),
+    mutation(
+        "mask_keeps_prompt", "rlvr/core/masks.py",
+        "completion mask also covers prompt tokens",
+        ("target_is_completion = target_position >= prompt_len",
+         "target_is_completion = target_position >= 1"),
+    ),
+    mutation(
+        "mask_shifted_by_one", "rlvr/core/masks.py",
+        "completion mask aligned with input tokens instead of targets",
+        ("target_is_real = attention_mask[:, 1:] != 0",
+         "target_is_real = attention_mask[:, :-1] != 0"),
+        ("torch.arange(1, seq_len, device=input_ids.device)",
+         "torch.arange(0, seq_len - 1, device=input_ids.device)"),
+    ),
+    mutation(
+        "logits_not_shifted", "rlvr/core/logprobs.py",
+        "logits at t score token t instead of t+1 (off by one)",
+        ("return torch.cat([input_ids[:, 1:], dummy], dim=1)  # [B, L]",
+         "return input_ids  # [B, L]"),
+    ),
+    mutation(
+        "no_fp32_upcast", "rlvr/core/logprobs.py",
+        "log-softmax taken in bf16/fp16",
+        ("compute_dtype = torch.promote_types(logits.dtype, torch.float32)",
+         "compute_dtype = logits.dtype"),
+    ),
+    mutation(
+        "position_ids_ignore_padding", "rlvr/core/logprobs.py",
+        "left padding shifts the positions of the real tokens",
+        ("position_ids = position_ids_from_attention_mask(attention_mask)  # [B, L]",
+         "position_ids = torch.arange(input_ids.shape[1]).expand_as(input_ids)  # [B, L]"),
+    ),
+    mutation(
+        "kl_sign_reversed", "rlvr/core/kl.py",
+        "d = log(pi / pi_ref) instead of log(pi_ref / pi)",
+        ("log_ratio = logp_ref - logp_new  # [B, T]",
+         "log_ratio = logp_new - logp_ref  # [B, T]"),
+    ),
+    mutation(
+        "kl_missing_minus_one", "rlvr/core/kl.py",
+        "k3 = exp(d) - d without the -1",
+        ("return torch.expm1(log_ratio) - log_ratio",
+         "return torch.exp(log_ratio) - log_ratio"),
+    ),
+    mutation(
+        "kl_not_clamped", "rlvr/core/kl.py",
+        "log-ratio not clamped before exp",
+        ("log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)  # [B, T]",
+         "log_ratio = log_ratio  # [B, T]"),
+    ),
+    mutation(
+        "minibatch_shuffles_only_input_ids", "rlvr/core/batch.py",
+        "the permutation is applied to input_ids only",
+        ("minibatch = batch.select(index)",
+         "minibatch = batch.select(torch.arange(start, start + len(index)))\n"
+         "        minibatch.input_ids = batch.input_ids[index]"),
+    ),
+    mutation(
+        "advantages_groups_transposed", "rlvr/core/advantages.py",
+        "contiguous groups read as a transposed [G, N/G] reshape",
+        ("return torch.arange(num_samples, device=device) // group_size, num_samples // group_size",
+         "return torch.arange(num_samples, device=device) % (num_samples // group_size), num_samples // group_size"),
+    ),
+    mutation(
+        "cs336_rewards_reshaped_transposed", "rlvr/core/advantages.py",
+        "CS336 group normalization reshapes the wrong way round",
+        ("grouped = raw_rewards.view(-1, group_size)",
+         "grouped = raw_rewards.view(group_size, -1).T"),
+    ),
+    mutation(
+        "sample_std_instead_of_population", "rlvr/core/advantages.py",
+        "population std replaced by sample std",
+        ('degrees_of_freedom = stats["counts"] if std == "population" else stats["counts"] - 1',
+         'degrees_of_freedom = stats["counts"] - 1'),
+    ),
+    mutation(
+        "std_eps_dropped", "rlvr/core/advantages.py",
+        "eps no longer added to the group std",
+        ("advantages = centred / (group_std[index] + eps)  # [N]",
+         "advantages = centred / group_std[index]  # [N]"),
+    ),
+    mutation(
+        "zero_spread_groups_not_zeroed", "rlvr/core/advantages.py",
+        "groups without spread keep float-noise advantages",
+        ("        advantages = centred  # [N]\n"
+         "    return torch.where(_degenerate(stats, eps)[index], torch.zeros_like(advantages), advantages)",
+         "        advantages = centred  # [N]\n    return advantages"),
+    ),
+    mutation(
+        "rloo_baseline_includes_self", "rlvr/core/advantages.py",
+        "RLOO baseline is the full group mean",
+        ('baseline = (stats["sums"][index] - rewards) / others',
+         'baseline = stats["means"][index]'),
+    ),
+    mutation(
+        "reinforce_without_advantage", "rlvr/core/policy_losses.py",
+        "REINFORCE loss forgets to weight by the advantage",
+        ("return -advantages * policy_log_probs  # [B, T]",
+         "return -policy_log_probs  # [B, T]"),
+    ),
+    mutation(
+        "clip_loss_wrong_sign", "rlvr/core/policy_losses.py",
+        "GRPO clip loss maximised instead of minimised",
+        ("loss = -torch.min(unclipped_objective, clipped_objective)",
+         "loss = torch.min(unclipped_objective, clipped_objective)"),
+    ),
+    mutation(
+        "clip_removed", "rlvr/core/policy_losses.py",
+        "ratio never clipped",
+        ("clipped_ratio = ratio.clamp(1.0 - cliprange, 1.0 + clip_high)  # [B, T]",
+         "clipped_ratio = ratio  # [B, T]"),
+    ),
+    mutation(
+        "min_replaced_by_max", "rlvr/core/policy_losses.py",
+        "optimistic instead of pessimistic bound",
+        ("loss = -torch.min(unclipped_objective, clipped_objective)",
+         "loss = -torch.max(unclipped_objective, clipped_objective)"),
+    ),
+    mutation(
+        "old_logprobs_not_detached", "rlvr/core/policy_losses.py",
+        "gradient flows into the old policy's log-probs",
+        ("log_ratio = policy_log_probs - old_log_probs.detach()  # [B, T]",
+         "log_ratio = policy_log_probs - old_log_probs  # [B, T]"),
+    ),
+    mutation(
+        "gspo_sum_not_mean", "rlvr/core/policy_losses.py",
+        "GSPO sequence ratio uses the sum, not the mean, of token log-ratios",
+        ("sequence_log_ratio = masked_mean_per_row(log_ratio, mask).unsqueeze(-1)  # [B, 1]",
+         "sequence_log_ratio = (log_ratio * mask).sum(-1, keepdim=True)  # [B, 1]"),
+    ),
+    mutation(
+        "loss_not_divided_by_accumulation", "rlvr/core/train_steps.py",
+        "GRPO microbatch loss not divided by the accumulation steps",
+        ("    loss = batch_loss / gradient_accumulation_steps\n    loss.backward()\n    return loss, {**metadata",
+         "    loss = batch_loss\n    loss.backward()\n    return loss, {**metadata"),
+    ),
+    mutation(
+        "token_mean_ignores_global_count", "rlvr/core/aggregation.py",
+        "token_mean divides by the microbatch's own token count",
+        ("    return values.sum() / num_tokens",
+         "    return values.sum() / weights.sum()"),
+    ),
 ]
 
 
@@ -262,9 +329,11 @@ def _preload() -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
-    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only this mutation (repeatable)")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="run only this mutation (repeatable)")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (default 2)")
-    parser.add_argument("--min-catches", type=int, default=2, help="distinct test functions that must catch each mutation (default 2)")
+    parser.add_argument("--min-catches", type=int, default=2,
+                        help="distinct test functions that must catch each mutation (default 2)")
     parser.add_argument("--subprocess", action="store_true", help="fresh interpreter per run instead of fork")
     args = parser.parse_args()
 

@@ -74,14 +74,14 @@ class RolloutBatch:
     def to(self, device: torch.device | str) -> RolloutBatch:
         """A new batch with every tensor on `device` (lists are copied)."""
         return RolloutBatch(
-            input_ids=self.input_ids.to(device),
-            attention_mask=self.attention_mask.to(device),
-            completion_mask=self.completion_mask.to(device),
+            input_ids=_move(self.input_ids, device),
+            attention_mask=_move(self.attention_mask, device),
+            completion_mask=_move(self.completion_mask, device),
             old_logprobs=_move(self.old_logprobs, device),
             ref_logprobs=_move(self.ref_logprobs, device),
-            rewards=self.rewards.to(device),
-            advantages=self.advantages.to(device),
-            group_ids=self.group_ids.to(device),
+            rewards=_move(self.rewards, device),
+            advantages=_move(self.advantages, device),
+            group_ids=_move(self.group_ids, device),
             task_names=None if self.task_names is None else list(self.task_names),
             completion_texts=None if self.completion_texts is None else list(self.completion_texts),
         )
@@ -91,14 +91,14 @@ class RolloutBatch:
         index = torch.as_tensor(indices, dtype=torch.long).reshape(-1)  # [n]
         positions = index.tolist()
         return RolloutBatch(
-            input_ids=self.input_ids[index.to(self.input_ids.device)],
-            attention_mask=self.attention_mask[index.to(self.attention_mask.device)],
-            completion_mask=self.completion_mask[index.to(self.completion_mask.device)],
+            input_ids=_take_tensor(self.input_ids, index),
+            attention_mask=_take_tensor(self.attention_mask, index),
+            completion_mask=_take_tensor(self.completion_mask, index),
             old_logprobs=_take_tensor(self.old_logprobs, index),
             ref_logprobs=_take_tensor(self.ref_logprobs, index),
-            rewards=self.rewards[index.to(self.rewards.device)],
-            advantages=self.advantages[index.to(self.advantages.device)],
-            group_ids=self.group_ids[index.to(self.group_ids.device)],
+            rewards=_take_tensor(self.rewards, index),
+            advantages=_take_tensor(self.advantages, index),
+            group_ids=_take_tensor(self.group_ids, index),
             task_names=_take_list(self.task_names, positions),
             completion_texts=_take_list(self.completion_texts, positions),
         )

@@ -170,24 +170,6 @@ def _reinforce_metrics(logprobs: torch.Tensor, old_logprobs: torch.Tensor | None
     return {"ratio": ratio, **_no_clip_flags(logprobs)}
 
 
-@POLICY_LOSSES.register("gr_reinforce")
-def gr_reinforce_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor | None,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float | None = None,
-) -> tuple[torch.Tensor, Metrics]:
-    """Group-relative REINFORCE: -A_i * log pi_t, no ratio, no clip. [B, T] -> [B, T].
-
-    With seq_mean_token_mean this is -A_i times the sequence's mean token log-prob. Only valid
-    on-policy (one gradient step per batch); old_logprobs only feeds the logged ratio.
-    """
-    return compute_naive_policy_gradient_loss(advantages, logprobs), _reinforce_metrics(logprobs, old_logprobs)
-
-
 @POLICY_LOSSES.register("reinforce")
 def reinforce_loss(
     logprobs: torch.Tensor,
@@ -198,8 +180,17 @@ def reinforce_loss(
     clip_low: float = 0.2,
     clip_high: float | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
-    """Plain REINFORCE -R * log pi_t, meant for raw rewards as `advantages`. [B, T] -> [B, T]."""
+    """REINFORCE surrogate -A_i * log pi_t, no ratio, no clip. [B, T] -> [B, T].
+
+    Registered twice: "reinforce" (A = the raw reward, Williams 1992) and "gr_reinforce"
+    (A = a group-relative advantage; with seq_mean_token_mean this is -A_i times the sequence's
+    mean token log-prob). Only valid on-policy (one gradient step per batch); old_logprobs only
+    feeds the logged ratio.
+    """
     return compute_naive_policy_gradient_loss(advantages, logprobs), _reinforce_metrics(logprobs, old_logprobs)
+
+
+POLICY_LOSSES.add("gr_reinforce", reinforce_loss)
 
 
 def get_policy_loss(name: str) -> PolicyLossFn:

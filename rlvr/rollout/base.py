@@ -34,6 +34,8 @@ class SamplingSettings:
     min_p: float = 0.0
     stop_strings: tuple[str, ...] = ()
     do_sample: bool = True
+    # Run each prompt once and repeat its KV cache G times, instead of prefilling G copies.
+    share_prompt_prefill: bool = True
 
 
 def render_prompts(tokenizer, examples: Sequence[Example], use_chat_template: bool) -> list[str]:

@@ -1,7 +1,9 @@
 """Rollout backend on Hugging Face `generate`: sampling in inference mode, prompt-major groups.
 
-`num_return_sequences=G` repeats each prompt G times consecutively, so the output is already
-prompt-major. The completion mask is rebuilt from the first EOS (see `base`).
+Each prompt is repeated G times consecutively, so the output is prompt-major. With
+`share_prompt_prefill` the B prompts (all but their last token) are run once and their KV cache
+is repeated G times before `generate` continues from it, instead of prefilling G identical
+copies. The completion mask is rebuilt from the first EOS (see `base`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ def hf_generate(model, tokenizer, prompts: list[str], group_size: int, settings:
     prompt_len = prompt_ids.shape[1]
     kwargs = dict(
         max_new_tokens=settings.max_new_tokens,
-        num_return_sequences=group_size,
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         do_sample=settings.do_sample,
     )
@@ -38,7 +39,13 @@ def hf_generate(model, tokenizer, prompts: list[str], group_size: int, settings:
     was_training = model.training
     model.eval()
     with torch.inference_mode():
-        output = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kwargs)  # [B*G, P+C]
+        if settings.share_prompt_prefill and group_size > 1 and prompt_len > 1:
+            output = _generate_with_shared_prefill(model, prompt_ids, prompt_mask, group_size, kwargs)
+        else:
+            output = model.generate(
+                input_ids=prompt_ids.repeat_interleave(group_size, dim=0),
+                attention_mask=prompt_mask.repeat_interleave(group_size, dim=0), **kwargs,
+            )  # [B*G, P+C], prompt-major
     model.train(was_training)
     output = output.clone()  # leave inference mode: these tensors feed autograd later
     completion_ids = output[:, prompt_len:]  # [N, C]
@@ -65,3 +72,19 @@ def hf_generate(model, tokenizer, prompts: list[str], group_size: int, settings:
         completion_lengths=lengths,
         truncated=truncated,
     )
+
+
+def _generate_with_shared_prefill(model, prompt_ids, prompt_mask, group_size, kwargs):
+    """Prefill each prompt once, repeat the cache G times, let `generate` go on from there."""
+    position_ids = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P]
+    prefill = model(
+        input_ids=prompt_ids[:, :-1], attention_mask=prompt_mask[:, :-1], position_ids=position_ids[:, :-1],
+        use_cache=True, logits_to_keep=1,
+    )
+    cache = prefill.past_key_values
+    cache.batch_repeat_interleave(group_size)  # [B, ...] -> [B*G, ...], prompt-major
+    return model.generate(
+        input_ids=prompt_ids.repeat_interleave(group_size, dim=0),
+        attention_mask=prompt_mask.repeat_interleave(group_size, dim=0),
+        past_key_values=cache, **kwargs,
+    )  # [B*G, P+C]

@@ -16,10 +16,10 @@ import torch
 from rlvr.core import (
     RolloutBatch,
     build_completion_mask,
-    compute_per_token_logprobs,
     get_advantage_estimator,
     maybe_normalize_advantages,
 )
+from rlvr.core.completion_logprobs import compute_completion_logprobs
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
 
 
@@ -95,7 +95,7 @@ def _group_totals(verdicts: list, lengths: torch.Tensor, algo, max_new_tokens: i
 def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, reference_ctx=None):
     """Sample, score and (with DAPO dynamic sampling) filter until B groups are kept.
 
-    Returns (batch, stats, timings, samples): stats are plain floats for metrics.jsonl.
+    Returns (batch, prompt_len, stats, timings, samples): stats are plain floats for metrics.jsonl.
     """
     rollout, algo = config.rollout, config.algorithm
     timings: dict[str, float] = {}
@@ -103,7 +103,6 @@ def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, refer
     degenerate_pool: list[tuple[Scored, int]] = []
     rounds = 0
     sampled_groups = 0
-    all_round_groups: list[tuple[Scored, int]] = []
     max_rounds = algo.dynamic_sampling_max_rounds if algo.dynamic_sampling else 1
     while len(kept_groups) < rollout.batch_size and rounds < max_rounds:
         seed = (config.train.seed * 1_000_003 + iteration) * 101 + rounds
@@ -112,7 +111,6 @@ def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, refer
         rounds += 1
         for g in range(len(examples)):
             sampled_groups += 1
-            all_round_groups.append((scored, g))
             totals = _group_totals(scored.verdicts[g], scored.lengths[g], algo, rollout.max_new_tokens)
             finite = totals[torch.isfinite(totals)]
             degenerate = finite.numel() < 2 or bool((finite.max() - finite.min()).abs() < 1e-6)
@@ -157,13 +155,15 @@ def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, refer
     ref_logprobs = None
     if algo.kl_coef > 0:
         started = time.perf_counter()
+        step = config.optim.minibatch_size
+        group_size = group if step % group == 0 else 1
         with reference_ctx() as reference_model:
             ref_logprobs = torch.cat([
-                compute_per_token_logprobs(reference_model, input_ids[i : i + config.optim.minibatch_size],
-                                           attention_mask[i : i + config.optim.minibatch_size],
-                                           enable_grad=False, temperature=rollout.temperature).float()
-                for i in range(0, num_rows, config.optim.minibatch_size)
-            ])  # [N, L-1]
+                compute_completion_logprobs(reference_model, input_ids[i : i + step], attention_mask[i : i + step],
+                                            prompt_len, group_size=group_size, enable_grad=False,
+                                            temperature=rollout.temperature, with_entropy=False)[0]
+                for i in range(0, num_rows, step)
+            ])  # [N, L-1], 0 on prompt columns
         timings["logprobs"] = timings.get("logprobs", 0.0) + time.perf_counter() - started
 
     batch = RolloutBatch(
@@ -179,7 +179,7 @@ def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, refer
          "status": s.verdicts[g][j].status, "advantage": float(advantages[i * group + j])}
         for i, (s, g) in enumerate(kept_groups) for j in range(group)
     ]
-    return batch, stats, timings, samples
+    return batch, prompt_len, stats, timings, samples
 
 
 def _rollout_stats(kept_groups, verdicts, rewards, advantages, lengths, truncated, group,

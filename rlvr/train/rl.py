@@ -124,13 +124,13 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
     for iteration in range(start_iteration, train_cfg.iterations):
         iteration_started = time.perf_counter()
         # 1. Rollouts: sample, score, advantages (and reference log-probs when KL is on).
-        batch, stats, timings, samples = collect_rollout_batch(
+        batch, prompt_len, stats, timings, samples = collect_rollout_batch(
             loaded.policy, loaded.tokenizer, task, config, iteration, ref_ctx
         )
         batch = batch.to(config.model.device)
         # 2. Update: ppo_epochs optimizer steps over the whole batch.
         update_started = time.perf_counter()
-        update_metrics, counters = update_policy(loaded.policy, optimizer, scheduler, batch, config, params)
+        update_metrics, counters = update_policy(loaded.policy, optimizer, scheduler, batch, prompt_len, config, params)
         timings["update"] = time.perf_counter() - update_started
         state["optimizer_steps"] += counters["optimizer_steps"]
         state["skipped_nonfinite_updates"] += counters["skipped_nonfinite_updates"]

@@ -17,15 +17,21 @@ import torch
 from rlvr.core import (
     POLICY_LOSSES,
     aggregate_loss,
-    compute_per_token_logprobs_and_entropy,
     iter_minibatches,
     kl_per_token,
 )
+from rlvr.core.completion_logprobs import compute_completion_logprobs
 from rlvr.train.metrics import MetricSums
 
 
-def update_policy(policy, optimizer, scheduler, batch, config, trainable_params) -> tuple[dict, dict]:
-    """Run the epochs over `batch`; returns (metrics, counters) with plain floats."""
+def scoring_group_size(config, minibatch_size: int) -> int:
+    """Rows per shared prompt in a minibatch: G when minibatches hold whole groups, else 1."""
+    group = config.rollout.group_size
+    return group if minibatch_size % group == 0 else 1
+
+
+def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, trainable_params) -> tuple[dict, dict]:
+    """Run the epochs over `batch` (completions start at column `prompt_len`); returns (metrics, counters)."""
     algo, optim, rollout = config.algorithm, config.optim, config.rollout
     loss_fn = POLICY_LOSSES.get(algo.policy_loss)
     num_sequences = len(batch)
@@ -33,15 +39,19 @@ def update_policy(policy, optimizer, scheduler, batch, config, trainable_params)
     sums = MetricSums()
     counters = {"optimizer_steps": 0, "skipped_nonfinite_updates": 0}
     old_logprobs = batch.old_logprobs
-    policy.train(False)  # deterministic forwards: dropout would break the ratio-1 first epoch
+    # Dropout is off (see rlvr.models), so train mode is deterministic; it is what gradient
+    # checkpointing needs, and checkpointing cannot share one prompt's cache across the group.
+    policy.train(True)
+    group_size = 1 if config.model.gradient_checkpointing else scoring_group_size(config, optim.minibatch_size)
     for epoch in range(algo.ppo_epochs):
         collected_old = []
         epoch_loss = torch.zeros(())
         for minibatch in iter_minibatches(batch, optim.minibatch_size, shuffle=False):
             mask = minibatch.completion_mask  # [b, L-1]
-            logprobs, entropy = compute_per_token_logprobs_and_entropy(
-                policy, minibatch.input_ids, minibatch.attention_mask, temperature=rollout.temperature
-            )  # [b, L-1] each
+            logprobs, entropy = compute_completion_logprobs(
+                policy, minibatch.input_ids, minibatch.attention_mask, prompt_len,
+                group_size=group_size, temperature=rollout.temperature,
+            )  # [b, L-1] each, 0 on prompt columns
             if old_logprobs is None:
                 minibatch_old = logprobs.detach()  # first epoch: exactly the sampling policy
                 collected_old.append(minibatch_old)
@@ -89,6 +99,7 @@ def update_policy(policy, optimizer, scheduler, batch, config, trainable_params)
         else:
             counters["skipped_nonfinite_updates"] += 1
         optimizer.zero_grad(set_to_none=True)
+    policy.train(False)
     metrics = sums.reduce()
     metrics["lr"] = scheduler.get_last_lr()[0]
     return metrics, counters

@@ -23,7 +23,8 @@ def test_prompt_major_groups_not_transposed():
     assert torch.equal(advantages, torch.zeros(6))
     # Reshaping the wrong way round, [G, N/G] = [3, 2], mixes prompts: rows [0,0], [0,1], [1,1].
     transposed = rewards.view(3, 2)
-    wrong = (transposed - transposed.mean(1, keepdim=True)) / transposed.std(1, unbiased=False, keepdim=True).clamp(min=1e-6)
+    spread = transposed.std(1, unbiased=False, keepdim=True).clamp(min=1e-6)
+    wrong = (transposed - transposed.mean(1, keepdim=True)) / spread
     assert wrong.abs().max() == 1.0
 
 
@@ -163,7 +164,8 @@ def test_maybe_normalize_advantages():
     advantages = torch.tensor([1.0, 3.0], dtype=torch.float64)
     assert torch.equal(maybe_normalize_advantages(advantages, enabled=False), advantages)
     # mean 2, population std 1 -> [-1, 1].
-    assert torch.allclose(maybe_normalize_advantages(advantages, enabled=True), torch.tensor([-1.0, 1.0], dtype=torch.float64))
+    normalized = maybe_normalize_advantages(advantages, enabled=True)
+    assert torch.allclose(normalized, torch.tensor([-1.0, 1.0], dtype=torch.float64))
     assert maybe_normalize_advantages(torch.full((4,), 2.5), enabled=True).tolist() == [0.0] * 4
 
 
@@ -183,7 +185,8 @@ def test_cs336_group_normalized_rewards_by_hand():
     # Rewards: group 0 = [1, 0.5, 1.5] (mean 1, sample std 0.5), group 1 = [1, 1.5, 1.5] (mean 4/3, sample std 0.2887).
     assert raw.tolist() == [1.0, 0.5, 1.5, 1.0, 1.5, 1.5]
     std1 = math.sqrt(((1 - 4 / 3) ** 2 + 2 * (1.5 - 4 / 3) ** 2) / 2)
-    expected = [0.0, -0.5 / 0.500001, 0.5 / 0.500001, (1 - 4 / 3) / (std1 + 1e-6), (1.5 - 4 / 3) / (std1 + 1e-6), (1.5 - 4 / 3) / (std1 + 1e-6)]
+    expected = [0.0, -0.5 / 0.500001, 0.5 / 0.500001]
+    expected += [(reward - 4 / 3) / (std1 + 1e-6) for reward in (1.0, 1.5, 1.5)]
     assert torch.allclose(advantages, torch.tensor(expected), atol=1e-5)
     assert metadata["reward_max"] == 1.5 and metadata["reward_min"] == 0.5
     assert metadata["reward_mean"] == pytest.approx(7 / 6)
@@ -203,3 +206,21 @@ def test_cs336_group_normalized_rewards_without_std():
     # Groups taken the wrong way round ([1, 1], [0.5, 1.5], [1.5, 1.5]) would centre differently.
     wrong = raw.view(3, 2) - raw.view(3, 2).mean(1, keepdim=True)
     assert not torch.allclose(wrong.reshape(-1), advantages)
+
+
+def test_mixed_batch_by_hand_with_a_solved_prompt():
+    # Prompt 0 solved by every sample; its rewards carry float noise (0.1 + 0.2 != 0.3), which a
+    # plain (r - mean) / (std + eps) turns into advantages of ~1e-11 instead of exactly 0.
+    rewards = torch.tensor([0.3, 0.1 + 0.2, 0.3, 1.0, 0.0, 0.0], dtype=torch.float64)
+    assert rewards[0] != rewards[1]
+    grpo = get_advantage_estimator("grpo")(rewards, group_size=3)
+    # Prompt 1: mean 1/3, population std sqrt(2)/3 = 0.4714 -> [2/3, -1/3, -1/3] / 0.4714.
+    std = math.sqrt(2) / 3
+    expected = torch.tensor([0.0, 0.0, 0.0] + [c / (std + 1e-6) for c in (2 / 3, -1 / 3, -1 / 3)], dtype=torch.float64)
+    assert torch.equal(grpo[:3], torch.zeros(3, dtype=torch.float64))
+    assert torch.allclose(grpo, expected, atol=1e-12, rtol=0)
+    dr_grpo = get_advantage_estimator("dr_grpo")(rewards, group_size=3)
+    assert torch.equal(dr_grpo[:3], torch.zeros(3, dtype=torch.float64))
+    assert torch.allclose(dr_grpo[3:], torch.tensor([2 / 3, -1 / 3, -1 / 3], dtype=torch.float64), atol=1e-12)
+    naive = (rewards[:3] - rewards[:3].mean()) / (rewards[:3].std(unbiased=False) + 1e-6)
+    assert (naive != 0).any()

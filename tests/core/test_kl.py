@@ -56,7 +56,8 @@ def test_estimators_by_hand():
 
 def test_k3_grows_with_divergence():
     logp_new = torch.zeros(1, 1, dtype=torch.float64)
-    values = [kl_per_token(logp_new, torch.full((1, 1), -gap, dtype=torch.float64)).item() for gap in (0.1, 0.5, 1, 2, 4)]
+    gaps = (0.1, 0.5, 1, 2, 4)
+    values = [kl_per_token(logp_new, torch.full((1, 1), -gap, dtype=torch.float64)).item() for gap in gaps]
     assert all(later > earlier for earlier, later in zip(values, values[1:]))
     # k3 at d = -4: e^-4 + 4 - 1.
     assert values[-1] == pytest.approx(math.exp(-4) + 3.0, abs=1e-12)

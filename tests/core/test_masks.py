@@ -128,7 +128,8 @@ def _word_tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {"<pad>": 0, "<bos>": 1, "<unk>": 2, "what": 3, "is": 4, "two": 5, "plus": 6, "two?": 7, "four": 8, "it": 9, "hi": 10}
+    words = ["<pad>", "<bos>", "<unk>", "what", "is", "two", "plus", "two?", "four", "it", "hi"]
+    vocab = {word: index for index, word in enumerate(words)}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     backend.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
@@ -145,3 +146,20 @@ def test_tokenize_prompt_and_output_by_hand():
     assert out["labels"].tolist() == [[4, 5, 6, 7, 8], [9, 4, 8, 0, 0]]
     # Labels that are output tokens: row 0 only the last (8); row 1 the first three (9, 4, 8).
     assert out["response_mask"].tolist() == [[False, False, False, False, True], [True, True, True, False, False]]
+
+
+def test_losses_under_the_mask_ignore_prompt_and_padding_columns():
+    from rlvr.core import aggregate_loss
+
+    input_ids, attention_mask, prompt_len, _, completion_lengths = _rollout_layout()
+    mask = build_completion_mask(input_ids, attention_mask, prompt_len)
+    generator = torch.Generator().manual_seed(0)
+    per_token = torch.randn(4, 8, generator=generator, dtype=torch.float64)
+    # Completion columns: P - 1 .. P - 2 + length. Everything else gets garbage.
+    garbage = torch.full_like(per_token, 1e6)
+    for row, length in enumerate(completion_lengths):
+        columns = slice(prompt_len - 1, prompt_len - 1 + length)
+        garbage[row, columns] = per_token[row, columns]
+    by_hand = sum(per_token[row, prompt_len - 1 : prompt_len - 1 + n].sum() for row, n in enumerate(completion_lengths))
+    loss = aggregate_loss(garbage, mask, "token_mean")
+    assert loss.item() == pytest.approx(by_hand.item() / sum(completion_lengths), abs=1e-9)

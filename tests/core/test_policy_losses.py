@@ -165,7 +165,9 @@ def test_cs336_dispatch_by_hand():
     loss, _ = compute_policy_gradient_loss(logprobs, "reinforce_with_baseline", advantages=advantages)
     assert torch.allclose(loss, logprobs)
     # grpo_clip, A = -1, eps 0.2: rho 2 -> min(-2, -1.2) = -2 -> 2; rho 0.5 -> min(-0.5, -0.8) -> 0.8.
-    loss, metadata = compute_policy_gradient_loss(logprobs, "grpo_clip", advantages=advantages, old_log_probs=old, cliprange=0.2)
+    loss, metadata = compute_policy_gradient_loss(
+        logprobs, "grpo_clip", advantages=advantages, old_log_probs=old, cliprange=0.2
+    )
     assert torch.allclose(loss, torch.tensor([[2.0, 0.8]], dtype=torch.float64))
     assert metadata["clipped_low"].tolist() == [[0.0, 1.0]]
     loss, _ = compute_policy_gradient_loss(logprobs, "grpo_no_clip", advantages=advantages, old_log_probs=old)
@@ -199,7 +201,9 @@ def test_grpo_microbatch_accumulation_equals_full_batch(make_tiny_llama):
         )
     kwargs = {"loss_type": "grpo_clip", "cliprange": 0.2}
     logprobs = compute_per_token_logprobs(model, input_ids, attention_mask)
-    full_loss, _ = grpo_microbatch_train_step(logprobs, mask, 1, advantages=advantages[:, None], old_log_probs=old, **kwargs)
+    full_loss, _ = grpo_microbatch_train_step(
+        logprobs, mask, 1, advantages=advantages[:, None], old_log_probs=old, **kwargs
+    )
     full_grads = _gradients(model)
     accumulated_loss = 0.0
     for rows in (slice(0, 2), slice(2, 4)):

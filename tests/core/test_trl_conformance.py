@@ -134,7 +134,8 @@ def _rlvr_loss(loss_type: str, beta: float, data: dict, rows: slice, logps: torc
 def test_loss_and_gradient_match_trl(loss_type, beta, accumulation_steps):
     data = _rollout()
     batch = data["logps"].shape[0]
-    microbatches = [slice(k * batch // accumulation_steps, (k + 1) * batch // accumulation_steps) for k in range(accumulation_steps)]
+    rows_per_step = batch // accumulation_steps
+    microbatches = [slice(k * rows_per_step, (k + 1) * rows_per_step) for k in range(accumulation_steps)]
 
     trl_logps = data["logps"].clone().requires_grad_(True)
     trl_total = 0.0
@@ -167,6 +168,7 @@ def test_modes_disagree_with_each_other_on_this_rollout():
     everything = slice(0, data["logps"].shape[0])
     values = [_trl_loss(loss_type, 0.0, data, everything, 1, data["logps"])[0].item() for loss_type in MODES]
     assert min(abs(a - b) for i, a in enumerate(values) for b in values[i + 1 :]) > 1e-3
-    unclipped, _ = get_policy_loss("grpo_no_clip")(data["logps"], data["old"], data["advantages"], data["completion_mask"])
+    no_clip = get_policy_loss("grpo_no_clip")
+    unclipped, _ = no_clip(data["logps"], data["old"], data["advantages"], data["completion_mask"])
     unclipped_loss = aggregate_loss(unclipped, data["completion_mask"].double(), "seq_mean_token_mean")
     assert abs(unclipped_loss.item() - values[0]) > 1e-3
