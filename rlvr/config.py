@@ -66,6 +66,10 @@ class RolloutConfig:
     top_k: int = 0  # 0 disables
     min_p: float = 0.0  # 0 disables
     stop_strings: list[str] = field(default_factory=list)
+    # Merge the LoRA adapter into the weights while sampling (faster; weights restored exactly).
+    merge_lora: bool = True
+    # Prefill each prompt once and share its KV cache across the group's G samples.
+    share_prompt_prefill: bool = True
     # Where rollout tensors wait between generation and update ("cpu" frees accelerator memory).
     storage_device: str = "cpu"
 

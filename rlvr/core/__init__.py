@@ -15,6 +15,7 @@ from rlvr.core.advantages import (
 )
 from rlvr.core.aggregation import LOSS_AGGREGATIONS, aggregate_loss
 from rlvr.core.batch import RolloutBatch, iter_minibatches
+from rlvr.core.completion_logprobs import compute_completion_logprobs
 from rlvr.core.kl import KL_ESTIMATORS, approx_kl, kl_per_token
 from rlvr.core.logprobs import (
     compute_entropy,
@@ -49,6 +50,7 @@ __all__ = [
     "aggregate_loss",
     "approx_kl",
     "build_completion_mask",
+    "compute_completion_logprobs",
     "compute_entropy",
     "compute_group_advantages",
     "compute_group_normalized_rewards",

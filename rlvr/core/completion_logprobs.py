@@ -11,6 +11,7 @@ chunks. The [B, L, V] logits of the plain path are never built. The numbers equa
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any
 
 import torch
@@ -18,7 +19,6 @@ from torch.utils.checkpoint import checkpoint
 
 from rlvr.core.logprobs import (
     DEFAULT_MAX_CHUNK_BYTES,
-    _logprobs_and_entropy,
     compute_per_token_logprobs_and_entropy,
     position_ids_from_attention_mask,
 )
@@ -39,30 +39,60 @@ def _decoder_and_head(model: Any):
     return decoder, head
 
 
+def cache_argument_name(model: Any) -> str:
+    """`cache` in recent transformers, `past_key_values` before (and for remote code)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def output_cache(output: Any) -> Any:
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
+
+
+def _chunk_scores(head, hidden, targets, temperature: float, with_entropy: bool):
+    """LM head on a row chunk, then log p(target) and (detached) entropy. hidden [r, H] -> [r], [r]."""
+    logits = head(hidden)  # [r, V]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # upcast before the softmax
+    if temperature != 1.0:
+        logits = logits / temperature
+    log_normalizer = torch.logsumexp(logits, dim=-1)  # [r]
+    logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - log_normalizer  # [r]
+    if not with_entropy:
+        return logprobs, torch.zeros_like(logprobs).detach()
+    with torch.no_grad():  # logged, not optimised: H = logsumexp(z) - sum_v p_v z_v, max-shifted
+        detached = logits.detach()
+        shift = detached.amax(dim=-1, keepdim=True)  # [r, 1]
+        probs = torch.softmax(detached, dim=-1)  # [r, V]
+        entropy = (log_normalizer.detach() - shift.squeeze(-1)) - (probs * (detached - shift)).sum(-1)  # [r]
+    return logprobs, entropy
+
+
 def _head_logprobs(head, hidden, targets, temperature, max_chunk_bytes, with_entropy):
-    """LM head + log-softmax gather per row chunk. hidden [R, H], targets [R] -> [R] (and [R])."""
+    """LM head + log-softmax gather per row chunk. hidden [R, H], targets [R] -> [R] (and [R]).
+
+    With several chunks under autograd, each chunk's logits are recomputed in backward
+    (activation checkpointing) so only one chunk of [r, V] logits is alive at a time.
+    """
     vocab = head.weight.shape[0]
     compute_dtype = torch.promote_types(hidden.dtype, torch.float32)
     bytes_per_row = vocab * torch.empty((), dtype=compute_dtype).element_size()
     rows_per_chunk = max(1, max_chunk_bytes // bytes_per_row)
     needs_grad = torch.is_grad_enabled() and hidden.requires_grad
-
-    def chunk_fn(hidden_chunk, target_chunk):
-        logits = head(hidden_chunk)  # [r, V]
-        logprobs, entropy = _logprobs_and_entropy(logits, target_chunk, temperature, max_chunk_bytes, with_entropy)
-        return logprobs, (entropy if entropy is not None else torch.zeros_like(logprobs))
-
-    logprob_parts, entropy_parts = [], []
     num_rows = hidden.shape[0]
+    if num_rows == 0:
+        empty = hidden.new_zeros(0, dtype=compute_dtype)
+        return empty, empty
+    logprob_parts, entropy_parts = [], []
     for start in range(0, num_rows, rows_per_chunk):
         stop = min(start + rows_per_chunk, num_rows)
+        args = (head, hidden[start:stop], targets[start:stop], temperature, with_entropy)
         if needs_grad and num_rows > rows_per_chunk:
-            # Several chunks: recompute each chunk's logits in backward instead of keeping them all.
-            logprobs, entropy = checkpoint(chunk_fn, hidden[start:stop], targets[start:stop], use_reentrant=False)
+            logprobs, entropy = checkpoint(_chunk_scores, *args, use_reentrant=False)
         else:
-            logprobs, entropy = chunk_fn(hidden[start:stop], targets[start:stop])
+            logprobs, entropy = _chunk_scores(*args)
         logprob_parts.append(logprobs)
-        entropy_parts.append(entropy.detach())
+        entropy_parts.append(entropy)
     return torch.cat(logprob_parts), torch.cat(entropy_parts)
 
 
@@ -77,13 +107,16 @@ def compute_completion_logprobs(
     temperature: float = 1.0,
     max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
     with_entropy: bool = True,
+    completion_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Completion log-probs and entropies laid out like `compute_per_token_logprobs`.
 
     input_ids, attention_mask [N, L]: prompt left-padded in columns [0, P), completion from
     column P, rows in prompt-major groups of `group_size` identical prompts (N = B * G).
     Returns (logprobs [N, L-1], entropy [N, L-1]); columns t < P-1 (which score prompt tokens)
-    are 0 there, so multiply by the completion mask as usual. Falls back to the plain
+    are 0 there, so multiply by the completion mask as usual. With `completion_mask` [N, L-1]
+    the LM head runs only where it is 1 (right padding is not scored; those entries are 0).
+    Entropy is computed only when `with_entropy` (all zeros otherwise). Falls back to the plain
     full-sequence path for models whose decoder or LM head cannot be separated.
     """
     num_rows, length = input_ids.shape
@@ -113,7 +146,7 @@ def compute_completion_logprobs(
             input_ids=input_ids[prompt_rows, :prompt_len], attention_mask=attention_mask[prompt_rows, :prompt_len],
             position_ids=position_ids[prompt_rows, :prompt_len], use_cache=True,
         )
-        cache = prompt_out.past_key_values
+        cache = output_cache(prompt_out)
         last_prompt_hidden = prompt_out.last_hidden_state[:, -1:, :]  # [B, 1, H], scores completion token 0
         if group_size > 1:
             cache.batch_repeat_interleave(group_size)  # keys/values [B, ...] -> [N, ...], differentiable
@@ -121,16 +154,25 @@ def compute_completion_logprobs(
         # 2. The completions, attending to the shared prompt keys and values.
         completion_hidden = decoder(
             input_ids=input_ids[:, prompt_len:], attention_mask=attention_mask,
-            position_ids=position_ids[:, prompt_len:], past_key_values=cache, use_cache=True,
+            position_ids=position_ids[:, prompt_len:], use_cache=True, **{cache_argument_name(decoder): cache},
         ).last_hidden_state  # [N, C, H]
         # Hidden states at positions P-1 .. L-2 score tokens P .. L-1.
         scoring_hidden = torch.cat([last_prompt_hidden, completion_hidden[:, :-1]], dim=1)  # [N, C, H]
         targets = input_ids[:, prompt_len:]  # [N, C]
         completion_len = targets.shape[1]
-        flat_logprobs, flat_entropy = _head_logprobs(
-            head, scoring_hidden.reshape(num_rows * completion_len, -1), targets.reshape(-1),
-            temperature, max_chunk_bytes, with_entropy,
-        )  # [N*C] each
+        flat_hidden = scoring_hidden.reshape(num_rows * completion_len, -1)  # [N*C, H]
+        flat_targets = targets.reshape(-1)  # [N*C]
+        if completion_mask is None:
+            flat_logprobs, flat_entropy = _head_logprobs(
+                head, flat_hidden, flat_targets, temperature, max_chunk_bytes, with_entropy
+            )  # [N*C] each
+        else:
+            keep = completion_mask[:, prompt_len - 1 :].reshape(-1).nonzero().squeeze(-1)  # [M]
+            kept_logprobs, kept_entropy = _head_logprobs(
+                head, flat_hidden[keep], flat_targets[keep], temperature, max_chunk_bytes, with_entropy
+            )  # [M] each
+            flat_logprobs = kept_logprobs.new_zeros(num_rows * completion_len).index_put((keep,), kept_logprobs)
+            flat_entropy = kept_entropy.new_zeros(num_rows * completion_len).index_put((keep,), kept_entropy)
     logprobs = flat_logprobs.new_zeros(num_rows, length - 1)  # [N, L-1]
     entropy = flat_entropy.new_zeros(num_rows, length - 1)  # [N, L-1]
     logprobs = torch.cat([logprobs[:, : prompt_len - 1], flat_logprobs.view(num_rows, completion_len)], dim=1)

@@ -30,6 +30,7 @@ from rlvr.models.policy import (
     trainable_parameters,
     verify_parameter_dtype,
 )
+from rlvr.models.merge import merged_adapter
 from rlvr.models.trainable_state import load_trainable, save_trainable
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "load_policy",
     "load_tokenizer",
     "load_trainable",
+    "merged_adapter",
     "reference_context",
     "resolve_dtype",
     "resolve_model_path",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from rlvr.core.completion_logprobs import cache_argument_name, output_cache
 from rlvr.rollout.base import Generation, SamplingSettings, completion_lengths_from_tokens, eos_token_ids
 
 
@@ -81,10 +82,10 @@ def _generate_with_shared_prefill(model, prompt_ids, prompt_mask, group_size, kw
         input_ids=prompt_ids[:, :-1], attention_mask=prompt_mask[:, :-1], position_ids=position_ids[:, :-1],
         use_cache=True, logits_to_keep=1,
     )
-    cache = prefill.past_key_values
+    cache = output_cache(prefill)
     cache.batch_repeat_interleave(group_size)  # [B, ...] -> [B*G, ...], prompt-major
     return model.generate(
         input_ids=prompt_ids.repeat_interleave(group_size, dim=0),
         attention_mask=prompt_mask.repeat_interleave(group_size, dim=0),
-        past_key_values=cache, **kwargs,
+        **{cache_argument_name(model): cache}, **kwargs,
     )  # [B*G, P+C]

@@ -20,6 +20,7 @@ from rlvr.core import (
     maybe_normalize_advantages,
 )
 from rlvr.core.completion_logprobs import compute_completion_logprobs
+from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
 
 
@@ -65,10 +66,12 @@ def sample_round(policy, tokenizer, task, examples, config, timings: dict) -> Sc
     settings = SamplingSettings(
         max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
         top_k=rollout.top_k, min_p=rollout.min_p, stop_strings=tuple(rollout.stop_strings),
+        share_prompt_prefill=rollout.share_prompt_prefill,
     )
     prompts = render_prompts(tokenizer, examples, config.task.use_chat_template)
     started = time.perf_counter()
-    generation = generate(policy, tokenizer, prompts, rollout.group_size, settings)
+    with merged_adapter(policy, rollout.merge_lora):
+        generation = generate(policy, tokenizer, prompts, rollout.group_size, settings)
     timings["generation"] = timings.get("generation", 0.0) + time.perf_counter() - started
     started = time.perf_counter()
     group = rollout.group_size
@@ -161,7 +164,8 @@ def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, refer
             ref_logprobs = torch.cat([
                 compute_completion_logprobs(reference_model, input_ids[i : i + step], attention_mask[i : i + step],
                                             prompt_len, group_size=group_size, enable_grad=False,
-                                            temperature=rollout.temperature, with_entropy=False)[0]
+                                            temperature=rollout.temperature, with_entropy=False,
+                                            completion_mask=completion_mask[i : i + step])[0]
                 for i in range(0, num_rows, step)
             ])  # [N, L-1], 0 on prompt columns
         timings["logprobs"] = timings.get("logprobs", 0.0) + time.perf_counter() - started

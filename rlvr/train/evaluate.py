@@ -7,6 +7,7 @@ import time
 
 import torch
 
+from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
 
 
@@ -22,7 +23,8 @@ def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: 
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
         prompts = render_prompts(tokenizer, chunk, use_chat_template)
-        generation = generate(model, tokenizer, prompts, 1, settings)
+        with merged_adapter(model):
+            generation = generate(model, tokenizer, prompts, 1, settings)
         for example, text, cut, length in zip(chunk, generation.completion_texts,
                                               generation.truncated.tolist(), generation.completion_lengths.tolist()):
             verdict = task.score(text, example)

@@ -100,7 +100,8 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
     def run_eval(iteration: int) -> dict:
         result = evaluate(loaded.policy, loaded.tokenizer, task, eval_examples, max_new_tokens=eval_tokens,
                           backend=rollout.backend, use_chat_template=config.task.use_chat_template)
-        writer.eval({"iteration": iteration, "elapsed_s": time.perf_counter() - started_at, **result})
+        writer.eval({"iteration": iteration, "elapsed_s": time.perf_counter() - started_at,
+                     "time/unix": time.time(), **result})
         return result
 
     start_iteration, state = 0, {"skipped_nonfinite_updates": 0, "optimizer_steps": 0, "dead_iterations": 0}
@@ -149,6 +150,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
             "time/iteration": seconds,
             "tokens_per_second": stats["generated_tokens"] / seconds,
             "elapsed_s": time.perf_counter() - started_at,
+            "time/unix": time.time(),
             "peak_rss_bytes": peak_rss_bytes(),
         }
         if torch.cuda.is_available():

@@ -50,8 +50,9 @@ def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, 
             mask = minibatch.completion_mask  # [b, L-1]
             logprobs, entropy = compute_completion_logprobs(
                 policy, minibatch.input_ids, minibatch.attention_mask, prompt_len,
-                group_size=group_size, temperature=rollout.temperature,
-            )  # [b, L-1] each, 0 on prompt columns
+                group_size=group_size, temperature=rollout.temperature, with_entropy=epoch == 0,
+                completion_mask=mask,
+            )  # [b, L-1] each, 0 outside the completion mask
             if old_logprobs is None:
                 minibatch_old = logprobs.detach()  # first epoch: exactly the sampling policy
                 collected_old.append(minibatch_old)

@@ -1,0 +1,117 @@
+"""Does `rlvr train` make the embedded SmolLM2 learn format_copy, and how fast?
+
+Runs `rlvr train` as a user would (a fresh process per run, model loading included) for each
+config given, then prints, per run: seconds from the command's start to rollout reward >= 1.25
+and to greedy eval exact match >= 0.9, the per-iteration time split, and writes a PNG of the
+reward and eval curves.
+
+    python benchmarks/format_copy_learning.py                       # grpo (the default) and gr_reinforce
+    python benchmarks/format_copy_learning.py --configs configs/format_copy_rloo.yaml --out docs/rloo.png
+
+The runs go to `runs/bench-<config name>` (deleted first). Numbers are for the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIGS = [None, "configs/format_copy_reinforce.yaml"]  # None: `rlvr train` with no config
+REWARD_TARGET, EVAL_TARGET = 1.25, 0.9
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def run_one(config: str | None, overrides: list[str], runs_dir: Path) -> dict:
+    name = "bench-" + (Path(config).stem if config else "default")
+    run_dir = runs_dir / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    command = [sys.executable, "-m", "rlvr", "train", *([config] if config else []),
+               f"train.output_dir={runs_dir}", f"train.run_name={name}", "train.progress=false", *overrides]
+    print("$", " ".join(command[1:]), flush=True)
+    started = time.time()
+    subprocess.run(command, cwd=REPO, check=True)
+    total = time.time() - started
+    metrics, evals = read_jsonl(run_dir / "metrics.jsonl"), read_jsonl(run_dir / "eval.jsonl")
+
+    def since_start(record):
+        return record["time/unix"] - started
+
+    reward_hit = next((since_start(m) for m in metrics if m["reward/mean"] >= REWARD_TARGET), None)
+    eval_hit = next((since_start(e) for e in evals if (e["eval/accuracy"] or 0) >= EVAL_TARGET), None)
+    split = {key: statistics.median(m[key] for m in metrics if key in m)
+             for key in ("time/generation", "time/scoring", "time/logprobs", "time/update", "time/iteration")
+             if any(key in m for m in metrics)}
+    return {
+        "name": name, "config": config or "(defaults)", "total_s": total, "metrics": metrics, "evals": evals,
+        "reward_target_s": reward_hit, "eval_target_s": eval_hit, "median_split_s": split,
+        "started": started,
+    }
+
+
+def plot(results: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(11, 4))
+    for result in results:
+        xs = [m["time/unix"] - result["started"] for m in result["metrics"]]
+        ax_reward.plot(xs, [m["reward/mean"] for m in result["metrics"]], marker="o", label=result["name"])
+        ex = [e["time/unix"] - result["started"] for e in result["evals"]]
+        ax_eval.plot(ex, [e["eval/accuracy"] for e in result["evals"]], marker="s", label=result["name"])
+    ax_reward.axhline(REWARD_TARGET, color="grey", linestyle=":")
+    ax_eval.axhline(EVAL_TARGET, color="grey", linestyle=":")
+    ax_reward.set(xlabel="seconds since `rlvr train` started", ylabel="mean rollout reward (max 1.3)",
+                  title="format_copy: rollout reward")
+    ax_eval.set(xlabel="seconds since `rlvr train` started", ylabel="greedy exact match",
+                title="format_copy: held-out eval", ylim=(-0.02, 1.02))
+    for ax in (ax_reward, ax_eval):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", nargs="*", default=None, help="config files ('default' = no config)")
+    parser.add_argument("--override", action="append", default=[], help="key=value passed to every run")
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--out", default="docs/format_copy_learning.png")
+    parser.add_argument("--json", default="benchmarks/results/format_copy_learning.json")
+    args = parser.parse_args()
+    configs = DEFAULT_CONFIGS if args.configs is None else [None if c == "default" else c for c in args.configs]
+    results = [run_one(c, args.override, (REPO / args.runs_dir).resolve()) for c in configs]
+    print(f"\n{'run':28s} {'reward>=1.25 at':>16s} {'eval>=0.9 at':>13s} {'final reward':>13s} "
+          f"{'final eval':>11s} {'s/iter':>7s} {'gen':>5s} {'logp':>5s} {'upd':>5s}")
+    for r in results:
+        last_m, last_e = r["metrics"][-1], r["evals"][-1] if r["evals"] else {}
+        fmt = lambda v: f"{v:.0f} s" if v is not None else "never"  # noqa: E731
+        split = r["median_split_s"]
+        print(f"{r['name']:28s} {fmt(r['reward_target_s']):>16s} {fmt(r['eval_target_s']):>13s} "
+              f"{last_m['reward/mean']:13.3f} {last_e.get('eval/accuracy', float('nan')):11.3f} "
+              f"{split.get('time/iteration', 0):7.1f} {split.get('time/generation', 0):5.1f} "
+              f"{split.get('time/logprobs', 0):5.1f} {split.get('time/update', 0):5.1f}")
+    plot(results, REPO / args.out)
+    out_json = REPO / args.json
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps([{k: v for k, v in r.items()} for r in results], indent=1))
+    print(f"wrote {out_json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

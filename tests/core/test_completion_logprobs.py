@@ -1,0 +1,110 @@
+"""The shared-prefix completion path equals the plain full-sequence path, values and gradients.
+
+`compute_completion_logprobs` runs each group's prompt once and applies the LM head only at
+completion positions; every number it returns must equal `compute_per_token_logprobs` on the
+completion columns, with LoRA active (its B matrices non-zero so the prompt's hidden states
+depend on the trainable weights) and left-padded prompts of different lengths.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from rlvr.core import build_completion_mask, compute_completion_logprobs, compute_per_token_logprobs
+
+GROUP = 3
+
+
+def _batch(num_prompts=3, group=GROUP, prompt_lens=(5, 9, 2), completion_len=6, seed=0):
+    """Prompt-major rows: left-padded prompts (pad id 0), completions with early ends."""
+    generator = torch.Generator().manual_seed(seed)
+    width = max(prompt_lens)
+    rows, masks = [], []
+    for g in range(num_prompts):
+        prompt = torch.randint(3, 64, (prompt_lens[g],), generator=generator)
+        for j in range(group):
+            length = completion_len - (j % 3)  # ragged completions, right padded
+            completion = torch.randint(3, 64, (completion_len,), generator=generator)
+            ids = torch.cat([torch.zeros(width - prompt_lens[g], dtype=torch.long), prompt, completion])
+            mask = torch.cat([torch.zeros(width - prompt_lens[g]), torch.ones(prompt_lens[g]),
+                              (torch.arange(completion_len) < length).float()]).long()
+            rows.append(ids)
+            masks.append(mask)
+    return torch.stack(rows), torch.stack(masks), width
+
+
+def _lora(model):
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"],
+                                             lora_dropout=0.0))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.2, generator=torch.Generator().manual_seed(hash(name) % 1000))
+    return model.eval()
+
+
+@pytest.mark.parametrize("group_size, pass_mask", [(1, False), (GROUP, False), (GROUP, True)])
+def test_values_and_gradients_equal_plain_path(make_tiny_llama, group_size, pass_mask):
+    model = _lora(make_tiny_llama(dtype=torch.float64))
+    input_ids, attention_mask, prompt_len = _batch()
+    mask = build_completion_mask(input_ids, attention_mask, prompt_len)  # [N, L-1]
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    plain = compute_per_token_logprobs(model, input_ids, attention_mask)
+    fast, entropy = compute_completion_logprobs(model, input_ids, attention_mask, prompt_len, group_size=group_size,
+                                                completion_mask=mask if pass_mask else None)
+    assert fast.shape == plain.shape == mask.shape
+    if pass_mask:  # only masked-in positions are scored
+        assert torch.all(fast[mask == 0] == 0) and torch.all(fast[mask == 1] != 0)
+    torch.testing.assert_close(fast * mask, plain * mask, rtol=0, atol=1e-12)
+    assert torch.all(fast[:, : prompt_len - 1] == 0)  # prompt columns are not scored
+
+    plain_grads = torch.autograd.grad((plain * mask * weights).sum(), params)
+    fast_grads = torch.autograd.grad((fast * mask * weights).sum(), params)
+    scale = max(g.abs().max() for g in plain_grads)
+    assert scale > 1e-3  # the comparison is not between zeros
+    for a, b in zip(plain_grads, fast_grads):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6 * float(scale))
+
+
+
+def test_chunked_head_equals_single_chunk(make_tiny_llama):
+    model = _lora(make_tiny_llama(dtype=torch.float64))
+    input_ids, attention_mask, prompt_len = _batch()
+    mask = build_completion_mask(input_ids, attention_mask, prompt_len)
+    params = [p for p in model.parameters() if p.requires_grad]
+    whole, _ = compute_completion_logprobs(model, input_ids, attention_mask, prompt_len, group_size=GROUP)
+    chunked, _ = compute_completion_logprobs(model, input_ids, attention_mask, prompt_len, group_size=GROUP,
+                                             max_chunk_bytes=64 * 8 * 5)  # 5 rows per chunk: recomputed in backward
+    torch.testing.assert_close(chunked, whole, rtol=0, atol=1e-12)
+    g_whole = torch.autograd.grad((whole * mask).sum(), params)
+    g_chunked = torch.autograd.grad((chunked * mask).sum(), params)
+    for a, b in zip(g_whole, g_chunked):
+        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)
+
+
+def test_no_grad_and_entropy(make_tiny_llama):
+    model = make_tiny_llama(dtype=torch.float64)
+    input_ids, attention_mask, prompt_len = _batch()
+    logprobs, entropy = compute_completion_logprobs(model, input_ids, attention_mask, prompt_len,
+                                                    group_size=GROUP, enable_grad=False)
+    assert logprobs.grad_fn is None and not logprobs.requires_grad
+    logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                   position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0)).logits[:, :-1]  # [N, L-1, V]
+    expected = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)  # [N, L-1]
+    mask = build_completion_mask(input_ids, attention_mask, prompt_len)
+    torch.testing.assert_close(entropy * mask, expected * mask, rtol=0, atol=1e-10)
+
+
+def test_rows_of_a_group_must_share_the_prompt(make_tiny_llama):
+    model = make_tiny_llama(dtype=torch.float64)
+    input_ids, attention_mask, prompt_len = _batch()
+    broken = input_ids.clone()
+    broken[1, prompt_len - 1] += 1  # second row of group 0 has another prompt
+    with pytest.raises(ValueError, match="must share the same prompt"):
+        compute_completion_logprobs(model, broken, attention_mask, prompt_len, group_size=GROUP)
+    with pytest.raises(ValueError, match="group_size=4 must divide"):
+        compute_completion_logprobs(model, input_ids, attention_mask, prompt_len, group_size=4)
