@@ -98,7 +98,7 @@ class AlgorithmConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 5e-4
+    lr: float = 1e-3  # high for LoRA, fine for format_copy; lower it for harder tasks
     weight_decay: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.999

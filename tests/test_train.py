@@ -111,3 +111,21 @@ def test_config_errors_reach_the_cli(capsys):
     assert main(["train", "optim.lrr=3"]) == 2
     err = capsys.readouterr().err
     assert "unknown config key 'optim.lrr'" in err and "valid keys" in err
+
+
+def test_nonfinite_updates_are_skipped_and_counted(tiny_model_dir, tmp_path):
+    from rlvr.core import POLICY_LOSSES
+
+    if "test_nan_loss" not in POLICY_LOSSES:
+        @POLICY_LOSSES.register("test_nan_loss")
+        def nan_loss(logprobs, old_logprobs, advantages, mask, *, clip_low=0.2, clip_high=None):
+            return logprobs * float("nan"), {}
+
+    run_dir = tmp_path / "nan"
+    overrides = tiny_overrides(tiny_model_dir, run_dir, **{"train.iterations": 1, "algorithm.policy_loss": "test_nan_loss",
+                                                           "model.lora_rank": 4, "model.lora_alpha": 8})
+    assert main(["train", *overrides]) == 0
+    (record,) = read_jsonl(run_dir / "metrics.jsonl")
+    assert record["skipped_nonfinite_updates"] == 2 and record["optimizer_steps"] == 0
+    trained = _weights(run_dir, tiny_model_dir)
+    assert all(torch.count_nonzero(v) == 0 for k, v in trained.items() if "lora_B" in k)  # nothing applied

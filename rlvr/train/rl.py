@@ -128,7 +128,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
         batch, prompt_len, stats, timings, samples = collect_rollout_batch(
             loaded.policy, loaded.tokenizer, task, config, iteration, ref_ctx
         )
-        batch = batch.to(config.model.device)
+        batch = batch.to(rollout.storage_device)  # minibatches move to the model's device one at a time
         # 2. Update: ppo_epochs optimizer steps over the whole batch.
         update_started = time.perf_counter()
         update_metrics, counters = update_policy(loaded.policy, optimizer, scheduler, batch, prompt_len, config, params)

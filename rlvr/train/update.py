@@ -38,7 +38,10 @@ def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, 
     num_tokens = batch.completion_mask.sum()
     sums = MetricSums()
     counters = {"optimizer_steps": 0, "skipped_nonfinite_updates": 0}
+    first_epoch_ratio_dev = 0.0  # max |ratio - 1| in the on-policy epoch: 0 unless something is off
     old_logprobs = batch.old_logprobs
+    device = next(policy.parameters()).device
+    num_tokens = num_tokens.to(device)
     # Dropout is off (see rlvr.models), so train mode is deterministic; it is what gradient
     # checkpointing needs, and checkpointing cannot share one prompt's cache across the group.
     policy.train(True)
@@ -46,7 +49,7 @@ def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, 
     for epoch in range(algo.ppo_epochs):
         collected_old = []
         epoch_loss = torch.zeros(())
-        for minibatch in iter_minibatches(batch, optim.minibatch_size, shuffle=False):
+        for minibatch in iter_minibatches(batch, optim.minibatch_size, shuffle=False, device=device):
             mask = minibatch.completion_mask  # [b, L-1]
             logprobs, entropy = compute_completion_logprobs(
                 policy, minibatch.input_ids, minibatch.attention_mask, prompt_len,
@@ -55,7 +58,7 @@ def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, 
             )  # [b, L-1] each, 0 outside the completion mask
             if old_logprobs is None:
                 minibatch_old = logprobs.detach()  # first epoch: exactly the sampling policy
-                collected_old.append(minibatch_old)
+                collected_old.append(minibatch_old.to(batch.completion_mask.device))
             else:
                 minibatch_old = minibatch.old_logprobs
             per_token, loss_metrics = loss_fn(
@@ -75,7 +78,7 @@ def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, 
                 num_sequences=num_sequences, num_tokens=num_tokens,
             )
             loss.backward()
-            epoch_loss = epoch_loss + loss.detach()
+            epoch_loss = epoch_loss + loss.detach().cpu()
             if epoch == 0:
                 sums.add_masked("entropy", entropy, mask)
             for flag in ("clipped_low", "clipped_high"):
@@ -84,8 +87,8 @@ def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, 
             if "ratio" in loss_metrics:
                 sums.add_masked("ratio/mean", loss_metrics["ratio"], mask)
                 if epoch == 0:
-                    deviation = (loss_metrics["ratio"].detach() - 1).abs()
-                    sums.add("ratio/first_epoch_max_dev", float((deviation * mask).max()), 1.0)
+                    deviation = ((loss_metrics["ratio"].detach() - 1).abs() * mask).max()
+                    first_epoch_ratio_dev = max(first_epoch_ratio_dev, float(deviation))
         if old_logprobs is None:
             old_logprobs = torch.cat(collected_old)  # [N, L-1], reused by later epochs
             batch.old_logprobs = old_logprobs
@@ -103,4 +106,5 @@ def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, 
     policy.train(False)
     metrics = sums.reduce()
     metrics["lr"] = scheduler.get_last_lr()[0]
+    metrics["ratio/first_epoch_max_dev"] = first_epoch_ratio_dev
     return metrics, counters
