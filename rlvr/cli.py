@@ -49,6 +49,39 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_task_options(items: list[str]) -> dict:
+    import yaml
+
+    options = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--task-option {item!r} is not of the form key=value (e.g. eval_path=data/test.jsonl)")
+        key, text = item.split("=", 1)
+        try:
+            options[key.strip()] = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError:
+            options[key.strip()] = text
+    return options
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rlvr.evaluation import EvalSettings, evaluate_task
+
+    options = _parse_task_options(args.task_option)
+    if args.prompt is not None:
+        options["prompt"] = args.prompt
+    chat = {"auto": None, "on": True, "off": False}[args.chat_template]
+    settings = EvalSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                            batch_size=args.batch_size)
+    if args.max_new_tokens < 1 or args.temperature < 0 or not 0 < args.top_p <= 1 or args.batch_size < 1:
+        raise ConfigError("--max-new-tokens and --batch-size must be >= 1, --temperature >= 0, --top-p in (0, 1]")
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError("--limit must be >= 1")
+    evaluate_task(args.task, args.model, task_options=options, use_chat_template=chat, limit=args.limit,
+                  settings=settings, output_dir=args.output, dtype=args.dtype, seed=args.seed)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlvr", description="RL with verifiable rewards for causal LMs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,6 +94,29 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=cmd_train)
     sub.add_parser("algorithms", help="list the algorithm presets").set_defaults(func=cmd_algorithms)
     sub.add_parser("tasks", help="list the registered tasks").set_defaults(func=cmd_tasks)
+    ev = sub.add_parser(
+        "eval", help="sample, score and summarise a model on a task's held-out examples",
+        description="rlvr eval --task gsm8k --model smollm2-135m-instruct --prompt r1_zero "
+                    "--task-option eval_path=data/gsm8k/test.jsonl --limit 200",
+    )
+    ev.add_argument("--task", required=True, help="a registered task, e.g. gsm8k, math, reasoning_gym:spell_backward")
+    ev.add_argument("--model", default="smollm2-135m-instruct", help="embedded name, folder, .gguf or cached hub id")
+    ev.add_argument("--prompt", choices=("r1_zero", "question_only"), default=None,
+                    help="prompt template (default: the task's own, r1_zero for gsm8k/math/reasoning_gym)")
+    ev.add_argument("--limit", type=int, default=None, help="evaluate only the first N held-out examples")
+    ev.add_argument("--max-new-tokens", type=int, default=1024)
+    ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 decodes greedily")
+    ev.add_argument("--top-p", type=float, default=1.0)
+    ev.add_argument("--batch-size", type=int, default=8, help="prompts generated together")
+    ev.add_argument("--output", default=None, help="folder for generations.jsonl and summary.json "
+                                                   "(default runs/eval-<task>-<time>)")
+    ev.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="a task option, repeatable (values parsed as YAML), e.g. eval_path=test.jsonl")
+    ev.add_argument("--chat-template", choices=("auto", "on", "off"), default="auto",
+                    help="auto: raw text for the r1_zero prompt, the chat template otherwise")
+    ev.add_argument("--dtype", default="float32")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.set_defaults(func=cmd_eval)
     return parser
 
 

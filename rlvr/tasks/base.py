@@ -47,9 +47,14 @@ class Verdict:
 
 
 def weighted_total(components: dict[str, float], weights: dict[str, float]) -> float:
-    """Sum of weight * component over the judgeable components; NaN if none is judgeable."""
+    """Sum of weight * component over the judgeable components.
+
+    NaN when no component that carries weight could be judged: a completion whose only
+    judgeable component has weight 0 (say, the format, when the answer timed out) has no
+    meaningful total and must not be scored as 0.
+    """
     judged = [(name, value) for name, value in components.items() if math.isfinite(value)]
-    if not judged:
+    if not any(weights.get(name, 0.0) != 0.0 for name, _ in judged):
         return math.nan
     return float(sum(weights.get(name, 0.0) * value for name, value in judged))
 

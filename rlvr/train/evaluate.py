@@ -15,7 +15,9 @@ def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: 
              use_chat_template: bool = True, batch_size: int = 32, keep_examples: int = 4) -> dict:
     """Generate greedily for each example, score it, and return summary numbers plus a few examples."""
     generate = ROLLOUT_BACKENDS.get(backend)
-    settings = SamplingSettings(max_new_tokens=max_new_tokens, do_sample=False)
+    # A task's stop strings (`</answer>` for the r1_zero prompt) end generation there, kept in the text.
+    stop_strings = tuple(getattr(task, "stop_strings", ()))
+    settings = SamplingSettings(max_new_tokens=max_new_tokens, do_sample=False, stop_strings=stop_strings)
     started = time.perf_counter()
     correct, totals, truncated, lengths = [], [], [], []
     components: dict[str, list[float]] = {}
@@ -27,6 +29,8 @@ def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: 
             generation = generate(model, tokenizer, prompts, 1, settings)
         for example, text, cut, length in zip(chunk, generation.completion_texts,
                                               generation.truncated.tolist(), generation.completion_lengths.tolist()):
+            ends = [text.find(s) + len(s) for s in stop_strings if s in text]
+            text = text[: min(ends)] if ends else text
             verdict = task.score(text, example)
             correct.append(float(verdict.correct))
             totals.append(verdict.total)

@@ -1,0 +1,124 @@
+"""Pulling a final answer out of text, and comparing numbers without evaluating anything.
+
+Everything here is plain string work with bounded regular expressions (no backtracking blow-up,
+no `eval`, no sympy), so it needs no time limit: `\\boxed{}` with nested braces, `<answer>`
+tags, the last number in a text, and exact rational comparison of short numerals.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import Optional
+
+ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+# A numeral as people write it: sign, thousands commas, decimals. Bounded lengths keep the
+# exact arithmetic below cheap (no exponent notation: Fraction("1e999999999") would hang).
+NUMBER_RE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d{1,40})?|-?\d{1,60}(?:\.\d{1,40})?|-?\.\d{1,40}")
+_PLAIN_NUMBER = re.compile(r"[-+]?(?:\d{1,60}(?:\.\d{0,40})?|\.\d{1,40})")
+_FRACTION = re.compile(r"([-+]?\d{1,60})/(\d{1,60})")
+_LATEX_FRAC = re.compile(r"([-+]?)\\[dt]?frac(?:\{([-+]?\d{1,60})\}|(\d))(?:\{(\d{1,60})\}|(\d))")
+
+
+def extract_boxed(text: str) -> Optional[str]:
+    """Content of the last `\\boxed{...}` (or `\\fbox{...}`), nested braces included; None if absent.
+
+    `\\boxed 5` (no braces) gives "5". An unclosed brace gives None.
+    """
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    rest = text[start:]
+    rest = rest[len("\\boxed"):] if rest.startswith("\\boxed") else rest[len("\\fbox"):]
+    if rest.startswith(" "):  # `\boxed 5`
+        match = re.match(r" +([^\s$]+)", rest)
+        return match.group(1) if match else None
+    if not rest.startswith("{"):
+        return None
+    depth = 0
+    for index, char in enumerate(rest):
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return rest[1:index]
+    return None
+
+
+def extract_answer_tag(text: str) -> Optional[str]:
+    """Content of the last complete `<answer>...</answer>` pair, stripped; None if there is none."""
+    matches = ANSWER_TAG_RE.findall(text)
+    return matches[-1].strip() if matches else None
+
+
+def last_number(text: str) -> Optional[str]:
+    """The last numeral in `text` (commas and sign kept), or None."""
+    matches = NUMBER_RE.findall(text)
+    return matches[-1] if matches else None
+
+
+def strip_number_decorations(text: str) -> str:
+    """Drop what surrounds a number in an answer: $ and \\$, %, units in \\text{}, a trailing period.
+
+    A whole answer in `\\text{...}` keeps its content (`\\text{Monday}` -> `Monday`); a `\\text{}`
+    after something else is a unit and goes (`5 \\text{ cm}` -> `5`).
+    """
+    text = text.strip()
+    whole = re.fullmatch(r"\\(?:text|mbox|textbf)\{([^{}]{0,200})\}", text)
+    text = whole.group(1) if whole else re.sub(r"\\(?:text|mbox)\{[^{}]{0,40}\}", "", text)
+    for token in ("\\$", "$", "\\%", "%", "\\!", "\\,", "\\;", "\\left", "\\right", "^\\circ", "^{\\circ}"):
+        text = text.replace(token, "")
+    return text.strip().rstrip(".").strip()
+
+
+def parse_rational(text: str) -> Optional[Fraction]:
+    """Exact value of a short numeral: `-12`, `1,234.50`, `.5`, `3/4`, `\\frac{3}{4}`, `\\frac34`.
+
+    Returns None for anything else (expressions, words, exponents, over-long digit strings).
+    """
+    text = strip_number_decorations(text).replace(" ", "")
+    if re.fullmatch(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d{1,40})?", text):
+        text = text.replace(",", "")
+    if _PLAIN_NUMBER.fullmatch(text):
+        return Fraction(text.rstrip(".") or "0") if text not in ("-", "+", ".") else None
+    match = _FRACTION.fullmatch(text)
+    if match:
+        denominator = int(match.group(2))
+        return Fraction(int(match.group(1)), denominator) if denominator else None
+    match = _LATEX_FRAC.fullmatch(text)
+    if match:
+        sign, numerator = match.group(1), match.group(2) or match.group(3)
+        denominator = int(match.group(4) or match.group(5))
+        if not denominator:
+            return None
+        value = Fraction(int(numerator), denominator)
+        return -value if sign == "-" else value
+    return None
+
+
+def numbers_equal(answer: str, ground_truth: str) -> Optional[bool]:
+    """Exact comparison when both sides are plain numerals; None when either side is not one."""
+    left, right = parse_rational(answer), parse_rational(ground_truth)
+    if left is None or right is None:
+        return None
+    return left == right
+
+
+def gsm8k_final_answer(solution: str) -> str:
+    """The number after `####` in a GSM8K solution, commas removed (`#### 1,000` -> `1000`)."""
+    if "####" not in solution:
+        raise ValueError(f"GSM8K answer has no '#### N' line: {solution[-80:]!r}")
+    return solution.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def drop_trailing_prose(text: str) -> str:
+    """`1/2. That is the answer` -> `1/2`: a sentence after the answer goes when it holds no digit.
+
+    A tail with digits (`1/2. Or maybe 1/3`) is kept, so a hedged answer is not cut down to its
+    first guess.
+    """
+    head, separator, tail = text.strip().partition(". ")
+    if separator and head and not re.search(r"\d", tail):
+        return head
+    return text

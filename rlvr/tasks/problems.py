@@ -1,0 +1,148 @@
+"""What the question-answer tasks (`gsm8k`, `math`) share: data sources, splits, prompts, scoring.
+
+Data comes from local jsonl files (`path` with a held-out slice, or `train_path` / `eval_path`)
+or, only when the user names one, a Hugging Face dataset (`dataset`). The eval split is held
+out: a training question that also appears in the eval split is dropped. Reward components:
+`answer` (1 correct, 0 wrong, NaN when the check timed out) and `format` (1 when the prompt's
+format was followed); default weights answer 1, format 0, so the format alone earns nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, Grader, judge_question_only, judge_r1_zero
+from rlvr.tasks.prompts import COMPLETION_PREFIX, STOP_STRINGS, check_prompt, render_question
+
+
+@dataclass
+class Problem:
+    question: str
+    ground_truth: Any
+    metadata: dict = field(default_factory=dict)
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {str(path)!r} does not exist")
+    records = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{number}: not valid JSON ({exc})") from None
+    return records
+
+
+def load_hf_split(dataset: str, config: Optional[str], split: str) -> list[dict]:
+    """Only called when the user names a dataset; needs the `datasets` package and the hub or a cache."""
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError("task.options.dataset needs the `datasets` package (pip install datasets)") from None
+    return [dict(row) for row in datasets.load_dataset(dataset, config, split=split)]
+
+
+def load_splits(task_name: str, to_problem: Callable[[dict], Optional[Problem]], *, path=None, train_path=None,
+                eval_path=None, dataset=None, dataset_config=None, train_split="train", eval_split="test",
+                eval_size=None, split_seed=0) -> tuple[list[Problem], list[Problem]]:
+    """(train, eval) problems. With one `path`, a seeded `eval_size` slice (default 10%) is held out."""
+    sources = [bool(path), bool(train_path or eval_path), bool(dataset)]
+    if sum(sources) != 1:
+        raise ValueError(
+            f"{task_name}: give exactly one data source in task.options: `path` (one jsonl, a slice held out "
+            "for eval), `train_path` and/or `eval_path` (jsonl files), or `dataset` (a Hugging Face dataset name)"
+        )
+
+    def convert(records):
+        return [p for p in (to_problem(r) for r in records) if p is not None]
+
+    if dataset:
+        train = convert(load_hf_split(dataset, dataset_config, train_split)) if train_split else []
+        held_out = convert(load_hf_split(dataset, dataset_config, eval_split)) if eval_split else []
+    elif path:
+        problems = convert(read_jsonl(path))
+        size = eval_size if eval_size is not None else max(1, len(problems) // 10)
+        order = list(range(len(problems)))
+        random.Random(split_seed).shuffle(order)
+        held = set(order[:size])
+        held_out = [problems[i] for i in sorted(held)]
+        train = [p for i, p in enumerate(problems) if i not in held]
+    else:
+        train = convert(read_jsonl(train_path)) if train_path else []
+        held_out = convert(read_jsonl(eval_path)) if eval_path else []
+    if eval_size is not None and not path:
+        held_out = held_out[:eval_size]
+    eval_questions = {p.question for p in held_out}
+    train = [p for p in train if p.question not in eval_questions]
+    return train, held_out
+
+
+class ProblemTask:
+    """A question with a checkable final answer, under the `r1_zero` or `question_only` prompt."""
+
+    name = "problems"
+    verifier = "problems"
+    version = "1"
+    component_names = ("answer", "format")
+    default_weights = {"answer": 1.0, "format": 0.0}
+
+    def __init__(self, train: list[Problem], held_out: list[Problem], *, reward_weights=None,
+                 use_chat_template=True, prompt="r1_zero", timeout_seconds=DEFAULT_TIMEOUT_SECONDS):
+        check_prompt(self.name, prompt, use_chat_template)
+        self.weights = resolve_weights(self.default_weights, reward_weights or {})
+        self.use_chat_template = use_chat_template
+        self.prompt = prompt
+        self.stop_strings = STOP_STRINGS[prompt]
+        self.completion_prefix = COMPLETION_PREFIX[prompt]
+        self.timeout_seconds = float(timeout_seconds)
+        self.train, self.held_out = train, held_out
+
+    def grader(self) -> Grader:
+        raise NotImplementedError
+
+    def make_example(self, problem: Problem, index: int, split: str) -> Example:
+        prompt = render_question(self.prompt, problem.question, self.use_chat_template)
+        metadata = {**problem.metadata, "question": problem.question, "index": index, "split": split}
+        return Example(prompt=prompt, ground_truth=problem.ground_truth, metadata=metadata)
+
+    def examples(self, split: str, count: int, seed: int) -> list[Example]:
+        if split == "eval":
+            return [self.make_example(p, i, "eval") for i, p in enumerate(self.held_out[:count])]
+        if split != "train":
+            raise ValueError(f"{self.name}: unknown split {split!r}; valid splits: train, eval")
+        if not self.train:
+            raise ValueError(f"{self.name}: no training problems (set task.options.path or train_path)")
+        rng = random.Random(seed)
+        indices: list[int] = []
+        while len(indices) < count:  # without replacement within a pass over the data
+            indices += rng.sample(range(len(self.train)), min(count - len(indices), len(self.train)))
+        return [self.make_example(self.train[i], i, "train") for i in indices]
+
+    def iter_eval(self) -> Iterator[Example]:
+        return iter(self.examples("eval", len(self.held_out), 0))
+
+    def score(self, completion: str, example: Example) -> Verdict:
+        judge = judge_r1_zero if self.prompt == "r1_zero" else judge_question_only
+        try:
+            judgement = judge(completion, example.ground_truth, self.grader())
+        except Exception as exc:  # noqa: BLE001 - a verifier bug must not stop a run
+            return Verdict(components={"answer": float("nan"), "format": float("nan")}, total=float("nan"),
+                           status="error", verifier=self.verifier, version=self.version,
+                           detail=f"{type(exc).__name__}: {exc}")
+        components = {"answer": judgement.answer, "format": judgement.format}
+        detail = judgement.detail
+        if judgement.extracted is not None:
+            detail = f"answer={judgement.extracted[:200]!r}" + (f"; {detail}" if detail else "")
+        return Verdict(
+            components=components, total=weighted_total(components, self.weights), status=judgement.status,
+            verifier=self.verifier, version=self.version, correct=judgement.answer == 1.0, detail=detail,
+        )

@@ -1,0 +1,104 @@
+"""`rlvr eval` and training on the new tasks, with a tiny random model and generated data."""
+
+import json
+import math
+
+import pytest
+
+from rlvr.cli import main
+from rlvr.evaluation import CATEGORIES, categorize, cut_at_stop, summarize, wilson_interval
+from rlvr.tasks.base import Verdict
+from rlvr.utils import read_jsonl
+from tests.conftest import tiny_overrides
+
+
+def test_wilson_interval_hand_values():
+    # 8/10 at 95%: centre (0.8 + 1.92²... ) -> (0.4902, 0.9433), the published Wilson values.
+    low, high = wilson_interval(8, 10)
+    assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
+    # 0/10: the normal approximation gives the empty interval [0, 0]; Wilson does not.
+    low, high = wilson_interval(0, 10)
+    assert low == 0.0 and high == pytest.approx(0.2775, abs=1e-4)
+    assert all(math.isnan(v) for v in wilson_interval(0, 0))
+
+
+def _verdict(status="ok", correct=False, fmt=1.0):
+    return Verdict(components={"answer": float(correct), "format": fmt}, total=float(correct), status=status,
+                   verifier="t", version="1", correct=correct)
+
+
+@pytest.mark.parametrize("verdict, category", [
+    (_verdict(correct=True), "correct"),
+    (_verdict(), "formatted_wrong"),
+    (_verdict(fmt=0.0), "unformatted"),
+    (_verdict(fmt=0.75), "unformatted"),  # partly formatted is not formatted
+    (_verdict(status="timeout"), "timeout"),
+    (_verdict(status="unjudgeable"), "unjudgeable"),
+    (_verdict(status="error"), "error"),
+])
+def test_categorize(verdict, category):
+    assert categorize(verdict) == category
+
+
+def test_cut_at_stop_keeps_the_stop_string():
+    assert cut_at_stop("a </answer> extra", ("</answer>",)) == "a </answer>"
+    assert cut_at_stop("no stop", ("</answer>",)) == "no stop"
+
+
+def test_summarize_counts():
+    records = [{"index": i, "ground_truth": "1", "completion": "x", "category": c, "truncated": False,
+                "completion_tokens": 4, "verdict": {"detail": ""}}
+               for i, c in enumerate(["correct", "correct", "unformatted", "timeout"])]
+    summary = summarize(records)
+    assert summary["accuracy"] == 0.5 and summary["counts"]["correct"] == 2 and summary["counts"]["timeout"] == 1
+    assert set(summary["counts"]) == set(CATEGORIES)
+
+
+@pytest.fixture
+def gsm8k_file(tmp_path):
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("".join(json.dumps({"question": f"what is {i} + {i}?", "answer": f"{i} + {i}\n#### {2 * i}"}) + "\n"
+                            for i in range(12)))
+    return path
+
+
+@pytest.mark.parametrize("prompt", ["r1_zero", "question_only"])
+def test_rlvr_eval_writes_every_example(tiny_model_dir, gsm8k_file, tmp_path, capsys, prompt):
+    out = tmp_path / "eval"
+    assert main(["eval", "--task", "gsm8k", "--model", str(tiny_model_dir), "--prompt", prompt,
+                 "--task-option", f"eval_path={gsm8k_file}", "--limit", "3", "--max-new-tokens", "6",
+                 "--output", str(out)]) == 0
+    records = read_jsonl(out / "generations.jsonl")
+    assert [r["index"] for r in records] == [0, 1, 2]
+    assert all(r["category"] in CATEGORIES and "components" in r["verdict"] for r in records)
+    summary = json.loads((out / "summary.json").read_text())
+    assert sum(summary["counts"].values()) == 3 and summary["use_chat_template"] == (prompt != "r1_zero")
+    assert summary["stop_strings"] == (["</answer>"] if prompt == "r1_zero" else [])
+    printed = capsys.readouterr().out
+    assert "accuracy" in printed and "95% CI" in printed
+
+
+def test_rlvr_eval_rejects_bad_options(tiny_model_dir, capsys):
+    assert main(["eval", "--task", "gsm8k", "--model", str(tiny_model_dir), "--task-option", "novalue"]) == 2
+    assert "key=value" in capsys.readouterr().err
+    assert main(["eval", "--task", "gsm8k", "--model", str(tiny_model_dir)]) == 2
+    assert "exactly one data source" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("task, options", [
+    ("gsm8k", "{path: PATH, eval_size: 4}"),
+    ("reasoning_gym:spell_backward", "{min_word_len: 3, max_word_len: 4, eval_size: 2, size: 200}"),
+])
+def test_train_runs_on_new_tasks(tiny_model_dir, gsm8k_file, tmp_path, task, options):
+    run_dir = tmp_path / "run"
+    overrides = tiny_overrides(tiny_model_dir, run_dir, **{
+        "task.name": task, "task.options": options.replace("PATH", str(gsm8k_file)),
+        "rollout.stop_strings": "[</answer>]", "train.iterations": 2, "train.eval_every": 0,
+        "train.eval_size": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 4,
+        "model.lora_rank": 4, "model.lora_alpha": 8, "algorithm.name": "gr_reinforce",
+    })
+    assert main(["train", *overrides]) == 0
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["iteration"] for m in metrics] == [1, 2]
+    assert all("reward/answer" in m and "reward/format" in m and "unscorable" in m for m in metrics)
+    assert read_jsonl(run_dir / "eval.jsonl")

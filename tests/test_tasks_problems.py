@@ -1,0 +1,183 @@
+"""gsm8k, math and integer tasks: data sources, held-out splits, prompts, filters and verdicts."""
+
+import json
+import math
+import operator
+
+import pytest
+
+from rlvr.tasks import TASKS, build_task
+from rlvr.tasks.prompts import R1_ZERO_TEMPLATE
+
+
+def write_jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+@pytest.fixture
+def gsm8k_file(tmp_path):
+    records = [{"question": f"Tom has {i} apples and buys {i + 1} more. How many apples?",
+                "answer": f"{i} + {i + 1} = {2 * i + 1}\n#### {2 * i + 1:,}"} for i in range(40)]
+    records.append({"question": "A price?", "answer": "It costs $1,250.\n#### 1,250"})
+    return write_jsonl(tmp_path / "gsm8k.jsonl", records)
+
+
+@pytest.fixture
+def math_file(tmp_path):
+    records = [
+        {"problem": "Half of one?", "solution": r"It is $\boxed{\frac{1}{2}}$.", "level": "Level 5", "type": "Algebra"},
+        {"problem": "Root?", "solution": r"$\boxed{\sqrt{\frac{1}{4}}}$", "level": "Level 2", "type": "Algebra"},
+        {"problem": "Count?", "answer": "7", "level": 5, "type": "Counting & Probability"},
+        {"problem": "Broken?", "solution": "no box here", "level": "Level 5", "type": "Algebra"},
+    ]
+    return write_jsonl(tmp_path / "math.jsonl", records)
+
+
+def test_registry_lists_new_tasks():
+    for name in ("gsm8k", "math", "integer", "reasoning_gym", "format_copy"):
+        assert name in TASKS
+
+
+def test_gsm8k_splits_are_held_out_and_deterministic(gsm8k_file):
+    task = build_task("gsm8k", options={"path": str(gsm8k_file), "eval_size": 8, "prompt": "question_only"})
+    held_out = {e.metadata["question"] for e in task.iter_eval()}
+    assert len(held_out) == 8
+    train = {e.metadata["question"] for seed in range(30) for e in task.examples("train", 4, seed)}
+    assert train and not train & held_out
+    assert len(train | held_out) == 41
+    first = [e.metadata["question"] for e in task.examples("train", 6, 3)]
+    assert first == [e.metadata["question"] for e in task.examples("train", 6, 3)]
+    assert first != [e.metadata["question"] for e in task.examples("train", 6, 4)]
+    assert len(set(first)) == 6  # no repeats within a call
+    with pytest.raises(ValueError, match="unknown split 'test'"):
+        task.examples("test", 1, 0)
+
+
+def test_gsm8k_separate_files_drop_eval_questions_from_train(gsm8k_file, tmp_path):
+    records = [json.loads(line) for line in gsm8k_file.read_text().splitlines()]
+    eval_file = write_jsonl(tmp_path / "test.jsonl", records[:5])
+    task = build_task("gsm8k", options={"train_path": str(gsm8k_file), "eval_path": str(eval_file)},
+                      use_chat_template=False)
+    assert [e.metadata["question"] for e in task.iter_eval()] == [r["question"] for r in records[:5]]
+    assert len(task.train) == 36
+    assert task.held_out[0].ground_truth == "1"
+    assert task.held_out[-1].ground_truth == str(2 * 4 + 1)
+
+
+def test_gsm8k_needs_exactly_one_source(gsm8k_file):
+    with pytest.raises(ValueError, match="exactly one data source"):
+        build_task("gsm8k", use_chat_template=False)
+    with pytest.raises(ValueError, match="exactly one data source"):
+        build_task("gsm8k", options={"path": str(gsm8k_file), "eval_path": str(gsm8k_file)}, use_chat_template=False)
+    with pytest.raises(FileNotFoundError):
+        build_task("gsm8k", options={"path": "/nonexistent/x.jsonl"}, use_chat_template=False)
+
+
+def test_prompts(gsm8k_file):
+    raw = build_task("gsm8k", options={"path": str(gsm8k_file)}, use_chat_template=False)
+    example = raw.iter_eval().__next__()
+    assert example.prompt == R1_ZERO_TEMPLATE.format(question=example.metadata["question"])
+    assert example.prompt.endswith("Assistant: <think>") and raw.stop_strings == ("</answer>",)
+    chat = build_task("gsm8k", options={"path": str(gsm8k_file), "prompt": "question_only"})
+    assert chat.iter_eval().__next__().prompt == [{"role": "user", "content": example.metadata["question"]}]
+    with pytest.raises(ValueError, match="raw-text template; set task.use_chat_template=false"):
+        build_task("gsm8k", options={"path": str(gsm8k_file)}, use_chat_template=True)
+    with pytest.raises(ValueError, match="unknown prompt 'cot'"):
+        build_task("gsm8k", options={"path": str(gsm8k_file), "prompt": "cot"}, use_chat_template=False)
+
+
+@pytest.mark.parametrize("completion, answer, format_, correct", [
+    (" 16 - 3 = 13 </think> <answer>$1,250.00</answer>", 1.0, 1.0, True),
+    (" </think> <answer>1250</answer>", 1.0, 1.0, True),
+    (" </think> <answer>1,249</answer>", 0.0, 1.0, False),
+    (" </think> <answer></answer>", 0.0, 1.0, False),
+    (" The answer is 1250.", 0.0, 0.0, False),
+])
+def test_gsm8k_verdicts(gsm8k_file, completion, answer, format_, correct):
+    task = build_task("gsm8k", options={"path": str(gsm8k_file), "eval_size": 41}, use_chat_template=False)
+    example = [e for e in task.iter_eval() if e.ground_truth == "1250"][0]
+    verdict = task.score(completion, example)
+    assert verdict.components == {"answer": answer, "format": format_}
+    assert verdict.total == answer  # default weights: answer 1, format 0
+    assert verdict.correct is correct and verdict.status == "ok" and verdict.verifier == "gsm8k_number"
+    weighted = build_task("gsm8k", options={"path": str(gsm8k_file), "eval_size": 41}, use_chat_template=False,
+                          reward_weights={"format": 0.5})
+    assert weighted.score(completion, example).total == pytest.approx(answer + 0.5 * format_)
+
+
+def test_math_filters_and_answers(math_file):
+    task = build_task("math", options={"eval_path": str(math_file)}, use_chat_template=False)
+    assert [p.ground_truth for p in task.held_out] == [r"\frac{1}{2}", r"\sqrt{\frac{1}{4}}", "7"]
+    assert task.skipped == 1  # the record without an answer
+    hard = build_task("math", options={"eval_path": str(math_file), "levels": [5]}, use_chat_template=False)
+    assert [p.ground_truth for p in hard.held_out] == [r"\frac{1}{2}", "7"]
+    algebra = build_task("math", options={"eval_path": str(math_file), "subjects": ["algebra"], "levels": "Level 2"},
+                         use_chat_template=False)
+    assert [p.ground_truth for p in algebra.held_out] == [r"\sqrt{\frac{1}{4}}"]
+    counting = build_task("math", options={"eval_path": str(math_file), "subjects": "Counting & Probability"},
+                          use_chat_template=False)
+    assert [p.ground_truth for p in counting.held_out] == ["7"]
+
+
+def test_math_verdicts_and_timeout(math_file):
+    task = build_task("math", options={"eval_path": str(math_file), "timeout_seconds": 1.0}, use_chat_template=False)
+    half, root, _ = task.iter_eval()
+    assert task.score(" </think> <answer>0.5</answer>", half).correct
+    assert task.score(r" </think> <answer>\boxed{\frac12}</answer>", half).correct
+    assert task.score(r" </think> <answer>1/2</answer>", root).correct  # sqrt(1/4) = 1/2 symbolically
+    wrong = task.score(" </think> <answer>0.25</answer>", root)
+    assert not wrong.correct and wrong.total == 0.0
+    hung = task.score(" </think> <answer>9^{9^{9^{9}}}</answer>", half)
+    assert hung.status == "timeout" and math.isnan(hung.components["answer"])
+    assert hung.components["format"] == 1.0
+    assert math.isnan(hung.total) and not hung.scorable  # left out of the advantage, not scored 0
+
+
+def test_colon_names_reach_the_family(gsm8k_file):
+    with pytest.raises(ValueError, match="task 'format_copy:x': bad task.options"):
+        build_task("format_copy:x")
+    with pytest.raises(KeyError, match="unknown task 'nope'"):
+        build_task("nope:x")
+
+
+# ----------------------------------------------------------------------------- integer
+
+
+@pytest.mark.parametrize("completion, answer, format_, status, total", [
+    ("42", 1.0, 1.0, "ok", 1.2),
+    (" 42\n", 1.0, 1.0, "ok", 1.2),
+    ("The answer is 42.", 1.0, 0.0, "ok", 1.0),
+    ("<answer>42</answer>", 1.0, 0.0, "ok", 1.0),
+    ("1,042", 0.0, 0.0, "ok", 0.0),
+    ("41", 0.0, 1.0, "ok", 0.2),
+    ("-42", 0.0, 1.0, "ok", 0.2),
+    ("40 or 42 or 41", 0.0, 0.0, "ok", 0.0),  # the last integer counts
+    ("forty-two", math.nan, 0.0, "unjudgeable", 0.0),
+    ("", math.nan, 0.0, "unjudgeable", 0.0),
+])
+def test_integer_verdicts(completion, answer, format_, status, total):
+    task = build_task("integer")
+    example = task.make_example("What is 40 + 2? Reply with only the integer.", 42)
+    verdict = task.score(completion, example)
+    assert verdict.status == status
+    assert verdict.components["format"] == format_
+    assert (math.isnan(verdict.components["answer"]) and math.isnan(answer)) or verdict.components["answer"] == answer
+    assert verdict.total == pytest.approx(total)
+
+
+def test_integer_unjudgeable_is_unscorable_without_format_weight():
+    task = build_task("integer", reward_weights={"format": 0.0})
+    example = task.make_example("What is 1 + 1?", 2)
+    assert not task.score("two", example).scorable
+    assert task.score("3", example).total == 0.0
+
+
+def test_integer_examples_are_right_and_held_out():
+    task = build_task("integer", options={"eval_size": 50, "high": 9})
+    for example in task.examples("train", 20, 1) + task.examples("eval", 50, 0):
+        a, op, b = example.metadata["question"].split("?")[0].split()[2:5]
+        assert int(example.ground_truth) == {"+": operator.add, "-": operator.sub, "*": operator.mul}[op](int(a), int(b))
+    held_out = {e.metadata["question"] for e in task.iter_eval()}
+    train = {e.metadata["question"] for seed in range(20) for e in task.examples("train", 10, seed)}
+    assert not held_out & train

@@ -1,0 +1,139 @@
+"""reasoning_gym tasks: round trips through each dataset's own answers, format reward, mixtures,
+the answer screen that keeps model output away from `eval`, and the time limit."""
+
+import math
+import time
+
+import pytest
+
+from rlvr.tasks import build_task
+from rlvr.tasks.reasoning_gym_tasks import refusal, tag_format_score
+from rlvr.tasks.worker import WORKER
+
+SHORT_WORDS = {"min_word_len": 3, "max_word_len": 5}
+
+
+@pytest.fixture(scope="module")
+def spell():
+    return build_task("reasoning_gym:spell_backward", options={**SHORT_WORDS, "eval_size": 20, "size": 2000},
+                      use_chat_template=False, seed=3)
+
+
+def formatted(answer: str) -> str:
+    return f" thinking </think> <answer>{answer}</answer>"
+
+
+def test_round_trip_spell_backward(spell):
+    """Each entry's own answer scores correct and fully formatted; a wrong answer does not."""
+    for example in spell.examples("eval", 10, 0) + spell.examples("train", 10, 5):
+        word = example.metadata["entry"]["metadata"]["word"]
+        assert 3 <= len(word) <= 5
+        right = spell.score(formatted(example.ground_truth), example)
+        assert right.status == "ok" and right.correct
+        assert right.components == {"answer": 1.0, "format": 1.0, "binary": 1.0}
+        assert right.total == pytest.approx(1.1)  # answer 1 + format 0.1 * 1
+        wrong = spell.score(formatted(word), example)  # forwards instead of backwards
+        if word != word[::-1]:
+            # spell_backward gives partial credit for near misses, never full credit.
+            assert not wrong.correct and wrong.components["answer"] < 1.0 and wrong.components["binary"] == 0.0
+
+
+@pytest.mark.parametrize("name", ["countdown", "basic_arithmetic", "word_sorting"])
+def test_round_trip_other_datasets(name):
+    task = build_task(f"reasoning_gym:{name}", options={"eval_size": 4, "size": 100}, use_chat_template=False)
+    for example in task.iter_eval():
+        verdict = task.score(formatted(str(example.ground_truth)), example)
+        assert verdict.correct and verdict.status == "ok", (name, example.ground_truth, verdict.detail)
+        assert verdict.verifier == f"reasoning_gym/{name}"
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("<think> a </think> <answer>x</answer>", 1.0),
+    (" a </think> <answer>x</answer>", 0.75),  # the raw prompt's <think> is not in the completion
+    ("<answer>x</answer>", 0.5),
+    ("</think>", 0.25),
+    ("plain text", 0.0),
+])
+def test_tag_format_score(completion, expected):
+    assert tag_format_score(completion) == expected
+
+
+def test_format_counts_the_prompts_think_tag(spell):
+    example = spell.examples("eval", 1, 0)[0]
+    assert spell.score(formatted("zzz"), example).components["format"] == 1.0  # r1_zero prompt ends in <think>
+    chat = build_task("reasoning_gym:spell_backward", options={**SHORT_WORDS, "eval_size": 2, "prompt": "question_only"})
+    assert chat.score(formatted("zzz"), chat.examples("eval", 1, 0)[0]).components["format"] == 0.75
+    missing = spell.score(" thinking, no tags", example)
+    assert missing.components == {"answer": 0.0, "format": 0.25, "binary": 0.0} and missing.status == "ok"
+
+
+def test_eval_is_held_out_and_train_is_deterministic(spell):
+    held_out = {e.metadata["entry"]["question"] for e in spell.iter_eval()}
+    train = [e.metadata["entry"]["question"] for seed in range(40) for e in spell.examples("train", 8, seed)]
+    assert not held_out & set(train)
+    assert [e.prompt for e in spell.examples("train", 4, 7)] == [e.prompt for e in spell.examples("train", 4, 7)]
+    assert spell.examples("train", 1, 0)[0].prompt.endswith("Assistant: <think>")
+
+
+def test_mixture_draws_both_and_scores_each_with_its_own_verifier():
+    task = build_task("reasoning_gym:mix", options={
+        "datasets": {"spell_backward": 0.5, "countdown": 0.5}, "configs": {"spell_backward": SHORT_WORDS},
+        "eval_size": 16, "size": 500}, use_chat_template=False)
+    sources = [e.metadata["source_dataset"] for e in task.examples("train", 40, 0)]
+    assert 8 < sources.count("countdown") < 32 and set(sources) == {"spell_backward", "countdown"}
+    for example in task.iter_eval():
+        verdict = task.score(formatted(example.ground_truth), example)
+        assert verdict.correct and verdict.verifier == f"reasoning_gym/{example.metadata['source_dataset']}"
+
+
+def test_bad_names_and_options():
+    with pytest.raises(ValueError, match="name the dataset"):
+        build_task("reasoning_gym")
+    with pytest.raises(ValueError, match="cannot create reasoning-gym dataset 'spell_backward'"):
+        build_task("reasoning_gym:spell_backward", options={"no_such_option": 1}, use_chat_template=False)
+    with pytest.raises(ValueError, match="reasoning_gym:mix: set task.options.datasets"):
+        build_task("reasoning_gym:mix", use_chat_template=False)
+
+
+@pytest.mark.parametrize("answer, refused", [
+    ("ainomma", False),
+    ("94*4 - 61 - 6", False),
+    ("42*(30 - 4 - 23)", False),
+    ("sqrt(2) + 2(3)", False),
+    ("['a', 'b']", False),
+    ("Mr. Smith went home", False),
+    ("__import__('os').system('true')", True),
+    ("open('/etc/passwd').read()", True),
+    ("exec ('1')", True),
+    ("(lambda: 1)()", True),
+    ("[print][0]('x')", True),
+    ("open\\\n('x')", True),  # backslash continuation
+    ("(open #c\n('x'))", True),  # a comment between name and call
+    ("ｏｐｅｎ('x')", True),  # fullwidth letters normalise to `open`
+    ("x.sqrt(2)", True),  # a method call, even of a safe name
+    ("f'{1}'", False),
+    ("f'{open(1)}'", True),
+])
+def test_answer_screen(answer, refused):
+    assert (refusal(answer) is not None) is refused, answer
+
+
+def test_refused_answer_is_unjudgeable_not_wrong(spell):
+    example = spell.examples("eval", 1, 0)[0]
+    verdict = spell.score(formatted("__import__('os').getcwd()"), example)
+    assert verdict.status == "unjudgeable" and math.isnan(verdict.components["answer"])
+    assert verdict.components["format"] == 1.0 and verdict.total == pytest.approx(0.1)
+
+
+def test_scorer_hang_becomes_timeout_within_twice_the_limit():
+    """countdown parses the answer with sympy; `9**9**9**9` would compute for hours."""
+    limit = 1.0
+    task = build_task("reasoning_gym:countdown", options={"eval_size": 1, "size": 10, "timeout_seconds": limit},
+                      use_chat_template=False)
+    example = task.examples("eval", 1, 0)[0]
+    WORKER.warm_up("reasoning_gym")
+    started = time.monotonic()
+    verdict = task.score(formatted("9**9**9**9"), example)
+    assert time.monotonic() - started < 2 * limit
+    assert verdict.status == "timeout" and math.isnan(verdict.components["answer"])
+    assert task.score(formatted(example.ground_truth), example).correct  # the next check works
