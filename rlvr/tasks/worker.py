@@ -67,6 +67,8 @@ def _sleep(seconds: float) -> float:  # for tests of the time limit itself
 
 
 def _echo(value: Any) -> Any:
+    """For tests: returns `value` after printing to stdout, which must not disturb the replies."""
+    print("noise from a library")
     return value
 
 
@@ -104,7 +106,12 @@ def _read_exact(stream, size: int) -> bytes | None:
 def worker_main() -> None:
     """Serve requests from stdin until it closes. Imports are requested as `("import", module)`."""
     _limit_memory()
-    stdin, stdout = sys.stdin.buffer, sys.stdout
+    # Replies go to a private copy of stdout; anything a library prints goes to stderr instead,
+    # so it cannot be mistaken for a reply.
+    stdout = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    stdin = sys.stdin.buffer
     stdout.write("ready\n")
     stdout.flush()
     while True:
@@ -219,7 +226,11 @@ class VerifierWorker:
             self._kill()
             self.restarts += 1
             return CallResult("error", detail="verifier worker died (out of memory?)", seconds=elapsed)
-        reply = json.loads(line)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            self._kill()
+            return CallResult("error", detail="unreadable reply from the verifier worker", seconds=elapsed)
         if not reply["ok"]:
             return CallResult("error", detail=reply["error"], seconds=elapsed)
         return CallResult("ok", value=reply["value"], seconds=elapsed)
