@@ -4,6 +4,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from rlvr.cli import main
 from rlvr.evaluation import CATEGORIES, categorize, cut_at_stop, summarize, wilson_interval
@@ -102,3 +103,43 @@ def test_train_runs_on_new_tasks(tiny_model_dir, gsm8k_file, tmp_path, task, opt
     assert [m["iteration"] for m in metrics] == [1, 2]
     assert all("reward/answer" in m and "reward/format" in m and "unscorable" in m for m in metrics)
     assert read_jsonl(run_dir / "eval.jsonl")
+
+
+class HalfUnscorableTask:
+    """Every other completion in a group cannot be judged (answer NaN, no other weighted component)."""
+
+    name = "half_unscorable"
+    component_names = ("answer", "format")
+
+    def __init__(self):
+        self.calls = 0
+
+    def examples(self, split, count, seed):
+        from rlvr.tasks.base import Example
+
+        return [Example(prompt=f"say {seed} {i}", ground_truth="x") for i in range(count)]
+
+    def score(self, completion, example):
+        from rlvr.tasks.base import weighted_total
+
+        self.calls += 1
+        judged = self.calls % 2 == 1
+        components = {"answer": float(len(completion) % 3) if judged else math.nan, "format": 0.0}
+        return Verdict(components=components, total=weighted_total(components, {"answer": 1.0, "format": 0.0}),
+                       status="ok" if judged else "timeout", verifier="t", version="1")
+
+
+def test_unscorable_completions_get_zero_advantage_and_are_counted(tiny_model_dir, tmp_path):
+    from rlvr.config import load_config
+    from rlvr.models import load_policy
+    from rlvr.train.collect import collect_rollout_batch
+
+    config = load_config(None, tiny_overrides(tiny_model_dir, tmp_path / "r", **{
+        "algorithm.name": "gr_reinforce", "algorithm.kl_coef": 0, "rollout.max_new_tokens": 5}))
+    loaded = load_policy(str(tiny_model_dir))
+    task = HalfUnscorableTask()
+    batch, _, stats, _, samples = collect_rollout_batch(loaded.policy, loaded.tokenizer, task, config, 1)
+    unscorable = [s["reward"] != s["reward"] for s in samples]  # NaN != NaN
+    assert sum(unscorable) == 4 == stats["unscorable"] and stats["status/timeout"] == 4
+    assert all(batch.advantages[i] == 0 for i, bad in enumerate(unscorable) if bad)
+    assert torch.isfinite(batch.rewards).all()
