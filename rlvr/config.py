@@ -260,9 +260,16 @@ def apply_override(data: dict, dotted: str) -> None:
             cls = tp
 
 
+# What `rlvr train` runs with no config file: GRPO on format_copy with the embedded SmolLM2,
+# identical to configs/format_copy_grpo.yaml. The one departure from the grpo preset: no KL
+# term. Its reference forward pass costs about 10% of a CPU step and format_copy learns faster
+# without the anchor (TRL's default beta is 0 too); `algorithm.kl_coef=0.04` restores it.
+NO_CONFIG_DEFAULTS = {"algorithm": {"kl_coef": 0.0}}
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Load a YAML config (or the defaults), apply `key=value` overrides, resolve and validate."""
-    data: dict = {}
+    """Load a YAML config (or `NO_CONFIG_DEFAULTS`), apply `key=value` overrides, resolve, validate."""
+    data: dict = {} if path is not None else {k: dict(v) for k, v in NO_CONFIG_DEFAULTS.items()}
     if path is not None:
         path = Path(path)
         if not path.is_file():

@@ -14,6 +14,7 @@ def test_defaults_are_grpo_on_format_copy_with_embedded_model():
     # Preset values were filled in.
     preset = ALGORITHMS.get("grpo")
     assert config.algorithm.ppo_epochs == preset.ppo_epochs == 2
+    assert config.algorithm.kl_estimator == "k3"
     assert config.algorithm.policy_loss == "grpo_clip"
     assert config.algorithm.loss_aggregation == "seq_mean_token_mean"
     # The batch invariant: one optimizer step per epoch.
@@ -90,3 +91,16 @@ def test_shipped_configs_load():
     assert len(configs) >= len(ALGORITHMS)
     for path in configs:
         load_config(path)
+
+
+def test_no_config_run_is_the_shipped_grpo_config():
+    from pathlib import Path
+
+    from rlvr.config import config_to_dict
+
+    shipped = Path(__file__).resolve().parents[1] / "configs" / "format_copy_grpo.yaml"
+    assert config_to_dict(load_config()) == config_to_dict(load_config(shipped))
+    assert load_config().algorithm.kl_coef == 0.0
+    # The preset itself keeps the KL anchor: other presets and explicit files are not affected.
+    assert ALGORITHMS.get("grpo").kl_coef == 0.04
+    assert load_config(None, ["algorithm.kl_coef=0.04"]).algorithm.kl_coef == 0.04
