@@ -31,7 +31,7 @@ def _weights(run_dir, model_dir):
 def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
     run_dir = tmp_path / "smoke"
     overrides = tiny_overrides(tiny_model_dir, run_dir, **{"train.iterations": 2, "model.lora_rank": 4,
-                                                           "model.lora_alpha": 8})
+                                                           "model.lora_alpha": 8, "algorithm.kl_coef": 0.04})
     assert main(["train", *overrides]) == 0
     for name in ("config.yaml", "metrics.jsonl", "samples.jsonl", "eval.jsonl"):
         assert (run_dir / name).exists(), name
@@ -44,6 +44,8 @@ def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
         assert record["optimizer_steps"] == 2  # grpo: 2 epochs, one optimizer step each
         assert record["frac_zero_variance_groups"] < 1.0  # the toy task has contrast
         assert record["kl"] >= 0
+    assert records[0]["kl"] == 0.0  # the policy starts equal to the reference (LoRA B = 0)
+    assert records[1]["kl"] > 0  # and moves away from it
     # First epoch is on-policy: the ratio is exactly 1 there.
     assert records[0]["ratio/first_epoch_max_dev"] < 1e-6
     # Parameters changed: the LoRA B matrices start at zero and must not stay there.
