@@ -193,6 +193,18 @@ MUTATIONS = [
         ("    return values.sum() / num_tokens",
          "    return values.sum() / weights.sum()"),
     ),
+    mutation(
+        "shared_prompt_cache_detached", "rlvr/core/completion_logprobs.py",
+        "the prompt run once per group is cut out of the graph: no gradient through the prompt",
+        ("cache.batch_repeat_interleave(group_size)  # keys/values",
+         "[setattr(layer, k, getattr(layer, k).detach()) for layer in cache.layers for k in ('keys', 'values')]; cache.batch_repeat_interleave(group_size)  # keys/values"),
+    ),
+    mutation(
+        "completion_scored_from_own_position", "rlvr/core/completion_logprobs.py",
+        "completion token t scored from the hidden state at t instead of t-1 (off by one)",
+        ("scoring_hidden = torch.cat([last_prompt_hidden, completion_hidden[:, :-1]], dim=1)",
+         "scoring_hidden = completion_hidden"),
+    ),
 ]
 
 

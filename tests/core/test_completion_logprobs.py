@@ -108,3 +108,25 @@ def test_rows_of_a_group_must_share_the_prompt(make_tiny_llama):
         compute_completion_logprobs(model, broken, attention_mask, prompt_len, group_size=GROUP)
     with pytest.raises(ValueError, match="group_size=4 must divide"):
         compute_completion_logprobs(model, input_ids, attention_mask, prompt_len, group_size=4)
+
+
+def test_prompt_tokens_receive_gradient_through_the_shared_cache(make_tiny_llama):
+    """The loss sits on completion tokens only, yet the prompt's embeddings must get gradient:
+    completions attend to the prompt's keys and values, which are run once per group."""
+    model = make_tiny_llama(dtype=torch.float64)
+    input_ids, attention_mask, prompt_len = _batch()
+    prompt_only = torch.ones(64, dtype=torch.bool)
+    prompt_only[input_ids[:, prompt_len:].unique()] = False  # ids that never occur in a completion
+    prompt_only &= torch.zeros(64, dtype=torch.bool).index_fill(0, input_ids[:, :prompt_len].unique(), True)
+    prompt_only[0] = False  # the pad id
+    assert prompt_only.sum() >= 3
+    mask = build_completion_mask(input_ids, attention_mask, prompt_len)
+    embeddings = model.get_input_embeddings().weight
+    fast, _ = compute_completion_logprobs(model, input_ids, attention_mask, prompt_len, group_size=GROUP)
+    (grad_fast,) = torch.autograd.grad((fast * mask).sum(), embeddings)
+    plain = compute_per_token_logprobs(model, input_ids, attention_mask)
+    (grad_plain,) = torch.autograd.grad((plain * mask).sum(), embeddings)
+    assert grad_fast[prompt_only].abs().amin(dim=1).max() > 0 and grad_fast[prompt_only].abs().sum() > 1e-3
+    # Attention kernels keep fp32 internals (softmax statistics) even for fp64 models, so the two
+    # orders of computation agree to fp32 precision, not fp64.
+    torch.testing.assert_close(grad_fast[prompt_only], grad_plain[prompt_only], rtol=1e-4, atol=1e-6)
