@@ -28,6 +28,29 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sft(args: argparse.Namespace) -> int:
+    from rlvr.train.sft import resume_sft, train_sft
+
+    config_path, overrides = _split_config_and_overrides(args.items)
+    if args.resume:
+        if config_path is not None:
+            raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
+        run_dir = resume_sft(args.resume, overrides)
+    else:
+        run_dir = train_sft(load_config(config_path, overrides))
+    print(f"run folder: {run_dir}")
+    return 0
+
+
+def cmd_expert_iter(args: argparse.Namespace) -> int:
+    from rlvr.train.expert_iteration import expert_iteration
+
+    config_path, overrides = _split_config_and_overrides(args.items)
+    run_dir = expert_iteration(load_config(config_path, overrides))
+    print(f"run folder: {run_dir}")
+    return 0
+
+
 def cmd_algorithms(args: argparse.Namespace) -> int:
     from rlvr.algorithms import ALGORITHMS
 
@@ -92,6 +115,21 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
     train.set_defaults(func=cmd_train)
+    sft = sub.add_parser(
+        "sft", help="supervised fine-tuning on a jsonl of prompt / response pairs",
+        description="rlvr sft [CONFIG.yaml] [key=value ...]   e.g. rlvr sft configs/format_copy_sft.yaml "
+                    "sft.data_path=data/pairs.jsonl sft.filter_correct=true",
+    )
+    sft.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
+    sft.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    sft.set_defaults(func=cmd_sft)
+    expert = sub.add_parser(
+        "expert-iter", help="expert iteration: sample, keep verified answers, fine-tune on them, repeat",
+        description="rlvr expert-iter [CONFIG.yaml] [key=value ...]   e.g. rlvr expert-iter "
+                    "configs/format_copy_expert_iter.yaml expert_iteration.n_ei_steps=5",
+    )
+    expert.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
+    expert.set_defaults(func=cmd_expert_iter)
     sub.add_parser("algorithms", help="list the algorithm presets").set_defaults(func=cmd_algorithms)
     sub.add_parser("tasks", help="list the registered tasks").set_defaults(func=cmd_tasks)
     ev = sub.add_parser(

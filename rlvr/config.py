@@ -131,6 +131,47 @@ class TrainConfig:
 
 
 @dataclass
+class SFTConfig:
+    """`rlvr sft`: supervised fine-tuning on a jsonl of prompt / response pairs."""
+
+    # A jsonl file, one pair a line. Prompts are used verbatim (render chat templates beforehand);
+    # a response should end with the tokenizer's EOS text so the model learns to stop.
+    data_path: str = ""
+    prompt_field: str = "prompt"
+    response_field: str = "response"
+    ground_truth_field: str = "ground_truth"
+    # Keep only the pairs whose response the task's verifier accepts (needs ground_truth_field).
+    filter_correct: bool = False
+    max_examples: int = 0  # 0 keeps every row
+    epochs: int = 1
+    # Pairs per optimizer step, run as batch_size / microbatch_size accumulated microbatches.
+    batch_size: int = 8
+    microbatch_size: int = 8
+    # "token_mean": NLL averaged over every response token of the optimizer batch (long and short
+    # responses weigh per token). "constant": per-sequence NLL sum / normalize_constant, averaged
+    # over sequences (Dr. GRPO style: no length normalisation, so long responses weigh more).
+    loss_normalization: str = "token_mean"
+    normalize_constant: float = 1.0
+    eval_every: int = 0  # optimizer steps; 0: evaluate only at the start and the end
+    save_every: int = 50  # optimizer steps between checkpoints; the last step is always saved
+    log_generations: int = 8  # eval prompts written to generations.jsonl at each eval; 0 disables
+
+
+@dataclass
+class ExpertIterationConfig:
+    """`rlvr expert-iter`: sample, keep what the verifier accepts, fine-tune on it, repeat."""
+
+    n_ei_steps: int = 3
+    questions_per_step: int = 16
+    samples_per_question: int = 8  # G: with a weak policy, more samples find more correct answers
+    # Forbid EOS before this many new tokens, so an empty answer is never sampled (and never kept).
+    min_new_tokens: int = 4
+    sft_epochs: int = 2  # E: epochs over each round's accepted samples
+    # Drop exact duplicate (prompt, response) pairs before fine-tuning.
+    deduplicate: bool = True
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -138,6 +179,8 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    expert_iteration: ExpertIterationConfig = field(default_factory=ExpertIterationConfig)
 
     @property
     def rollout_size(self) -> int:
@@ -376,6 +419,28 @@ def validate(config: Config) -> None:
         raise ConfigError(f"optim.schedule: {o.schedule!r} is not one of constant, linear, cosine")
     if t.iterations < 1 or t.eval_size < 0 or t.save_every < 1:
         raise ConfigError("train.iterations and train.save_every must be >= 1, train.eval_size >= 0")
+    s, e = config.sft, config.expert_iteration
+    if s.epochs < 1 or s.batch_size < 1 or s.microbatch_size < 1 or s.batch_size % s.microbatch_size:
+        raise ConfigError(
+            f"sft.epochs, sft.batch_size and sft.microbatch_size must be >= 1 and sft.microbatch_size="
+            f"{s.microbatch_size} must divide sft.batch_size={s.batch_size}"
+        )
+    if s.loss_normalization not in ("token_mean", "constant") or s.normalize_constant <= 0:
+        raise ConfigError(
+            f"sft.loss_normalization: {s.loss_normalization!r} must be one of token_mean, constant "
+            "and sft.normalize_constant > 0"
+        )
+    if s.eval_every < 0 or s.save_every < 1 or s.max_examples < 0 or s.log_generations < 0:
+        raise ConfigError("sft.eval_every, sft.max_examples, sft.log_generations must be >= 0, sft.save_every >= 1")
+    if min(e.n_ei_steps, e.questions_per_step, e.samples_per_question, e.sft_epochs) < 1 or e.min_new_tokens < 0:
+        raise ConfigError(
+            "expert_iteration.n_ei_steps, questions_per_step, samples_per_question and sft_epochs must be >= 1, "
+            "expert_iteration.min_new_tokens >= 0"
+        )
+    if e.min_new_tokens > r.max_new_tokens:
+        raise ConfigError(
+            f"expert_iteration.min_new_tokens={e.min_new_tokens} must be <= rollout.max_new_tokens={r.max_new_tokens}"
+        )
     if config.model.dtype not in ("float32", "bfloat16", "float16", "float64"):
         raise ConfigError(
             f"model.dtype: {config.model.dtype!r} is not one of float32, bfloat16, float16, float64"

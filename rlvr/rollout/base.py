@@ -36,6 +36,8 @@ class SamplingSettings:
     do_sample: bool = True
     # Run each prompt once and repeat its KV cache G times, instead of prefilling G copies.
     share_prompt_prefill: bool = True
+    # EOS is suppressed until this many tokens are generated (0: no minimum).
+    min_new_tokens: int = 0
 
 
 def render_prompts(tokenizer, examples: Sequence[Example], use_chat_template: bool) -> list[str]:

@@ -35,6 +35,8 @@ def hf_generate(model, tokenizer, prompts: list[str], group_size: int, settings:
             kwargs["min_p"] = settings.min_p
     else:
         kwargs.update(temperature=None, top_p=None, top_k=None)
+    if settings.min_new_tokens > 0:
+        kwargs["min_new_tokens"] = settings.min_new_tokens
     if settings.stop_strings:
         kwargs.update(stop_strings=list(settings.stop_strings), tokenizer=tokenizer)
     was_training = model.training

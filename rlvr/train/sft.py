@@ -1,0 +1,216 @@
+"""`rlvr sft`: supervised fine-tuning on prompt / response pairs, top to bottom.
+
+Each optimizer step takes `sft.batch_size` pairs (a fresh seeded permutation per epoch, so a
+resumed run sees the same order), accumulates the masked NLL of the response tokens over
+microbatches, clips the gradient and steps. Shortcuts: prompts are used verbatim (the data holds
+rendered prompts), and an optional verifier filter runs once, before training.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import datetime
+from pathlib import Path
+
+import torch
+
+from rlvr.config import Config, config_from_dict, save_config
+from rlvr.core import get_response_log_probs, masked_normalize, tokenize_prompt_and_output
+from rlvr.tasks.base import Example
+from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rlvr.train.evaluate import evaluate
+from rlvr.train.generations import log_generations
+from rlvr.train.metrics import MetricSums, RunWriter
+from rlvr.train.rl import make_scheduler, setup
+from rlvr.utils import peak_rss_bytes, read_jsonl, truncate_jsonl
+
+
+def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, normalization: str,
+             normalize_constant: float = 1.0, token_count: float | None = None) -> torch.Tensor:
+    """Masked negative log-likelihood of the response tokens. log_probs, response_mask [B, T] -> scalar.
+
+    token_mean: -sum(m * logp) / token_count, where token_count defaults to sum(m); pass the
+    optimizer batch's count so accumulated microbatches add up to the batch's per-token mean.
+    constant:   -mean_i [ sum_t m_it logp_it ] / normalize_constant (a per-sequence masked sum).
+    """
+    if normalization == "token_mean":
+        count = response_mask.sum() if token_count is None else token_count
+        return -masked_normalize(log_probs, response_mask, normalize_constant=max(float(count), 1.0))
+    if normalization == "constant":
+        per_sequence = masked_normalize(log_probs, response_mask, dim=-1, normalize_constant=normalize_constant)  # [B]
+        return -per_sequence.mean()
+    raise ValueError(f"unknown loss normalization {normalization!r}; valid: token_mean, constant")
+
+
+def read_pairs(config: Config) -> list[dict]:
+    """Rows of the jsonl as {'prompt', 'response', 'ground_truth'} (ground truth may be None)."""
+    s = config.sft
+    if not s.data_path:
+        raise FileNotFoundError("sft.data_path is empty: give a jsonl of prompt / response pairs")
+    path = Path(s.data_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"sft.data_path {str(path)!r} does not exist")
+    pairs = []
+    for number, row in enumerate(read_jsonl(path), start=1):
+        for key in (s.prompt_field, s.response_field):
+            if key not in row:
+                raise ValueError(f"{path} line {number}: no field {key!r} (fields: {', '.join(row)})")
+        pairs.append({"prompt": row[s.prompt_field], "response": row[s.response_field],
+                      "ground_truth": row.get(s.ground_truth_field)})
+    return pairs[: s.max_examples] if s.max_examples else pairs
+
+
+def filter_correct(pairs: list[dict], task, eos_text: str | None = None) -> list[dict]:
+    """The pairs whose response the task's verifier accepts (verdict.correct); the EOS text is not scored."""
+    kept = []
+    for pair in pairs:
+        if pair["ground_truth"] is None:
+            raise ValueError("filtering needs a ground truth in every row (see sft.ground_truth_field)")
+        response = pair["response"]
+        if eos_text and response.endswith(eos_text):
+            response = response[: -len(eos_text)]
+        if task.score(response, Example(prompt=pair["prompt"], ground_truth=pair["ground_truth"])).correct:
+            kept.append(pair)
+    return kept
+
+
+def sft_step(policy, tokenizer, optimizer, scheduler, params, pairs: list[dict], *, microbatch_size: int,
+             normalization: str, normalize_constant: float, max_grad_norm: float) -> dict:
+    """One optimizer step over `pairs` (accumulated in microbatches). -> metrics."""
+    device = next(policy.parameters()).device
+    policy.train()
+    optimizer.zero_grad(set_to_none=True)
+    batches = [tokenize_prompt_and_output([p["prompt"] for p in pairs[i : i + microbatch_size]],
+                                          [p["response"] for p in pairs[i : i + microbatch_size]], tokenizer)
+               for i in range(0, len(pairs), microbatch_size)]
+    total_tokens = float(sum(b["response_mask"].sum() for b in batches))
+    sums = MetricSums()
+    for batch in batches:
+        input_ids, labels = batch["input_ids"].to(device), batch["labels"].to(device)  # [b, T]
+        mask = batch["response_mask"].to(device).float()  # [b, T]
+        out = get_response_log_probs(policy, input_ids, labels, return_token_entropy=True)
+        share = len(input_ids) / len(pairs)  # sequence-mean losses weigh each microbatch by its rows
+        if normalization == "token_mean":
+            loss = sft_loss(out["log_probs"], mask, normalization, token_count=total_tokens)
+        else:
+            loss = sft_loss(out["log_probs"], mask, normalization, normalize_constant) * share
+        loss.backward()
+        sums.add("loss", loss.detach(), 1.0)  # summed below: the batch loss is the sum of the parts
+        sums.add_masked("nll_per_token", -out["log_probs"], mask)
+        sums.add_masked("entropy", out["token_entropy"], mask)
+    metrics = sums.reduce()
+    metrics["loss"] *= len(batches)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    skipped = not torch.isfinite(grad_norm)
+    if skipped:
+        optimizer.zero_grad(set_to_none=True)  # counted below, never silently dropped
+    else:
+        optimizer.step()
+    lr = scheduler.get_last_lr()[0]
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {**metrics, "grad_norm": float(grad_norm), "lr": lr, "response_tokens": total_tokens,
+            "skipped_nonfinite_updates": int(skipped)}
+
+
+def epoch_order(num_pairs: int, seed: int, epoch: int) -> list[int]:
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    return torch.randperm(num_pairs, generator=generator).tolist()
+
+
+def train_sft(config: Config, resume_dir: str | Path | None = None) -> Path:
+    """Fine-tune according to `config` (or continue the run in `resume_dir`); returns the run folder."""
+    started_at = time.perf_counter()
+    s, train_cfg = config.sft, config.train
+    if resume_dir is not None:
+        run_dir = Path(resume_dir)
+    else:
+        run_dir = Path(train_cfg.output_dir) / (train_cfg.run_name or f"sft-{config.task.name.replace(':', '_')}-"
+                                                f"{datetime.now():%Y%m%d-%H%M%S}")
+        if (run_dir / "metrics.jsonl").exists():
+            raise FileExistsError(f"{run_dir} already holds a run; resume it with --resume {run_dir}")
+    pairs = read_pairs(config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, run_dir / "config.yaml")
+    writer = RunWriter(run_dir)
+    loaded, task, params, optimizer, _ = setup(config)
+    size_before_filter = len(pairs)
+    if s.filter_correct:
+        pairs = filter_correct(pairs, task, loaded.tokenizer.eos_token)
+        print(f"sft: the verifier accepted {len(pairs)} of {size_before_filter} examples", flush=True)
+    if not pairs:
+        raise ValueError("sft: no training examples left")
+    steps_per_epoch = math.ceil(len(pairs) / s.batch_size)
+    total_steps = s.epochs * steps_per_epoch
+    scheduler = make_scheduler(optimizer, config, total_steps)
+    eval_examples = task.examples("eval", train_cfg.eval_size, train_cfg.seed)
+    eval_tokens = train_cfg.eval_max_new_tokens or config.rollout.max_new_tokens
+
+    def run_eval(step: int) -> dict:
+        result = evaluate(loaded.policy, loaded.tokenizer, task, eval_examples, max_new_tokens=eval_tokens,
+                          backend=config.rollout.backend, use_chat_template=config.task.use_chat_template)
+        record = {"iteration": step, "elapsed_s": time.perf_counter() - started_at, "time/unix": time.time(), **result}
+        if s.log_generations:
+            record.update(log_generations(loaded.policy, loaded.tokenizer, task, eval_examples[: s.log_generations],
+                                          iteration=step, run_dir=run_dir, max_new_tokens=eval_tokens,
+                                          use_chat_template=config.task.use_chat_template,
+                                          backend=config.rollout.backend))
+        writer.eval(record)
+        return record
+
+    step, state = 0, {"skipped_nonfinite_updates": 0}
+    if resume_dir is not None:
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise FileNotFoundError(f"{run_dir} has no checkpoint to resume from")
+        restored = load_checkpoint(checkpoint, loaded, optimizer, scheduler)
+        step, state = restored["iteration"], restored["state"]
+        for path in (writer.metrics_path, writer.eval_path, run_dir / "generations.jsonl"):
+            truncate_jsonl(path, lambda r: r.get("iteration", -1) <= step)
+    elif train_cfg.eval_size > 0:
+        run_eval(0)
+
+    while step < total_steps:
+        step_started = time.perf_counter()
+        epoch, position = divmod(step, steps_per_epoch)
+        order = epoch_order(len(pairs), train_cfg.seed, epoch)
+        chosen = [pairs[i] for i in order[position * s.batch_size : (position + 1) * s.batch_size]]
+        metrics = sft_step(loaded.policy, loaded.tokenizer, optimizer, scheduler, params, chosen,
+                           microbatch_size=s.microbatch_size, normalization=s.loss_normalization,
+                           normalize_constant=s.normalize_constant, max_grad_norm=config.optim.max_grad_norm)
+        step += 1
+        state["skipped_nonfinite_updates"] += metrics["skipped_nonfinite_updates"]
+        record = {"iteration": step, "epoch": epoch + (position + 1) / steps_per_epoch, **metrics,
+                  "skipped_nonfinite_updates_total": state["skipped_nonfinite_updates"],
+                  "data/size": len(pairs), "data/size_before_filter": size_before_filter,
+                  "time/iteration": time.perf_counter() - step_started,
+                  "elapsed_s": time.perf_counter() - started_at, "time/unix": time.time(),
+                  "peak_rss_bytes": peak_rss_bytes()}
+        last = step == total_steps
+        if train_cfg.eval_size > 0 and (last or (s.eval_every and step % s.eval_every == 0)):
+            record["eval/accuracy"] = run_eval(step)["eval/accuracy"]
+        writer.metrics(record)
+        if train_cfg.progress:
+            print(f"sft step {step}/{total_steps} loss={record['loss']:.4f} lr={record['lr']:.2e} "
+                  f"grad_norm={record['grad_norm']:.3f}"
+                  + (f" eval/accuracy={record['eval/accuracy']:.3f}" if "eval/accuracy" in record else ""), flush=True)
+        if last or step % s.save_every == 0:
+            save_checkpoint(run_dir, step, loaded, optimizer, scheduler, state, train_cfg.keep_checkpoints)
+    return run_dir
+
+
+def resume_sft(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Path:
+    """Continue the sft run in `run_dir` with its saved config (overrides may add epochs)."""
+    import yaml
+
+    from rlvr.config import apply_override
+
+    run_dir = Path(run_dir)
+    config_path = run_dir / "config.yaml"
+    if not config_path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a run folder: config.yaml is missing")
+    data = yaml.safe_load(config_path.read_text())
+    for item in overrides:
+        apply_override(data, item)
+    return train_sft(config_from_dict(data), resume_dir=run_dir)
