@@ -461,6 +461,17 @@ def config_from_dict(data: dict) -> Config:
     return resolve(_build(Config, data, ""))
 
 
+def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """The resolved config saved in a run folder, with `key=value` overrides applied (for resume)."""
+    config_path = Path(run_dir) / "config.yaml"
+    if not config_path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a run folder: config.yaml is missing")
+    data = yaml.safe_load(config_path.read_text())
+    for item in overrides:
+        apply_override(data, item)
+    return config_from_dict(data)
+
+
 def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
     """{'a': {'b': 1}} -> {'a.b': 1}: used to compare configs across runs."""
     out: dict[str, Any] = {}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr.config import Config, config_from_dict, save_config
+from rlvr.config import Config, load_run_config, save_config
 from rlvr.models import LoraSettings, load_policy, reference_context, trainable_parameters
 from rlvr.tasks import build_task
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -179,18 +179,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
 
 def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Path:
     """Continue the run in `run_dir` with its saved config (overrides may extend train.iterations)."""
-    import yaml
-
-    from rlvr.config import apply_override
-
-    run_dir = Path(run_dir)
-    config_path = run_dir / "config.yaml"
-    if not config_path.exists():
-        raise FileNotFoundError(f"{run_dir} is not a run folder: config.yaml is missing")
-    data = yaml.safe_load(config_path.read_text())
-    for item in overrides:
-        apply_override(data, item)
-    return train(config_from_dict(data), resume_dir=run_dir)
+    return train(load_run_config(run_dir, overrides), resume_dir=Path(run_dir))
 
 
 def load_metrics(run_dir: str | Path) -> list[dict]:

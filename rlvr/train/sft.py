@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr.config import Config, config_from_dict, save_config
+from rlvr.config import Config, load_run_config, save_config
 from rlvr.core import get_response_log_probs, masked_normalize, tokenize_prompt_and_output
 from rlvr.tasks.base import Example
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -202,15 +202,4 @@ def train_sft(config: Config, resume_dir: str | Path | None = None) -> Path:
 
 def resume_sft(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Path:
     """Continue the sft run in `run_dir` with its saved config (overrides may add epochs)."""
-    import yaml
-
-    from rlvr.config import apply_override
-
-    run_dir = Path(run_dir)
-    config_path = run_dir / "config.yaml"
-    if not config_path.exists():
-        raise FileNotFoundError(f"{run_dir} is not a run folder: config.yaml is missing")
-    data = yaml.safe_load(config_path.read_text())
-    for item in overrides:
-        apply_override(data, item)
-    return train_sft(config_from_dict(data), resume_dir=run_dir)
+    return train_sft(load_run_config(run_dir, overrides), resume_dir=Path(run_dir))
