@@ -14,32 +14,29 @@ def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]
     return None, items
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from rlvr.train.rl import resume, train
-
+def _train_or_resume(args: argparse.Namespace, start, resume) -> int:
+    """`start(config)` a new run, or `resume(run_dir, overrides)` with `--resume RUN_DIR`."""
     config_path, overrides = _split_config_and_overrides(args.items)
     if args.resume:
         if config_path is not None:
             raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
         run_dir = resume(args.resume, overrides)
     else:
-        run_dir = train(load_config(config_path, overrides))
+        run_dir = start(load_config(config_path, overrides))
     print(f"run folder: {run_dir}")
     return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rlvr.train.rl import resume, train
+
+    return _train_or_resume(args, train, resume)
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
     from rlvr.train.sft import resume_sft, train_sft
 
-    config_path, overrides = _split_config_and_overrides(args.items)
-    if args.resume:
-        if config_path is not None:
-            raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
-        run_dir = resume_sft(args.resume, overrides)
-    else:
-        run_dir = train_sft(load_config(config_path, overrides))
-    print(f"run folder: {run_dir}")
-    return 0
+    return _train_or_resume(args, train_sft, resume_sft)
 
 
 def cmd_expert_iter(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ from rlvr.train.collect import collect_rollout_batch
 from rlvr.train.evaluate import evaluate
 from rlvr.train.metrics import RunWriter
 from rlvr.train.update import update_policy
-from rlvr.utils import peak_rss_bytes, read_jsonl, seed_everything, truncate_jsonl
+from rlvr.utils import peak_rss_bytes, seed_everything, truncate_jsonl
 
 
 def make_scheduler(optimizer, config: Config, total_steps: int):
@@ -180,7 +180,3 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
 def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Path:
     """Continue the run in `run_dir` with its saved config (overrides may extend train.iterations)."""
     return train(load_run_config(run_dir, overrides), resume_dir=Path(run_dir))
-
-
-def load_metrics(run_dir: str | Path) -> list[dict]:
-    return read_jsonl(Path(run_dir) / "metrics.jsonl")
