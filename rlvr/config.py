@@ -65,6 +65,8 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = 0  # 0 disables
     min_p: float = 0.0  # 0 disables
+    # Generation ends at the first of these, kept in the text (empty: the task's own, e.g.
+    # `</answer>` for the r1_zero prompt; the completion mask ends with the stop string's token).
     stop_strings: list[str] = field(default_factory=list)
     # Merge the LoRA adapter into the weights while sampling (faster; weights restored exactly).
     merge_lora: bool = True
@@ -169,6 +171,9 @@ class ExpertIterationConfig:
     sft_epochs: int = 2  # E: epochs over each round's accepted samples
     # Drop exact duplicate (prompt, response) pairs before fine-tuning.
     deduplicate: bool = True
+    # Keep a correct sample only if its weighted total reward is at least this (null: correct is
+    # enough). Fine-tuning copies everything in a kept sample, sloppy formatting included.
+    min_reward: Optional[float] = None
 
 
 @dataclass

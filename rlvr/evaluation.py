@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional, Sequence
 
+from rlvr.rollout.base import cut_at_stop  # noqa: F401  (re-exported)
 from rlvr.tasks.base import Verdict
 
 CATEGORIES = ("correct", "formatted_wrong", "unformatted", "unjudgeable", "timeout", "error")
@@ -55,12 +56,6 @@ def wilson_interval(successes: int, total: int, z: float = 1.959963984540054) ->
     centre = (p + z * z / (2 * total)) / denominator
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
     return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def cut_at_stop(text: str, stop_strings: Sequence[str]) -> str:
-    """Keep the text up to and including the first stop string (a token may run past it)."""
-    ends = [text.find(s) + len(s) for s in stop_strings if s and s in text]
-    return text[: min(ends)] if ends else text
 
 
 def _jsonable(value):
@@ -108,7 +103,6 @@ def run_evaluation(model, tokenizer, task, examples, *, settings: EvalSettings, 
         with merged_adapter(model):
             generation = generate(model, tokenizer, prompts, 1, sampling)
         for offset, (example, prompt, text) in enumerate(zip(chunk, prompts, generation.completion_texts)):
-            text = cut_at_stop(text, stops)
             verdict = task.score(text, example)
             records.append({
                 "index": start + offset, "prompt": prompt, "ground_truth": _jsonable(example.ground_truth),

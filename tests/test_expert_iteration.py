@@ -68,6 +68,28 @@ def test_sample_correct_keeps_only_verified_completions(tiny_model_dir):
     assert stats["questions_solved"] == solved
 
 
+
+def test_min_reward_keeps_only_high_reward_correct_samples(tiny_model_dir):
+    """`min_reward` drops correct samples whose total is below it (share of letters here)."""
+    overrides = {**EI, "expert_iteration.deduplicate": "false"}
+    chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+    loaded = load_policy(str(tiny_model_dir))
+    task = build_task("char_count", use_chat_template=False, options={"chars": chars})
+    questions = task.examples("train", 3, 0)
+    runs = {}
+    for threshold in (None, 0.8):
+        extra = {} if threshold is None else {"expert_iteration.min_reward": threshold}
+        config = load_config(None, tiny_overrides(tiny_model_dir, tiny_model_dir.parent / "unused",
+                                                  **overrides, **extra))
+        torch.manual_seed(0)
+        runs[threshold], _ = sample_correct(loaded.policy, loaded.tokenizer, task, questions, config)
+    eos = loaded.tokenizer.eos_token
+    totals = [task.score(p["response"][: -len(eos)], questions[0]).total for p in runs[None]]
+    expected = [p for p, total in zip(runs[None], totals) if total >= 0.8]
+    assert 0 < len(expected) < len(runs[None]), totals  # the threshold must split this sample set
+    assert runs[0.8] == expected
+
+
 def test_min_new_tokens_forbids_early_eos(tiny_model_dir):
     loaded = load_policy(str(tiny_model_dir))
     eos = loaded.tokenizer.eos_token_id

@@ -131,3 +131,25 @@ def test_nonfinite_updates_are_skipped_and_counted(tiny_model_dir, tmp_path):
     assert record["skipped_nonfinite_updates"] == 2 and record["optimizer_steps"] == 0
     trained = _weights(run_dir, tiny_model_dir)
     assert all(torch.count_nonzero(v) == 0 for k, v in trained.items() if "lora_B" in k)  # nothing applied
+
+
+def test_rollouts_stop_at_the_tasks_stop_string(tiny_model_dir, tmp_path):
+    """With rollout.stop_strings empty, generation ends at the task's own stop string (kept)."""
+    from rlvr.tasks import build_task
+    from rlvr.train.collect import sample_round
+
+    config = load_config(None, tiny_overrides(tiny_model_dir, tmp_path / "run", **{
+        "rollout.max_new_tokens": 40, "rollout.group_size": 8}))
+    loaded = load_policy(str(tiny_model_dir))
+    task = build_task("char_count", use_chat_template=False)
+    task.stop_strings = ("a",)
+    torch.manual_seed(0)
+    scored = sample_round(loaded.policy, loaded.tokenizer, task, task.examples("train", 2, 0), config, {})
+    texts = [t for group in scored.texts for t in group]
+    lengths = torch.cat(scored.lengths).tolist()
+    stopped = [t for t in texts if t.endswith("a")]
+    assert stopped, "no completion reached the stop string: the test would not see a missing stop"
+    assert all("a" not in t[:-1] for t in texts)  # nothing generated past the stop string
+    for text, length in zip(texts, lengths):
+        if text.endswith("a"):
+            assert length == len(text)  # the mask ends with the stop string's token (one char each)

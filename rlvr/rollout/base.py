@@ -102,3 +102,9 @@ def completion_lengths_from_tokens(
                 lengths[row] = end
     truncated = ~has_eos & ~stopped & (lengths >= max_new_tokens)
     return lengths, truncated
+
+
+def cut_at_stop(text: str, stop_strings: Sequence[str]) -> str:
+    """The text up to and including the earliest stop string (a token may run past it)."""
+    ends = [text.find(s) + len(s) for s in stop_strings if s and s in text]
+    return text[: min(ends)] if ends else text

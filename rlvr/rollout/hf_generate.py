@@ -3,7 +3,8 @@
 Each prompt is repeated G times consecutively, so the output is prompt-major. With
 `share_prompt_prefill` the B prompts (all but their last token) are run once and their KV cache
 is repeated G times before `generate` continues from it, instead of prefilling G identical
-copies. The completion mask is rebuilt from the first EOS (see `base`).
+copies. The completion mask is rebuilt from the first EOS or stop string (see `base`); texts end at the
+stop string, kept.
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ from __future__ import annotations
 import torch
 
 from rlvr.core.completion_logprobs import cache_argument_name, output_cache
-from rlvr.rollout.base import Generation, SamplingSettings, completion_lengths_from_tokens, eos_token_ids
+from rlvr.rollout.base import (
+    Generation,
+    SamplingSettings,
+    completion_lengths_from_tokens,
+    cut_at_stop,
+    eos_token_ids,
+)
 
 
 def hf_generate(model, tokenizer, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
@@ -66,7 +73,8 @@ def hf_generate(model, tokenizer, prompts: list[str], group_size: int, settings:
     for row in range(completion_ids.shape[0]):
         ids = completion_ids[row, : int(lengths[row])].tolist()
         ids = [t for t in ids if t not in eos_ids]
-        texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+        # A stop string is kept; text a token carried past it is dropped.
+        texts.append(cut_at_stop(tokenizer.decode(ids, skip_special_tokens=True), settings.stop_strings))
     return Generation(
         input_ids=output.cpu(),
         attention_mask=attention_mask,

@@ -65,7 +65,8 @@ def sample_round(policy, tokenizer, task, examples, config, timings: dict) -> Sc
     generate = ROLLOUT_BACKENDS.get(rollout.backend)
     settings = SamplingSettings(
         max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
-        top_k=rollout.top_k, min_p=rollout.min_p, stop_strings=tuple(rollout.stop_strings),
+        top_k=rollout.top_k, min_p=rollout.min_p,
+        stop_strings=tuple(rollout.stop_strings) or tuple(getattr(task, "stop_strings", ())),
         share_prompt_prefill=rollout.share_prompt_prefill,
     )
     prompts = render_prompts(tokenizer, examples, config.task.use_chat_template)

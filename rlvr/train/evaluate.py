@@ -29,8 +29,6 @@ def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: 
             generation = generate(model, tokenizer, prompts, 1, settings)
         for example, text, cut, length in zip(chunk, generation.completion_texts,
                                               generation.truncated.tolist(), generation.completion_lengths.tolist()):
-            ends = [text.find(s) + len(s) for s in stop_strings if s in text]
-            text = text[: min(ends)] if ends else text
             verdict = task.score(text, example)
             correct.append(float(verdict.correct))
             totals.append(verdict.total)

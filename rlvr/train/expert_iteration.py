@@ -21,7 +21,7 @@ from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
 from rlvr.train.checkpoint import save_checkpoint
 from rlvr.train.evaluate import evaluate
-from rlvr.train.generations import cut_at_stop, log_generations
+from rlvr.train.generations import log_generations
 from rlvr.train.metrics import RunWriter
 from rlvr.train.rl import make_scheduler, setup
 from rlvr.train.sft import epoch_order, sft_step
@@ -49,10 +49,12 @@ def sample_correct(policy, tokenizer, task, examples, config: Config) -> tuple[l
     for index, (example, prompt) in enumerate(zip(examples, prompts)):
         any_correct = False
         for row in range(index * group, (index + 1) * group):
-            text = cut_at_stop(generation.completion_texts[row], stop_strings)
+            text = generation.completion_texts[row]
             verdict = task.score(text, example)
             totals.append(verdict.total)
-            if not verdict.correct:
+            # Accepted: correct, and with ei.min_reward set, a total reward at least that high
+            # (e.g. format_copy's 1.3 also asks for nothing but the tags, so trailing text is not learned).
+            if not verdict.correct or (ei.min_reward is not None and not verdict.total >= ei.min_reward):
                 continue
             any_correct = True
             if ei.deduplicate and (prompt, text) in seen:

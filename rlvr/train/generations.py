@@ -18,12 +18,6 @@ from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
 from rlvr.utils import append_jsonl
 
 
-def cut_at_stop(text: str, stop_strings) -> str:
-    """The text up to and including the earliest stop string (the text itself when none occurs)."""
-    ends = [text.find(s) + len(s) for s in stop_strings if s in text]
-    return text[: min(ends)] if ends else text
-
-
 def response_entropy(model, tokenizer, prompts: list[str], responses: list[str]) -> list[float]:
     """Mean next-token entropy over each response's tokens (NaN for an empty response)."""
     entropies = []
@@ -63,7 +57,7 @@ def log_generations(model, tokenizer, task, examples, *, iteration: int, run_dir
     generate = ROLLOUT_BACKENDS.get(backend)
     with merged_adapter(model):
         generation = generate(model, tokenizer, prompts, 1, settings)
-    responses = [cut_at_stop(text, stop_strings) for text in generation.completion_texts]
+    responses = list(generation.completion_texts)
     lengths = [float(n) for n in generation.completion_lengths.tolist()]
     entropies = response_entropy(model, tokenizer, prompts, responses)
     records = []
