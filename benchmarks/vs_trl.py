@@ -1,0 +1,314 @@
+"""rlvr vs TRL's GRPOTrainer on one workload (W1), each side in its own process, alternating.
+
+W1: format_copy prompts as chat messages through SmolLM2's chat template (its default system
+prompt included), n from `random.Random(0)` in [-9999, 9999]; the format_copy reward (1.0 exact,
++0.2 tag, +0.1 strict); SmolLM2-135M-Instruct in fp32; LoRA r=16, alpha=32, dropout 0 on
+q,k,v,o,gate,up,down; 4 prompts x 4 completions per step; 24 new tokens at most; temperature
+1.0, top-p 1.0, no top-k; no KL; one epoch, one optimizer step per rollout batch; AdamW lr 2e-4
+constant, gradient clipping 1.0; group-std advantages (sample std, as TRL); clip 0.2; no
+gradient checkpointing; 2 torch threads.
+
+The parent runs `--rounds` rounds of (rlvr, TRL) or (TRL, rlvr), alternating the order, so
+machine drift hits both sides alike. Per side it prints the median seconds per step over
+steps 3..N of every run (the first two are warm-up), the split (generation / log-probs /
+update), peak resident memory, the rlvr / TRL ratios, a FLOP lower bound of the step from a
+measured fp32 matmul rate, and rlvr's measured / bound.
+
+    pip install -e ".[bench]"                      # TRL and datasets
+    python benchmarks/vs_trl.py --steps 8 --rounds 2
+
+Results go to benchmarks/results/vs_trl.json. Numbers are for the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = "smollm2-135m-instruct"
+PROMPTS_PER_STEP, GROUP, MAX_NEW_TOKENS, LR, THREADS = 4, 4, 24, 2e-4, 2
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def w1_numbers(count: int) -> list[int]:
+    rng = random.Random(0)
+    return [rng.randint(-9999, 9999) for _ in range(count)]
+
+
+def peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+# ----------------------------------------------------------------------------------------- rlvr
+def run_rlvr(steps: int, out: Path) -> dict:
+    import torch
+
+    from rlvr.config import load_config
+    from rlvr.tasks import TASKS
+    from rlvr.tasks.format_copy import FormatCopyTask
+    from rlvr.train.rl import train
+    from rlvr.utils import read_jsonl
+
+    class W1Task(FormatCopyTask):
+        """format_copy whose training prompts are the W1 stream, in order."""
+
+        name = "w1_format_copy"
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self._stream = iter(w1_numbers(10_000))
+
+        def examples(self, split, count, seed):
+            if split == "eval":
+                return super().examples(split, count, seed)
+            return [self.make_example(next(self._stream)) for _ in range(count)]
+
+    if "w1_format_copy" not in TASKS:
+        TASKS.add("w1_format_copy", W1Task)
+    torch.set_num_threads(THREADS)
+    with tempfile.TemporaryDirectory() as folder:
+        overrides = {
+            "model.name": MODEL, "model.dtype": "float32", "model.lora": "true", "model.lora_rank": 16,
+            "model.lora_alpha": 32, "model.lora_dropout": 0.0, "model.num_threads": THREADS,
+            "model.gradient_checkpointing": "false",
+            "task.name": "w1_format_copy", "rollout.batch_size": PROMPTS_PER_STEP, "rollout.group_size": GROUP,
+            "rollout.max_new_tokens": MAX_NEW_TOKENS, "rollout.temperature": 1.0, "rollout.top_p": 1.0,
+            "rollout.top_k": 0, "algorithm.name": "grpo", "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1,
+            "algorithm.clip_low": 0.2, "algorithm.clip_high": 0.2, "algorithm.std": "sample",
+            "optim.lr": LR, "optim.schedule": "constant", "optim.max_grad_norm": 1.0,
+            "optim.grad_accum_steps": 1, "train.iterations": steps, "train.eval_size": 0,
+            "train.save_every": 10_000, "train.keep_checkpoints": 1, "train.progress": "false",
+            "train.output_dir": folder, "train.run_name": "w1", "train.samples_every": 0,
+        }
+        config = load_config(None, [f"{k}={v}" for k, v in overrides.items()])
+        run_dir = train(config)
+        records = read_jsonl(run_dir / "metrics.jsonl")
+    result = {
+        "side": "rlvr",
+        "step_seconds": [r["time/iteration"] for r in records],
+        "generation_seconds": [r.get("time/generation", 0.0) for r in records],
+        "logprob_seconds": [r.get("time/logprobs", 0.0) for r in records],
+        "update_seconds": [r.get("time/update", 0.0) for r in records],
+        "reward_mean": [r["reward/mean"] for r in records],
+        "peak_rss_bytes": peak_rss(),
+    }
+    out.write_text(json.dumps(result))
+    return result
+
+
+# ------------------------------------------------------------------------------------------ TRL
+def run_trl(steps: int, out: Path) -> dict:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlvr.models import resolve_model_path
+    from rlvr.tasks.format_copy import FormatCopyTask
+
+    torch.set_num_threads(THREADS)
+    folder, _ = resolve_model_path(MODEL)
+    task = FormatCopyTask()
+    numbers = w1_numbers(PROMPTS_PER_STEP * (steps + 2))
+    dataset = Dataset.from_list([
+        {"prompt": task.make_example(n).prompt, "ground_truth": str(n)} for n in numbers
+    ])
+
+    def format_copy_reward(completions, ground_truth, **_):
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [task.score(text, task.make_example(int(gt))).total for text, gt in zip(texts, ground_truth)]
+
+    times = {"step": [], "generation": [], "logprobs": []}
+    current = {"generation": 0.0, "logprobs": 0.0}
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            current.update(generation=0.0, logprobs=0.0, started=time.perf_counter())
+
+        def on_step_end(self, args, state, control, **kwargs):
+            times["step"].append(time.perf_counter() - current["started"])
+            times["generation"].append(current["generation"])
+            times["logprobs"].append(current["logprobs"])
+
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, fp16=False, loss_type="grpo",
+        num_generations=GROUP, per_device_train_batch_size=PROMPTS_PER_STEP * GROUP,
+        gradient_accumulation_steps=1, max_completion_length=MAX_NEW_TOKENS, beta=0.0, num_iterations=1,
+        gradient_checkpointing=False, report_to="none", learning_rate=LR, lr_scheduler_type="constant",
+        max_grad_norm=1.0, temperature=1.0, top_p=1.0, top_k=0, epsilon=0.2, max_steps=steps,
+        logging_steps=1, save_strategy="no", shuffle_dataset=False, seed=0, dataloader_num_workers=0,
+    )
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
+    peft_config = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=LORA_TARGETS,
+                             task_type="CAUSAL_LM")
+    trainer = GRPOTrainer(model=model, reward_funcs=[format_copy_reward], args=args, train_dataset=dataset,
+                          processing_class=tokenizer, peft_config=peft_config, callbacks=[StepTimer()])
+
+    def timed(name, method, only_without_grad=False):
+        def wrapper(*a, **kw):
+            started = time.perf_counter()
+            try:
+                return method(*a, **kw)
+            finally:
+                if not only_without_grad or not torch.is_grad_enabled():
+                    current[name] += time.perf_counter() - started
+        return wrapper
+
+    trainer._generate = timed("generation", trainer._generate)
+    # Scoring passes without a graph (old / reference log-probs); the loss's own pass has one.
+    trainer._get_per_token_logps_and_entropies = timed(
+        "logprobs", trainer._get_per_token_logps_and_entropies, only_without_grad=True)
+    trainer.train()
+    rewards = [r["reward"] for r in trainer.state.log_history if "reward" in r]
+    result = {
+        "side": "trl",
+        "step_seconds": times["step"],
+        "generation_seconds": times["generation"],
+        "logprob_seconds": times["logprobs"],
+        "update_seconds": [s - g - p for s, g, p in zip(times["step"], times["generation"], times["logprobs"])],
+        "reward_mean": rewards,
+        "peak_rss_bytes": peak_rss(),
+    }
+    out.write_text(json.dumps(result))
+    return result
+
+
+# ------------------------------------------------------------------------------------ FLOP bound
+def matmul_gflops(size: int = 1024, repeats: int = 20) -> float:
+    import torch
+
+    torch.set_num_threads(THREADS)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(3):
+        a @ b
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        best = min(best, time.perf_counter() - started)
+    return 2 * size**3 * repeats / best / 1e9
+
+
+def flop_bounds(prompt_tokens: float) -> dict:
+    """FLOPs of one W1 step: `simple` = 2N per generated or prefilled token + 6N per trained token;
+    `lora` = the same with 4N per trained token (frozen weights need no weight gradient) and the LM
+    head only at completion positions. N = all parameters (embedding used as LM head)."""
+    from transformers import AutoConfig
+
+    from rlvr.models import resolve_model_path
+
+    config = AutoConfig.from_pretrained(resolve_model_path(MODEL)[0])
+    h, layers, inter, vocab = config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size
+    kv = h * config.num_key_value_heads // config.num_attention_heads
+    body = layers * (2 * h * h + 2 * h * kv + 3 * h * inter)  # attention + MLP weights
+    head = h * vocab
+    rows = PROMPTS_PER_STEP * GROUP
+    completion = rows * MAX_NEW_TOKENS
+    prompt = rows * prompt_tokens
+    gen = 2 * (body + head) * (prompt + completion)
+    simple = gen + 6 * (body + head) * (prompt + completion)
+    lora = gen + 4 * body * (prompt + completion) + 4 * head * completion
+    return {"simple_flops": simple, "lora_flops": lora, "parameters_matmul": body + head}
+
+
+# --------------------------------------------------------------------------------------- parent
+def median_after_warmup(values: list[float], warmup: int = 2) -> float:
+    return statistics.median(values[warmup:] if len(values) > warmup else values)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=8, help="steps per run (the first two are warm-up)")
+    parser.add_argument("--rounds", type=int, default=2, help="A B rounds, the order alternating")
+    parser.add_argument("--side", choices=["rlvr", "trl"], help="(internal) run one side in this process")
+    parser.add_argument("--out", help="(internal) where the child writes its result")
+    parser.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "vs_trl.json"))
+    args = parser.parse_args()
+    if args.side:
+        (run_rlvr if args.side == "rlvr" else run_trl)(args.steps, Path(args.out))
+        return 0
+
+    runs: dict[str, list[dict]] = {"rlvr": [], "trl": []}
+    env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "TOKENIZERS_PARALLELISM": "false"}
+    for round_index in range(args.rounds):
+        order = ["rlvr", "trl"] if round_index % 2 == 0 else ["trl", "rlvr"]
+        for side in order:
+            with tempfile.TemporaryDirectory() as folder:
+                out = Path(folder) / "result.json"
+                started = time.perf_counter()
+                subprocess.run([sys.executable, __file__, "--side", side, "--steps", str(args.steps),
+                                "--out", str(out)], check=True, cwd=REPO, env=env)
+                result = json.loads(out.read_text())
+            result["wall_seconds"] = time.perf_counter() - started
+            runs[side].append(result)
+            print(f"round {round_index + 1} {side}: median step {median_after_warmup(result['step_seconds']):.2f} s, "
+                  f"peak RSS {result['peak_rss_bytes'] / 2**30:.2f} GiB", flush=True)
+
+    summary = {}
+    for side, results in runs.items():
+        pooled = {key: [v for r in results for v in r[key][2:]]
+                  for key in ("step_seconds", "generation_seconds", "logprob_seconds", "update_seconds")}
+        summary[side] = {
+            "median_step_s": statistics.median(pooled["step_seconds"]),
+            "median_generation_s": statistics.median(pooled["generation_seconds"]),
+            "median_logprobs_s": statistics.median(pooled["logprob_seconds"]),
+            "median_update_s": statistics.median(pooled["update_seconds"]),
+            "per_run_median_step_s": [median_after_warmup(r["step_seconds"]) for r in results],
+            "peak_rss_gib": max(r["peak_rss_bytes"] for r in results) / 2**30,
+        }
+    from rlvr.models import load_tokenizer, resolve_model_path
+    from rlvr.rollout import render_prompts
+    from rlvr.tasks.format_copy import FormatCopyTask
+
+    path, gguf = resolve_model_path(MODEL)
+    tokenizer = load_tokenizer(path, gguf_file=gguf)
+    task = FormatCopyTask()
+    rendered = render_prompts(tokenizer, [task.make_example(n) for n in w1_numbers(64)], use_chat_template=True)
+    prompt_tokens = statistics.mean(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in rendered)
+    gflops = matmul_gflops()
+    bounds = flop_bounds(prompt_tokens)
+    rlvr, trl = summary["rlvr"], summary["trl"]
+    ratio_time = rlvr["median_step_s"] / trl["median_step_s"]
+    ratio_rss = rlvr["peak_rss_gib"] / trl["peak_rss_gib"]
+    bound_simple = bounds["simple_flops"] / (gflops * 1e9)
+    bound_lora = bounds["lora_flops"] / (gflops * 1e9)
+
+    print(f"\nW1: {PROMPTS_PER_STEP} prompts x {GROUP} completions, {MAX_NEW_TOKENS} new tokens, "
+          f"{prompt_tokens:.0f} prompt tokens on average, {args.rounds} alternating rounds of {args.steps} steps, "
+          f"median over steps 3..{args.steps}\n")
+    print("| side | s/step | generation | log-probs | update | peak RSS (GiB) |")
+    print("|---|---|---|---|---|---|")
+    for side in ("rlvr", "trl"):
+        row = summary[side]
+        print(f"| {side} | {row['median_step_s']:.2f} | {row['median_generation_s']:.2f} | "
+              f"{row['median_logprobs_s']:.2f} | {row['median_update_s']:.2f} | {row['peak_rss_gib']:.2f} |")
+    print(f"\nrlvr / TRL: step time {ratio_time:.2f}, peak RSS {ratio_rss:.2f}")
+    print(f"fp32 matmul: {gflops:.0f} GFLOPS; FLOP bound of a step: {bound_simple:.2f} s (2N/6N per token), "
+          f"{bound_lora:.2f} s (LoRA-aware); rlvr measured / bound: {rlvr['median_step_s'] / bound_simple:.2f}, "
+          f"{rlvr['median_step_s'] / bound_lora:.2f}")
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "argv": sys.argv[1:], "summary": summary, "ratio_step_time": ratio_time, "ratio_peak_rss": ratio_rss,
+        "matmul_gflops": gflops, "prompt_tokens_mean": prompt_tokens, "bound_simple_s": bound_simple,
+        "bound_lora_s": bound_lora, "runs": runs,
+    }, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
