@@ -7,6 +7,9 @@ reward and eval curves.
 
     python benchmarks/format_copy_learning.py                       # grpo (the default) and gr_reinforce
     python benchmarks/format_copy_learning.py --configs configs/format_copy_rloo.yaml --out docs/rloo.png
+    python benchmarks/format_copy_learning.py --configs configs/format_copy_grpo.yaml --num-processes 2 \
+        --override model.num_threads=1 --compare benchmarks/results/format_copy_learning.json \
+        --out docs/format_copy_data_parallel.png --json benchmarks/results/format_copy_data_parallel.json
 
 The runs go to `runs/bench-<config name>` (deleted first). Numbers are for the machine it runs on.
 """
@@ -31,11 +34,15 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def run_one(config: str | None, overrides: list[str], runs_dir: Path) -> dict:
+def run_one(config: str | None, overrides: list[str], runs_dir: Path, num_processes: int = 1) -> dict:
     name = "bench-" + (Path(config).stem if config else "default")
+    launch = []
+    if num_processes > 1:
+        name += f"-{num_processes}proc"
+        launch = ["--num-processes", str(num_processes)]
     run_dir = runs_dir / name
     shutil.rmtree(run_dir, ignore_errors=True)
-    command = [sys.executable, "-m", "rlvr", "train", *([config] if config else []),
+    command = [sys.executable, "-m", "rlvr", "train", *launch, *([config] if config else []),
                f"train.output_dir={runs_dir}", f"train.run_name={name}", "train.progress=false", *overrides]
     print("$", " ".join(command[1:]), flush=True)
     started = time.time()
@@ -54,7 +61,7 @@ def run_one(config: str | None, overrides: list[str], runs_dir: Path) -> dict:
     return {
         "name": name, "config": config or "(defaults)", "total_s": total, "metrics": metrics, "evals": evals,
         "reward_target_s": reward_hit, "eval_target_s": eval_hit, "median_split_s": split,
-        "started": started,
+        "started": started, "num_processes": num_processes,
     }
 
 
@@ -90,11 +97,13 @@ def main() -> int:
     parser.add_argument("--configs", nargs="*", default=None, help="config files ('default' = no config)")
     parser.add_argument("--override", action="append", default=[], help="key=value passed to every run")
     parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--num-processes", type=int, default=1, help="data-parallel processes per run")
+    parser.add_argument("--compare", default=None, help="a results JSON whose runs are plotted alongside")
     parser.add_argument("--out", default="docs/format_copy_learning.png")
     parser.add_argument("--json", default="benchmarks/results/format_copy_learning.json")
     args = parser.parse_args()
     configs = DEFAULT_CONFIGS if args.configs is None else [None if c == "default" else c for c in args.configs]
-    results = [run_one(c, args.override, (REPO / args.runs_dir).resolve()) for c in configs]
+    results = [run_one(c, args.override, (REPO / args.runs_dir).resolve(), args.num_processes) for c in configs]
     print(f"\n{'run':28s} {'reward>=1.25 at':>16s} {'eval>=0.9 at':>13s} {'final reward':>13s} "
           f"{'final eval':>11s} {'s/iter':>7s} {'gen':>5s} {'logp':>5s} {'upd':>5s}")
     for r in results:
@@ -105,7 +114,8 @@ def main() -> int:
               f"{last_m['reward/mean']:13.3f} {last_e.get('eval/accuracy', float('nan')):11.3f} "
               f"{split.get('time/iteration', 0):7.1f} {split.get('time/generation', 0):5.1f} "
               f"{split.get('time/logprobs', 0):5.1f} {split.get('time/update', 0):5.1f}")
-    plot(results, REPO / args.out)
+    compared = json.loads((REPO / args.compare).read_text()) if args.compare else []
+    plot([r for r in compared if r["config"] in {r["config"] for r in results}] + results, REPO / args.out)
     out_json = REPO / args.json
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps([{k: v for k, v in r.items()} for r in results], indent=1))
