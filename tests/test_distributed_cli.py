@@ -48,6 +48,7 @@ def _lora_weights(checkpoint: Path) -> dict:
     return {f"{path.name}/{key}": value for path in files for key, value in load_file(path).items()}
 
 
+@pytest.mark.slow
 def test_two_process_train_writes_once_and_resumes_exactly(tiny_model_dir, tmp_path, capsys):
     full = tmp_path / "full"
     done = _rlvr("train", "--num-processes", "2", *_overrides(tiny_model_dir, full, 3))

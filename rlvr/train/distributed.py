@@ -132,10 +132,13 @@ def init_distributed(device: str = "cpu") -> Dist:
         return SINGLE
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" or \
             os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
-        raise ValueError("rlvr train runs data-parallel with replicated weights only (distributed_type: "
-                         "MULTI_GPU or MULTI_CPU, e.g. configs/accelerate/ddp.yaml); FSDP and DeepSpeed are not supported")
-    from accelerate import PartialState
-
+        raise ValueError("rlvr train runs data-parallel with replicated weights only; FSDP and DeepSpeed are "
+                         "not supported: launch with distributed_type MULTI_GPU (configs/accelerate/ddp.yaml, "
+                         "which runs on CPUs too) or rlvr train --num-processes N")
+    try:
+        from accelerate import PartialState
+    except ImportError:
+        raise ValueError("data-parallel training needs Accelerate: pip install 'rlvr[distributed]'") from None
     on_cpu = not device.startswith("cuda")
     state = PartialState(cpu=True, backend="gloo") if on_cpu else PartialState()
     comm_device = "cpu" if state.backend == "gloo" else str(state.device)
@@ -246,4 +249,8 @@ def launch(num_processes: int, rlvr_args: list[str]) -> int:
         raise ValueError(f"--num-processes must be >= 1, got {num_processes}")
     if launched_world_size() > 1:
         raise ValueError("--num-processes cannot be used inside an already distributed launch")
+    try:
+        import accelerate  # noqa: F401
+    except ImportError:
+        raise ValueError("--num-processes needs Accelerate: pip install 'rlvr[distributed]'") from None
     return subprocess.run(launch_command(num_processes, rlvr_args)).returncode

@@ -2,9 +2,9 @@
 
 Each iteration: take B prompts, sample G completions each (prompt-major), score them, compute
 group advantages, run `ppo_epochs` optimizer steps over the batch, log one line of metrics,
-evaluate and checkpoint now and then. Shortcuts taken, on purpose: a single process (metric
-reduction is kept in one place so data parallelism can be added), rollouts and update share one
-model (LoRA's reference is the same model with the adapter disabled), and the old log-probs
+evaluate and checkpoint now and then. Launched data-parallel, each rank does this on its share
+of the B prompts (rlvr/train/distributed.py). Shortcuts taken, on purpose: rollouts and update
+share one model (LoRA's reference is the same model with the adapter disabled), and the old log-probs
 come from the first update epoch instead of a separate forward pass.
 """
 
