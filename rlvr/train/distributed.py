@@ -85,8 +85,15 @@ class Dist:
         if not self.enabled:
             return
         params = [p for p in params if p.requires_grad]
+        # A parameter no rank's loss reached keeps grad None (the optimizer skips it, as in one
+        # process); one that some rank's loss reached gets a zero gradient on the other ranks.
+        reached = self.all_reduce(torch.tensor([float(p.grad is not None) for p in params], dtype=torch.float64),
+                                  op="max")  # [num_params]
+        params = [p for p, flag in zip(params, reached.tolist()) if flag > 0]
+        if not params:
+            return
         for p in params:
-            if p.grad is None:  # a rank whose batch never reached p still takes part in the sum
+            if p.grad is None:
                 p.grad = torch.zeros_like(p)
         flat = torch.cat([p.grad.detach().reshape(-1).to(torch.float64) for p in params])  # [num_params]
         flat = self.all_reduce(flat)
@@ -250,7 +257,7 @@ def launch(num_processes: int, rlvr_args: list[str]) -> int:
     if launched_world_size() > 1:
         raise ValueError("--num-processes cannot be used inside an already distributed launch")
     try:
-        import accelerate  # noqa: F401
+        import accelerate  # noqa: F401  (only checking it is installed)
     except ImportError:
         raise ValueError("--num-processes needs Accelerate: pip install 'rlvr[distributed]'") from None
     return subprocess.run(launch_command(num_processes, rlvr_args)).returncode
