@@ -56,10 +56,13 @@ def test_two_process_train_writes_once_and_resumes_exactly(tiny_model_dir, tmp_p
     assert done.stdout.count("run folder:") == 1  # one line, from rank 0
     records = read_jsonl(full / "metrics.jsonl")
     assert [r["iteration"] for r in records] == [1, 2, 3]  # one line per iteration: no rank 1 copy
-    assert [r["iteration"] for r in read_jsonl(full / "eval.jsonl")] == [0, 2, 3]
+    evals = read_jsonl(full / "eval.jsonl")
+    assert [r["iteration"] for r in evals] == [0, 2, 3]
+    assert all(r["eval/num_examples"] == 4 for r in evals)  # both ranks' shards of the 4 examples
     assert len(read_jsonl(full / "samples.jsonl")) == 3 * 3
     for record in records:
         assert record["num_sequences"] == 8  # both ranks' groups: 2 prompts x 4 completions
+        assert record["dynamic_sampling/sampled_groups"] >= 2  # counted over both ranks
         assert record["frac_zero_variance_groups"] < 1.0 and record["grad_norm"] > 0
         assert record["optimizer_steps"] == 2
     assert sorted(p.name for p in full.iterdir()) == ["checkpoints", "config.yaml", "eval.jsonl", "metrics.jsonl",
