@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from rlvr.config import ConfigError, load_config
@@ -23,14 +24,33 @@ def _train_or_resume(args: argparse.Namespace, start, resume) -> int:
         run_dir = resume(args.resume, overrides)
     else:
         run_dir = start(load_config(config_path, overrides))
-    print(f"run folder: {run_dir}")
+    if os.environ.get("RANK", "0") == "0":  # one line from a data-parallel launch, not one per rank
+        print(f"run folder: {run_dir}")
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.num_processes is not None and args.num_processes != 1:
+        return _launch_train(args)
     from rlvr.train.rl import resume, train
 
     return _train_or_resume(args, train, resume)
+
+
+def _launch_train(args: argparse.Namespace) -> int:
+    """`rlvr train --num-processes N ...`: the same command under `accelerate launch` with N processes."""
+    from rlvr.config import load_run_config
+    from rlvr.train.distributed import Dist, check_divisible, launch
+
+    if args.num_processes < 1:
+        raise ConfigError(f"--num-processes must be >= 1, got {args.num_processes}")
+    config_path, overrides = _split_config_and_overrides(args.items)
+    if args.resume and config_path is not None:
+        raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
+    config = load_run_config(args.resume, overrides) if args.resume else load_config(config_path, overrides)
+    check_divisible(Dist(world_size=args.num_processes), config.rollout.batch_size)  # fail before launching
+    rlvr_args = ["train", *args.items, *(["--resume", args.resume] if args.resume else [])]
+    return launch(args.num_processes, rlvr_args)
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
@@ -111,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    train.add_argument("--num-processes", type=int, default=None, metavar="N",
+                       help="data-parallel over N local processes (runs `accelerate launch`; one per GPU, "
+                            "or CPU processes with gloo); rollout.batch_size must be a multiple of N")
     train.set_defaults(func=cmd_train)
     sft = sub.add_parser(
         "sft", help="supervised fine-tuning on a jsonl of prompt / response pairs",

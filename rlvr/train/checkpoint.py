@@ -23,8 +23,12 @@ def checkpoint_root(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
-def save_checkpoint(run_dir: Path, iteration: int, loaded, optimizer, scheduler, state: dict, keep: int = 2) -> Path:
-    """Write checkpoint `iter_<iteration>` (iteration = number of finished iterations)."""
+def save_checkpoint(run_dir: Path, iteration: int, loaded, optimizer, scheduler, state: dict, keep: int = 2,
+                    distributed: dict | None = None) -> Path:
+    """Write checkpoint `iter_<iteration>` (iteration = number of finished iterations).
+
+    `distributed` (world size, every rank's RNG states) is stored for data-parallel runs.
+    """
     root = checkpoint_root(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"iter_{iteration:06d}"
@@ -35,7 +39,8 @@ def save_checkpoint(run_dir: Path, iteration: int, loaded, optimizer, scheduler,
     save_trainable(loaded, tmp / "model")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(
-        {"scheduler": scheduler.state_dict(), "iteration": iteration, "rng": rng_state(), "state": state},
+        {"scheduler": scheduler.state_dict(), "iteration": iteration, "rng": rng_state(), "state": state,
+         **({"distributed": distributed} if distributed is not None else {})},
         tmp / "trainer_state.pt",
     )
     if final.exists():
@@ -64,7 +69,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def load_checkpoint(folder: Path, loaded, optimizer, scheduler) -> dict:
-    """Restore everything saved by `save_checkpoint`; returns {'iteration', 'state'}."""
+    """Restore everything saved by `save_checkpoint`; returns {'iteration', 'state', 'distributed'}."""
     folder = Path(folder)
     for name in ("model", "optimizer.pt", "trainer_state.pt"):
         if not (folder / name).exists():
@@ -74,4 +79,5 @@ def load_checkpoint(folder: Path, loaded, optimizer, scheduler) -> dict:
     trainer_state = torch.load(folder / "trainer_state.pt", weights_only=False)
     scheduler.load_state_dict(trainer_state["scheduler"])
     set_rng_state(trainer_state["rng"])
-    return {"iteration": trainer_state["iteration"], "state": trainer_state["state"]}
+    return {"iteration": trainer_state["iteration"], "state": trainer_state["state"],
+            "distributed": trainer_state.get("distributed")}

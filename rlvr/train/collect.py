@@ -22,6 +22,7 @@ from rlvr.core import (
 from rlvr.core.completion_logprobs import compute_completion_logprobs
 from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
+from rlvr.train.distributed import SINGLE, check_divisible, normalize_advantages_global
 
 
 @dataclass
@@ -96,23 +97,33 @@ def _group_totals(verdicts: list, lengths: torch.Tensor, algo, max_new_tokens: i
     return totals + overlong_penalty(lengths, max_new_tokens, algo.overlong_buffer, algo.overlong_penalty)
 
 
-def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, reference_ctx=None):
+def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, reference_ctx=None, dist=SINGLE):
     """Sample, score and (with DAPO dynamic sampling) filter until B groups are kept.
 
-    Returns (batch, prompt_len, stats, timings, samples): stats are plain floats for metrics.jsonl.
+    Data-parallel (`dist`): each rank samples its contiguous share of each round's B prompts and
+    keeps B / world_size groups; rounds go on until B groups are kept over all ranks, and the
+    stats are computed on every rank's groups. Returns (batch, prompt_len, stats, timings,
+    samples): this rank's batch, plain floats for metrics.jsonl, and all ranks' samples.
     """
     rollout, algo = config.rollout, config.algorithm
+    quota = check_divisible(dist, rollout.batch_size)  # groups this rank keeps
     timings: dict[str, float] = {}
     kept_groups: list[tuple[Scored, int]] = []
     degenerate_pool: list[tuple[Scored, int]] = []
     rounds = 0
     sampled_groups = 0
     max_rounds = algo.dynamic_sampling_max_rounds if algo.dynamic_sampling else 1
-    while len(kept_groups) < rollout.batch_size and rounds < max_rounds:
+
+    def kept_everywhere() -> int:  # a collective: every rank runs the same number of rounds
+        return int(dist.sum_scalar(len(kept_groups))) if dist.enabled else len(kept_groups)
+
+    while kept_everywhere() < rollout.batch_size and rounds < max_rounds:
         seed = (config.train.seed * 1_000_003 + iteration) * 101 + rounds
-        examples = task.examples("train", rollout.batch_size, seed)
-        scored = sample_round(policy, tokenizer, task, examples, config, timings)
         rounds += 1
+        if len(kept_groups) >= quota:
+            continue  # this rank is full; the others still sample
+        examples = dist.shard(task.examples("train", rollout.batch_size, seed))
+        scored = sample_round(policy, tokenizer, task, examples, config, timings)
         for g in range(len(examples)):
             sampled_groups += 1
             totals = _group_totals(scored.verdicts[g], scored.lengths[g], algo, rollout.max_new_tokens)
@@ -120,10 +131,10 @@ def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, refer
             degenerate = finite.numel() < 2 or bool((finite.max() - finite.min()).abs() < 1e-6)
             if algo.dynamic_sampling and degenerate:
                 degenerate_pool.append((scored, g))
-            elif len(kept_groups) < rollout.batch_size:
+            elif len(kept_groups) < quota:
                 kept_groups.append((scored, g))
     filled = 0
-    while len(kept_groups) < rollout.batch_size:  # dynamic sampling ran out of rounds
+    while len(kept_groups) < quota:  # dynamic sampling ran out of rounds
         kept_groups.append(degenerate_pool.pop(0))
         filled += 1
 
@@ -151,7 +162,10 @@ def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, refer
     estimator = get_advantage_estimator(algo.advantage_estimator)
     advantages = estimator(safe_rewards, group_ids=group_ids, std=algo.std)  # [N]
     advantages = torch.where(scorable, advantages, torch.zeros_like(advantages))
-    advantages = maybe_normalize_advantages(advantages, algo.normalize_advantages)
+    if dist.enabled:
+        advantages = normalize_advantages_global(dist, advantages, algo.normalize_advantages)
+    else:
+        advantages = maybe_normalize_advantages(advantages, algo.normalize_advantages)
     if algo.advantage_clip > 0:
         advantages = advantages.clamp(-algo.advantage_clip, algo.advantage_clip)
 
@@ -176,14 +190,20 @@ def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, refer
         old_logprobs=None, ref_logprobs=ref_logprobs, rewards=safe_rewards, advantages=advantages,
         group_ids=torch.arange(num_rows) // group, task_names=[task.name] * num_rows, completion_texts=texts,
     )
-    stats = _rollout_stats(kept_groups, verdicts, rewards, advantages, lengths, truncated, group,
-                           sampled_groups, filled, rounds, algo.dynamic_sampling)
     samples = [
         {"prompt": s.prompts[g], "ground_truth": s.examples[g].ground_truth, "completion": s.texts[g][j],
          "components": s.verdicts[g][j].components, "reward": s.verdicts[g][j].total,
          "status": s.verdicts[g][j].status, "advantage": float(advantages[i * group + j])}
         for i, (s, g) in enumerate(kept_groups) for j in range(group)
     ]
+    if dist.enabled:  # stats over every rank's groups, in rank order (the one-process order)
+        shares = dist.gather((verdicts, rewards, advantages, lengths, truncated, sampled_groups, filled, samples))
+        verdicts = [v for share in shares for v in share[0]]
+        rewards, advantages, lengths, truncated = (torch.cat([share[k] for share in shares]) for k in range(1, 5))
+        sampled_groups, filled = sum(share[5] for share in shares), sum(share[6] for share in shares)
+        samples = [record for share in shares for record in share[7]]
+    stats = _rollout_stats(kept_groups, verdicts, rewards, advantages, lengths, truncated, group,
+                           sampled_groups, filled, rounds, algo.dynamic_sampling)
     return batch, prompt_len, stats, timings, samples
 
 

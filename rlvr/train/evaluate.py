@@ -9,11 +9,17 @@ import torch
 
 from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
+from rlvr.train.distributed import SINGLE
 
 
 def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: str = "hf_generate",
-             use_chat_template: bool = True, batch_size: int = 32, keep_examples: int = 4) -> dict:
-    """Generate greedily for each example, score it, and return summary numbers plus a few examples."""
+             use_chat_template: bool = True, batch_size: int = 32, keep_examples: int = 4, dist=SINGLE) -> dict:
+    """Generate greedily for each example, score it, and return summary numbers plus a few examples.
+
+    Data-parallel (`dist`): each rank generates its contiguous shard; the per-example values are
+    gathered in rank order, so every rank returns the summary over all examples.
+    """
+    examples = dist.shard(examples)
     generate = ROLLOUT_BACKENDS.get(backend)
     # A task's stop strings (`</answer>` for the r1_zero prompt) end generation there, kept in the text.
     stop_strings = tuple(getattr(task, "stop_strings", ()))
@@ -40,6 +46,14 @@ def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: 
                 kept.append({"ground_truth": example.ground_truth, "completion": text,
                              "components": verdict.components, "correct": verdict.correct})
 
+    seconds = time.perf_counter() - started
+    if dist.enabled:
+        shares = dist.gather((correct, totals, truncated, lengths, components, kept))
+        correct, totals, truncated, lengths = ([v for share in shares for v in share[k]] for k in range(4))
+        components = {name: [v for share in shares for v in share[4].get(name, [])]
+                      for name in dict.fromkeys(n for share in shares for n in share[4])}
+        kept = [e for share in shares for e in share[5]][:keep_examples]
+
     def mean(values):
         finite = [v for v in values if math.isfinite(v)]
         return sum(finite) / len(finite) if finite else math.nan
@@ -50,7 +64,7 @@ def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: 
         "eval/truncated_frac": mean(truncated),
         "eval/completion_len_mean": mean(lengths),
         "eval/num_examples": len(correct),
-        "eval/seconds": time.perf_counter() - started,
+        "eval/seconds": dist.max_scalar(seconds) if dist.enabled else seconds,
     }
     for name, values in components.items():
         result[f"eval/reward/{name}"] = mean(values)

@@ -40,7 +40,7 @@ class MetricSums:
             self.weights[name] += float(count)
 
     def reduce(self) -> dict[str, float]:
-        # A data-parallel run all-reduces self.sums and self.weights before this division.
+        # A data-parallel run first totals self.sums and self.weights over ranks (distributed.reduce_metric_sums).
         return {k: (self.sums[k] / self.weights[k] if self.weights[k] > 0 else math.nan) for k in self.sums}
 
 

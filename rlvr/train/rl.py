@@ -2,9 +2,9 @@
 
 Each iteration: take B prompts, sample G completions each (prompt-major), score them, compute
 group advantages, run `ppo_epochs` optimizer steps over the batch, log one line of metrics,
-evaluate and checkpoint now and then. Shortcuts taken, on purpose: a single process (metric
-reduction is kept in one place so data parallelism can be added), rollouts and update share one
-model (LoRA's reference is the same model with the adapter disabled), and the old log-probs
+evaluate and checkpoint now and then. Launched data-parallel, each rank does this on its share
+of the B prompts (rlvr/train/distributed.py). Shortcuts taken, on purpose: rollouts and update
+share one model (LoRA's reference is the same model with the adapter disabled), and the old log-probs
 come from the first update epoch instead of a separate forward pass.
 """
 
@@ -22,6 +22,8 @@ from rlvr.models import LoraSettings, load_policy, reference_context, trainable_
 from rlvr.tasks import build_task
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from rlvr.train.collect import collect_rollout_batch
+from rlvr.train.distributed import (check_divisible, checkpoint_extra, init_distributed, rank_device,
+                                    restore_rank_state, start_ranks)
 from rlvr.train.evaluate import evaluate
 from rlvr.train.metrics import RunWriter
 from rlvr.train.update import update_policy
@@ -82,16 +84,21 @@ def setup(config: Config):
 def train(config: Config, resume_dir: str | Path | None = None) -> Path:
     """Train according to `config` (or continue the run in `resume_dir`); returns the run folder."""
     started_at = time.perf_counter()
+    dist = init_distributed(config.model.device)  # one process unless launched data-parallel
+    check_divisible(dist, config.rollout.batch_size)
     if resume_dir is not None:
         run_dir = Path(resume_dir)
     else:
-        run_dir = _run_dir(config)
+        run_dir = dist.broadcast(_run_dir(config))  # rank 0's timestamped name everywhere
         if (run_dir / "metrics.jsonl").exists():
             raise FileExistsError(f"{run_dir} already holds a run; resume it with --resume {run_dir}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / "config.yaml")
-    writer = RunWriter(run_dir)
+    if dist.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(config, run_dir / "config.yaml")
+    writer = RunWriter(run_dir, is_main=dist.is_main)
+    config.model.device = rank_device(dist, config.model.device)
     loaded, task, params, optimizer, scheduler = setup(config)
+    start_ranks(dist, params, config.train.seed)  # rank 0's initial weights, seed + rank for sampling
     ref_ctx = lambda: reference_context(loaded)  # noqa: E731
     rollout, train_cfg = config.rollout, config.train
     eval_examples = task.examples("eval", train_cfg.eval_size, train_cfg.seed)
@@ -99,7 +106,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
 
     def run_eval(iteration: int) -> dict:
         result = evaluate(loaded.policy, loaded.tokenizer, task, eval_examples, max_new_tokens=eval_tokens,
-                          backend=rollout.backend, use_chat_template=config.task.use_chat_template)
+                          backend=rollout.backend, use_chat_template=config.task.use_chat_template, dist=dist)
         writer.eval({"iteration": iteration, "elapsed_s": time.perf_counter() - started_at,
                      "time/unix": time.time(), **result})
         return result
@@ -110,15 +117,23 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
         if checkpoint is None:
             raise FileNotFoundError(f"{run_dir} has no checkpoint to resume from")
         restored = load_checkpoint(checkpoint, loaded, optimizer, scheduler)
+        restore_rank_state(dist, restored["distributed"], checkpoint)
         start_iteration, state = restored["iteration"], restored["state"]
         # Drop whatever a crashed run logged after its last checkpoint.
-        for path in (writer.metrics_path, writer.samples_path, writer.eval_path):
+        for path in (writer.metrics_path, writer.samples_path, writer.eval_path) if dist.is_main else ():
             truncate_jsonl(path, lambda r: r.get("iteration", -1) <= start_iteration)
     elif train_cfg.eval_size > 0:
         run_eval(0)
 
+    def save(iteration: int) -> None:
+        extra = checkpoint_extra(dist)  # every rank's RNG states (a collective)
+        if dist.is_main:
+            save_checkpoint(run_dir, iteration, loaded, optimizer, scheduler, state, train_cfg.keep_checkpoints,
+                            distributed=extra)
+        dist.barrier()
+
     progress = None
-    if train_cfg.progress:
+    if train_cfg.progress and dist.is_main:
         from tqdm import tqdm
 
         progress = tqdm(total=train_cfg.iterations, initial=start_iteration, desc="rlvr train", unit="it")
@@ -126,12 +141,13 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
         iteration_started = time.perf_counter()
         # 1. Rollouts: sample, score, advantages (and reference log-probs when KL is on).
         batch, prompt_len, stats, timings, samples = collect_rollout_batch(
-            loaded.policy, loaded.tokenizer, task, config, iteration, ref_ctx
+            loaded.policy, loaded.tokenizer, task, config, iteration, ref_ctx, dist=dist
         )
         batch = batch.to(rollout.storage_device)  # minibatches move to the model's device one at a time
         # 2. Update: ppo_epochs optimizer steps over the whole batch.
         update_started = time.perf_counter()
-        update_metrics, counters = update_policy(loaded.policy, optimizer, scheduler, batch, prompt_len, config, params)
+        update_metrics, counters = update_policy(loaded.policy, optimizer, scheduler, batch, prompt_len, config, params,
+                                                 dist=dist)
         timings["update"] = time.perf_counter() - update_started
         state["optimizer_steps"] += counters["optimizer_steps"]
         state["skipped_nonfinite_updates"] += counters["skipped_nonfinite_updates"]
@@ -162,7 +178,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
         if train_cfg.samples_every and (iteration + 1) % train_cfg.samples_every == 0:
             writer.samples([{"iteration": iteration + 1, **s} for s in samples[: train_cfg.samples_per_iteration]])
         if last or (iteration + 1) % train_cfg.save_every == 0:
-            save_checkpoint(run_dir, iteration + 1, loaded, optimizer, scheduler, state, train_cfg.keep_checkpoints)
+            save(iteration + 1)
         if progress is not None:
             progress.update(1)
             progress.set_postfix(reward=f"{record['reward/mean']:.3f}", kl=f"{record.get('kl', 0.0):.4f}",
@@ -170,7 +186,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
         if train_cfg.stop_if_dead_for and state["dead_iterations"] >= train_cfg.stop_if_dead_for:
             print(f"stopping: no group had reward contrast for {state['dead_iterations']} iterations "
                   f"(train.stop_if_dead_for={train_cfg.stop_if_dead_for})")
-            save_checkpoint(run_dir, iteration + 1, loaded, optimizer, scheduler, state, train_cfg.keep_checkpoints)
+            save(iteration + 1)
             break
     if progress is not None:
         progress.close()

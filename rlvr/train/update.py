@@ -21,6 +21,7 @@ from rlvr.core import (
     kl_per_token,
 )
 from rlvr.core.completion_logprobs import compute_completion_logprobs
+from rlvr.train.distributed import SINGLE, reduce_metric_sums
 from rlvr.train.metrics import MetricSums
 
 
@@ -30,12 +31,20 @@ def scoring_group_size(config, minibatch_size: int) -> int:
     return group if minibatch_size % group == 0 else 1
 
 
-def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, trainable_params) -> tuple[dict, dict]:
-    """Run the epochs over `batch` (completions start at column `prompt_len`); returns (metrics, counters)."""
+def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, trainable_params,
+                  dist=SINGLE) -> tuple[dict, dict]:
+    """Run the epochs over `batch` (completions start at column `prompt_len`); returns (metrics, counters).
+
+    Data-parallel (`dist`): `batch` is this rank's share; the loss denominators are the global
+    counts and gradients are summed over ranks, so the step is the one-process step on all shares.
+    """
     algo, optim, rollout = config.algorithm, config.optim, config.rollout
     loss_fn = POLICY_LOSSES.get(algo.policy_loss)
     num_sequences = len(batch)
     num_tokens = batch.completion_mask.sum()
+    if dist.enabled:
+        num_sequences = int(dist.sum_scalar(num_sequences))
+        num_tokens = dist.all_reduce(num_tokens)
     sums = MetricSums()
     counters = {"optimizer_steps": 0, "skipped_nonfinite_updates": 0}
     first_epoch_ratio_dev = 0.0  # max |ratio - 1| in the on-policy epoch: 0 unless something is off
@@ -92,10 +101,11 @@ def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, 
         if old_logprobs is None:
             old_logprobs = torch.cat(collected_old)  # [N, L-1], reused by later epochs
             batch.old_logprobs = old_logprobs
+        dist.sum_gradients(trainable_params)  # after this every rank holds the global gradient
         grad_norm = torch.nn.utils.clip_grad_norm_(trainable_params, optim.max_grad_norm)
-        loss_value = float(epoch_loss)
+        loss_value = dist.sum_scalar(float(epoch_loss)) if dist.enabled else float(epoch_loss)
         sums.add("loss", loss_value)
-        if math.isfinite(loss_value) and math.isfinite(float(grad_norm)):
+        if dist.all_true(math.isfinite(loss_value) and math.isfinite(float(grad_norm))):
             optimizer.step()
             scheduler.step()
             counters["optimizer_steps"] += 1
@@ -104,6 +114,9 @@ def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, 
             counters["skipped_nonfinite_updates"] += 1
         optimizer.zero_grad(set_to_none=True)
     policy.train(False)
+    reduce_metric_sums(dist, sums)
+    if dist.enabled:
+        first_epoch_ratio_dev = dist.max_scalar(first_epoch_ratio_dev)
     metrics = sums.reduce()
     metrics["lr"] = scheduler.get_last_lr()[0]
     metrics["ratio/first_epoch_max_dev"] = first_epoch_ratio_dev
