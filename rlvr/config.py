@@ -55,7 +55,7 @@ class TaskConfig:
 
 @dataclass
 class RolloutConfig:
-    backend: str = "hf_generate"
+    backend: str = "decode_loop"  # or "hf_generate" (transformers generate); see `rlvr.rollout`
     # B prompts per iteration, G completions each: B*G sequences per rollout batch.
     batch_size: int = 4
     group_size: int = 8

@@ -85,7 +85,7 @@ def summarize(records: list[dict], keep_examples: int = 3) -> dict:
 
 
 def run_evaluation(model, tokenizer, task, examples, *, settings: EvalSettings, use_chat_template: bool,
-                   output_path: Optional[Path] = None, backend: str = "hf_generate", progress=None) -> dict:
+                   output_path: Optional[Path] = None, backend: str = "decode_loop", progress=None) -> dict:
     """Generate, score and record every example; return the summary (see `summarize`)."""
     from rlvr.models.merge import merged_adapter
     from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts

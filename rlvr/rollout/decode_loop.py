@@ -5,8 +5,8 @@ strings; greedy gives the same tokens), with less work per step:
   - each prompt is prefilled once and its KV cache repeated G times (prompt-major groups);
   - rows that finished (EOS or a stop string) leave the batch and the cache, so later steps
     only run the rows still generating;
-  - sampling is an exponential race, argmax(p / E) with E ~ Exp(1), which draws exactly from p
-    without `torch.multinomial`'s per-row cumulative sums;
+  - sampling inverts the CDF with one uniform number per row (a cumulative sum and a binary
+    search), cheaper on a CPU than `torch.multinomial` or a Gumbel race over the vocabulary;
   - no logits processors or stopping criteria beyond the ones asked for; lengths, truncation
     and the stop position are known exactly, not re-derived from the padded output.
 """
@@ -44,8 +44,11 @@ def sample_tokens(scores: torch.Tensor, settings: SamplingSettings) -> torch.Ten
     if not settings.do_sample:
         return scores.argmax(dim=-1)
     probs = torch.softmax(filter_scores(scores, settings), dim=-1)  # [A, V]
-    race = torch.empty_like(probs).exponential_()  # E ~ Exp(1): argmax(p / E) is a draw from p
-    return (probs / race).argmax(dim=-1)  # [A]
+    # Inverse CDF: the first token whose cumulative probability exceeds u ~ U[0, total). Zero-probability
+    # tokens never increase the CDF, so they are never chosen; fp64 keeps the running sum exact enough.
+    cdf = probs.double().cumsum(dim=-1)  # [A, V]
+    u = torch.rand(probs.shape[0], 1, dtype=torch.float64, device=probs.device) * cdf[:, -1:]  # [A, 1]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)  # [A]
 
 
 def _hit_stop(tokenizer, row_tokens: torch.Tensor, stop_strings, window: int) -> bool:

@@ -12,7 +12,7 @@ from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
 from rlvr.train.distributed import SINGLE
 
 
-def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: str = "hf_generate",
+def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: str = "decode_loop",
              use_chat_template: bool = True, batch_size: int = 32, keep_examples: int = 4, dist=SINGLE) -> dict:
     """Generate greedily for each example, score it, and return summary numbers plus a few examples.
 

@@ -41,7 +41,7 @@ def _mean(values) -> float:
 
 
 def log_generations(model, tokenizer, task, examples, *, iteration: int, run_dir: Path | None,
-                    max_new_tokens: int, use_chat_template: bool = True, backend: str = "hf_generate",
+                    max_new_tokens: int, use_chat_template: bool = True, backend: str = "decode_loop",
                     do_sample: bool = False, temperature: float = 1.0, print_summary: bool = True) -> dict:
     """Generate for `examples`, score, append records to `run_dir/generations.jsonl`; return a summary.
 
