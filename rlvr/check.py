@@ -11,6 +11,7 @@ shows up as a failed row instead of a run that quietly learns nothing.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass
 
@@ -86,6 +87,10 @@ def expected_completion_mask(input_ids: torch.Tensor, prompt_len: int, eos_ids: 
     return mask
 
 
+def _stage(message: str, started: float) -> None:
+    print(f"rlvr check: {message} ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+
+
 def _masked_max(values: torch.Tensor, mask: torch.Tensor) -> float:
     keep = mask != 0
     return float(values[keep].abs().max()) if bool(keep.any()) else 0.0
@@ -99,7 +104,9 @@ def run_check(config) -> list[CheckRow]:
 
     rows: list[CheckRow] = []
     rollout, algo = config.rollout, config.algorithm
+    check_started = time.perf_counter()
     loaded, task, params, optimizer, scheduler = setup(config)
+    _stage(f"loaded {config.model.name}; sampling one rollout batch", check_started)
     policy, tokenizer = loaded.policy, loaded.tokenizer
 
     # 1. The weights are in the requested dtype.
@@ -111,6 +118,7 @@ def run_check(config) -> list[CheckRow]:
     has_reference = loaded.is_lora or loaded.reference is not None
     ref_ctx = lambda: reference_context(loaded)  # noqa: E731
     batch, prompt_len, stats, _, _ = collect_rollout_batch(policy, tokenizer, task, config, 0, ref_ctx)
+    _stage(f"sampled {len(batch)} completions; recomputing log-probs", check_started)
 
     # 3. The completion mask covers exactly the generated tokens (EOS included, no prompt, no padding).
     expected = expected_completion_mask(batch.input_ids, prompt_len, eos_token_ids(tokenizer, policy),
@@ -174,6 +182,7 @@ def run_check(config) -> list[CheckRow]:
         rows.append(row("KL to reference at step 0", "n/a", "-", None, "full fine-tuning without a reference"))
 
     # 7. One update: finite loss, finite non-zero gradient.
+    _stage(f"running one update ({algo.ppo_epochs} optimizer steps)", check_started)
     started = time.perf_counter()
     metrics, counters = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), prompt_len,
                                       config, params)
@@ -185,10 +194,15 @@ def run_check(config) -> list[CheckRow]:
     rows.append(row("gradient norm", grad_norm, "finite, > 0", math.isfinite(grad_norm) and grad_norm > 0,
                     f"before clipping at {config.optim.max_grad_norm}"))
 
-    # 8. Truncation: the budget has to fit the task.
+    # 8. Truncation: the budget has to fit the task. An untrained policy often rambles past it (a
+    # warning); when no completion ends at all, no sample shows the policy how to stop (a failure).
     truncated = stats["truncated_frac"]
     limit = config.health.truncation_frac
-    rows.append(row("truncated completions", truncated, f"<= {limit:g}", truncated <= limit,
-                    f"max_new_tokens {rollout.max_new_tokens}"))
+    if truncated >= 1.0:
+        rows.append(row("truncated completions", truncated, "< 1", False,
+                        f"no completion ended within max_new_tokens {rollout.max_new_tokens}; raise it"))
+    else:
+        rows.append(row("truncated completions", truncated, f"<= {limit:g} (warn)", truncated <= limit,
+                        f"max_new_tokens {rollout.max_new_tokens}", warn_only=True))
     rows.append(row("update time (s)", f"{seconds:.1f}", "-", None, f"{algo.ppo_epochs} optimizer steps"))
     return rows
