@@ -68,6 +68,24 @@ def cmd_expert_iter(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from rlvr.check import failed, format_table, run_check
+    from rlvr.check_mechanism import run_mechanism_check
+
+    config_path, overrides = _split_config_and_overrides(args.items)
+    config = load_config(config_path, overrides)
+    if args.mechanism:
+        candidates, rows = run_mechanism_check(config)
+        print(format_table(candidates, ("response", "reward", "components", "status", "advantage and change")))
+        print()
+    else:
+        rows = run_check(config)
+    print(format_table(rows))
+    bad = [r.name for r in rows if r.result == "FAIL"]
+    print(f"rlvr check: {'FAILED: ' + ', '.join(bad) if failed(rows) else 'all checks passed'}")
+    return 1 if failed(rows) else 0
+
+
 def cmd_algorithms(args: argparse.Namespace) -> int:
     from rlvr.algorithms import ALGORITHMS
 
@@ -150,6 +168,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     expert.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
     expert.set_defaults(func=cmd_expert_iter)
+    check = sub.add_parser(
+        "check", help="preflight: one rollout batch and one update, verified quantity by quantity",
+        description="rlvr check [CONFIG.yaml] [key=value ...]   prints a pass/fail table and exits 1 on any "
+                    "failure; --mechanism runs fixed candidate responses through scoring, advantages and "
+                    "4 updates of a fresh LoRA adapter instead of sampling",
+    )
+    check.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
+    check.add_argument("--mechanism", action="store_true",
+                       help="fixed candidates, no sampling: does the update raise good and lower bad responses?")
+    check.set_defaults(func=cmd_check)
     sub.add_parser("algorithms", help="list the algorithm presets").set_defaults(func=cmd_algorithms)
     sub.add_parser("tasks", help="list the registered tasks").set_defaults(func=cmd_tasks)
     ev = sub.add_parser(

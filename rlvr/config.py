@@ -129,7 +129,36 @@ class TrainConfig:
     samples_per_iteration: int = 8
     progress: bool = True
     # Stop a run whose groups have had no reward contrast for this many iterations (0: never).
+    # Kept for old configs; `stop_on: [zero_variance]` is the general form.
     stop_if_dead_for: int = 0
+    # Health warnings (see `health.*` and `rlvr.train.health`) that stop the run once they have
+    # been active for `stop_after` consecutive iterations, e.g. [zero_variance, truncation].
+    stop_on: list[str] = field(default_factory=list)
+    stop_after: int = 3
+
+
+@dataclass
+class HealthConfig:
+    """Thresholds of the live health warnings printed by `rlvr train` (and of `rlvr check`)."""
+
+    enabled: bool = True
+    # Iterations a rollout condition (truncation, zero variance) must hold before it warns:
+    # one bad batch is noise, several in a row are a budget or difficulty problem.
+    window: int = 3
+    # "Most completions hit max_new_tokens": truncated share above this, `window` iterations running.
+    truncation_frac: float = 0.5
+    # "Most groups have no reward contrast": frac_zero_variance_groups above this, `window` running.
+    zero_variance_frac: float = 0.5
+    # Share of completion tokens whose ratio was clipped (low + high), in one iteration. Above
+    # ~0.3 the steps are too large for the trust region: lower optim.lr or algorithm.ppo_epochs.
+    clip_frac: float = 0.3
+    # KL to the reference rising in each of the last `kl_window` iterations and now above `kl_max`.
+    kl_window: int = 4
+    kl_max: float = 0.1
+    # Entropy below `entropy_collapse_frac` of its first value within the first
+    # `entropy_collapse_within` iterations: the policy became near-deterministic before learning.
+    entropy_collapse_frac: float = 0.25
+    entropy_collapse_within: int = 10
 
 
 @dataclass
@@ -184,6 +213,7 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     expert_iteration: ExpertIterationConfig = field(default_factory=ExpertIterationConfig)
 
@@ -424,6 +454,7 @@ def validate(config: Config) -> None:
         raise ConfigError(f"optim.schedule: {o.schedule!r} is not one of constant, linear, cosine")
     if t.iterations < 1 or t.eval_size < 0 or t.save_every < 1:
         raise ConfigError("train.iterations and train.save_every must be >= 1, train.eval_size >= 0")
+    _validate_health(config)
     s, e = config.sft, config.expert_iteration
     if s.epochs < 1 or s.batch_size < 1 or s.microbatch_size < 1 or s.batch_size % s.microbatch_size:
         raise ConfigError(
@@ -450,6 +481,24 @@ def validate(config: Config) -> None:
         raise ConfigError(
             f"model.dtype: {config.model.dtype!r} is not one of float32, bfloat16, float16, float64"
         )
+
+
+def _validate_health(config: Config) -> None:
+    from rlvr.train.health import HEALTH_CHECKS
+
+    h, t = config.health, config.train
+    for name in t.stop_on:
+        if name not in HEALTH_CHECKS:
+            raise ConfigError(f"train.stop_on: unknown warning {name!r}; valid choices: {', '.join(HEALTH_CHECKS.names())}")
+    if t.stop_after < 1 or t.stop_if_dead_for < 0:
+        raise ConfigError("train.stop_after must be >= 1 and train.stop_if_dead_for >= 0")
+    if h.window < 1 or h.kl_window < 2 or h.entropy_collapse_within < 1:
+        raise ConfigError("health.window and health.entropy_collapse_within must be >= 1, health.kl_window >= 2")
+    for key in ("truncation_frac", "zero_variance_frac", "clip_frac", "entropy_collapse_frac"):
+        if not 0 <= getattr(h, key) <= 1:
+            raise ConfigError(f"health.{key}={getattr(h, key)} must be in [0, 1]")
+    if h.kl_max < 0:
+        raise ConfigError("health.kl_max must be >= 0")
 
 
 def config_to_dict(config: Config) -> dict:

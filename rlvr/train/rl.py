@@ -25,9 +25,10 @@ from rlvr.train.collect import collect_rollout_batch
 from rlvr.train.distributed import (check_divisible, checkpoint_extra, init_distributed, rank_device,
                                     restore_rank_state, start_ranks)
 from rlvr.train.evaluate import evaluate
+from rlvr.train.health import HealthMonitor
 from rlvr.train.metrics import RunWriter
 from rlvr.train.update import update_policy
-from rlvr.utils import peak_rss_bytes, seed_everything, truncate_jsonl
+from rlvr.utils import peak_rss_bytes, read_jsonl, seed_everything, truncate_jsonl
 
 
 def make_scheduler(optimizer, config: Config, total_steps: int):
@@ -132,6 +133,9 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
                             distributed=extra)
         dist.barrier()
 
+    # Every rank sees the same globally reduced records, so every rank takes the same stop decision.
+    history = read_jsonl(writer.metrics_path) if resume_dir is not None else []  # resumed: rebuild streaks
+    health = HealthMonitor.from_config(config, is_main=writer.is_main, history=history)
     progress = None
     if train_cfg.progress and dist.is_main:
         from tqdm import tqdm
@@ -174,6 +178,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
         last = iteration + 1 == train_cfg.iterations
         if train_cfg.eval_size > 0 and (last or (train_cfg.eval_every and (iteration + 1) % train_cfg.eval_every == 0)):
             record["eval/accuracy"] = run_eval(iteration + 1)["eval/accuracy"]
+        record["health/warnings"] = health.observe(record)
         writer.metrics(record)
         if train_cfg.samples_every and (iteration + 1) % train_cfg.samples_every == 0:
             writer.samples([{"iteration": iteration + 1, **s} for s in samples[: train_cfg.samples_per_iteration]])
@@ -183,9 +188,10 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
             progress.update(1)
             progress.set_postfix(reward=f"{record['reward/mean']:.3f}", kl=f"{record.get('kl', 0.0):.4f}",
                                  s_per_it=f"{seconds:.1f}")
-        if train_cfg.stop_if_dead_for and state["dead_iterations"] >= train_cfg.stop_if_dead_for:
-            print(f"stopping: no group had reward contrast for {state['dead_iterations']} iterations "
-                  f"(train.stop_if_dead_for={train_cfg.stop_if_dead_for})")
+        stop_reason = health.stop_reason()
+        if stop_reason is not None:
+            if dist.is_main:
+                print(f"stopping: {stop_reason}")
             save(iteration + 1)
             break
     if progress is not None:

@@ -1,0 +1,208 @@
+"""`rlvr check`: a preflight that runs one real rollout batch and one update and verifies the
+intermediate quantities (importance ratio, advantages, KL, completion mask, loss, gradient, dtype,
+truncation), printing a pass/fail table. `rlvr check --mechanism` lives in `rlvr.check_mechanism`.
+
+Each quantity is recomputed here by a route independent of the training code where one exists:
+the completion mask from the token ids, the sampling-time log-probs from a plain full-sequence
+forward of the policy as it samples (adapter merged, eval mode), so a bug in the training path
+shows up as a failed row instead of a run that quietly learns nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.core import compute_completion_logprobs, compute_per_token_logprobs, kl_per_token
+from rlvr.models import reference_context
+from rlvr.models.merge import merged_adapter
+from rlvr.models.policy import dtype_name, resolve_dtype
+from rlvr.rollout.base import eos_token_ids
+from rlvr.train.update import scoring_group_size
+
+# Estimators whose advantages sum to 0 within each group (z-score, mean-centring, leave-one-out).
+CENTRING_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
+
+RATIO_TOLERANCE = 1e-3  # max |pi_update / pi_sampling - 1| on the first minibatch
+ADVANTAGE_SUM_TOLERANCE = 1e-4  # max |sum of a group's advantages|
+KL_TOLERANCE = 1e-4  # mean per-token KL to the reference before any step
+
+
+@dataclass
+class CheckRow:
+    name: str
+    value: str
+    threshold: str
+    result: str  # PASS, FAIL, WARN (reported, does not fail the check) or INFO
+    note: str = ""
+
+
+def row(name: str, value, threshold: str, passed: bool | None, note: str = "", warn_only: bool = False) -> CheckRow:
+    text = value if isinstance(value, str) else (f"{value:.3g}" if isinstance(value, float) else str(value))
+    result = "INFO" if passed is None else ("PASS" if passed else ("WARN" if warn_only else "FAIL"))
+    return CheckRow(name, text, threshold, result, note)
+
+
+def format_table(rows: list[CheckRow], header: tuple[str, ...] = ("check", "value", "threshold", "result", "note")) -> str:
+    header = CheckRow(*header)
+    table = [header, *rows]
+    widths = [max(len(getattr(r, f)) for r in table) for f in ("name", "value", "threshold", "result")]
+    lines = []
+    for r in table:
+        cells = [getattr(r, f).ljust(w) for f, w in zip(("name", "value", "threshold", "result"), widths)]
+        lines.append("  ".join(cells + [r.note]).rstrip())
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def failed(rows: list[CheckRow]) -> bool:
+    return any(r.result == "FAIL" for r in rows)
+
+
+def expected_completion_mask(input_ids: torch.Tensor, prompt_len: int, eos_ids: set[int], max_new_tokens: int,
+                             tokenizer=None, stop_strings=()) -> torch.Tensor:
+    """The completion mask re-derived from token ids alone. [N, L] -> float [N, L-1].
+
+    A completion starts at column `prompt_len` and runs up to and including its first EOS (or
+    `max_new_tokens` tokens); a row stopped by a stop string ends just before the EOS filler.
+    Column t refers to token t+1.
+    """
+    num_rows, seq_len = input_ids.shape
+    mask = torch.zeros(num_rows, seq_len - 1)
+    completion = input_ids[:, prompt_len:]  # [N, C]
+    for r in range(num_rows):
+        tokens = completion[r].tolist()
+        end = next((i for i, t in enumerate(tokens) if t in eos_ids), None)
+        length = len(tokens) if end is None else end + 1
+        if end is not None and stop_strings and tokenizer is not None:
+            text = tokenizer.decode(tokens[:end], skip_special_tokens=True)
+            if any(text.endswith(s) for s in stop_strings):
+                length = end
+        length = min(length, max_new_tokens)
+        mask[r, prompt_len - 1 : prompt_len - 1 + length] = 1.0
+    return mask
+
+
+def _stage(message: str, started: float) -> None:
+    print(f"rlvr check: {message} ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+
+
+def _masked_max(values: torch.Tensor, mask: torch.Tensor) -> float:
+    keep = mask != 0
+    return float(values[keep].abs().max()) if bool(keep.any()) else 0.0
+
+
+def run_check(config) -> list[CheckRow]:
+    """One rollout batch and one update with `config`'s model and task; returns the table rows."""
+    from rlvr.train.collect import collect_rollout_batch
+    from rlvr.train.rl import setup
+    from rlvr.train.update import update_policy
+
+    rows: list[CheckRow] = []
+    rollout, algo = config.rollout, config.algorithm
+    check_started = time.perf_counter()
+    loaded, task, params, optimizer, scheduler = setup(config)
+    _stage(f"loaded {config.model.name}; sampling one rollout batch", check_started)
+    policy, tokenizer = loaded.policy, loaded.tokenizer
+
+    # 1. The weights are in the requested dtype.
+    wanted = resolve_dtype(config.model.dtype)
+    found = sorted({dtype_name(p.dtype) for p in policy.parameters() if p.is_floating_point()})
+    rows.append(row("model dtype", ",".join(found), f"= {config.model.dtype}", found == [dtype_name(wanted)]))
+
+    # 2. One real rollout batch.
+    has_reference = loaded.is_lora or loaded.reference is not None
+    ref_ctx = lambda: reference_context(loaded)  # noqa: E731
+    batch, prompt_len, stats, _, _ = collect_rollout_batch(policy, tokenizer, task, config, 0, ref_ctx)
+    _stage(f"sampled {len(batch)} completions; recomputing log-probs", check_started)
+
+    # 3. The completion mask covers exactly the generated tokens (EOS included, no prompt, no padding).
+    expected = expected_completion_mask(batch.input_ids, prompt_len, eos_token_ids(tokenizer, policy),
+                                        rollout.max_new_tokens, tokenizer, tuple(rollout.stop_strings))
+    wrong = int((expected != batch.completion_mask).sum())
+    rows.append(row("completion mask", wrong, "= 0 wrong cells", wrong == 0,
+                    f"{int(expected.sum())} generated tokens re-derived from the ids"))
+
+    # 4. Advantages sum to 0 within each group (for the estimators that centre).
+    if algo.advantage_estimator in CENTRING_ESTIMATORS and algo.advantage_clip == 0:
+        sums = torch.zeros(int(batch.group_ids.max()) + 1).index_add_(0, batch.group_ids, batch.advantages.float())
+        worst = float(sums.abs().max())
+        rows.append(row("advantages centred", worst, f"|group sum| <= {ADVANTAGE_SUM_TOLERANCE:g}",
+                        worst <= ADVANTAGE_SUM_TOLERANCE, f"estimator {algo.advantage_estimator}"))
+    else:
+        rows.append(row("advantages centred", "n/a", "-", None,
+                        f"estimator {algo.advantage_estimator} / advantage_clip {algo.advantage_clip} need not centre"))
+    nonzero = float((batch.advantages.abs() > 1e-8).float().mean())
+    rows.append(row("nonzero advantages", nonzero, "> 0", nonzero > 0,
+                    "" if nonzero > 0 else "no group had reward contrast: the gradient is 0", warn_only=True))
+
+    # 5. Importance ratio on the first minibatch, before any step: the update's forward against
+    # the policy as it sampled (adapter merged, eval mode, plain full-sequence forward).
+    first = slice(0, config.optim.minibatch_size)
+    device = next(policy.parameters()).device
+    input_ids = batch.input_ids[first].to(device)
+    attention_mask = batch.attention_mask[first].to(device)
+    mask = batch.completion_mask[first].to(device)  # [b, L-1]
+    policy.train(False)
+    with merged_adapter(policy, rollout.merge_lora):
+        sampling_logprobs = compute_per_token_logprobs(policy, input_ids, attention_mask, enable_grad=False,
+                                                       temperature=rollout.temperature)  # [b, L-1]
+    policy.train(True)  # as update_policy runs it
+    group_size = 1 if config.model.gradient_checkpointing else scoring_group_size(config, config.optim.minibatch_size)
+    with torch.no_grad():
+        update_logprobs, _ = compute_completion_logprobs(
+            policy, input_ids, attention_mask, prompt_len, group_size=group_size, enable_grad=False,
+            temperature=rollout.temperature, with_entropy=False, completion_mask=mask)  # [b, L-1]
+    policy.train(False)
+    ratio = torch.exp(update_logprobs.float() - sampling_logprobs.float())  # [b, L-1]
+    deviation = _masked_max(ratio - 1, mask)
+    rows.append(row("importance ratio at step 0", f"{deviation:.2e}", f"|ratio-1| <= {RATIO_TOLERANCE:g}",
+                    deviation <= RATIO_TOLERANCE, "update forward vs sampling-time policy, first minibatch"))
+
+    # 6. KL: the estimator gives 0 on identical log-probs, and the policy equals its reference at step 0.
+    identical = _masked_max(kl_per_token(update_logprobs, update_logprobs, estimator=algo.kl_estimator), mask)
+    rows.append(row(f"KL {algo.kl_estimator} of identical log-probs", identical, "= 0", identical == 0.0))
+    if has_reference:
+        if batch.ref_logprobs is not None:
+            ref_logprobs = batch.ref_logprobs[first].to(device)
+        else:
+            with ref_ctx() as reference:
+                ref_logprobs, _ = compute_completion_logprobs(
+                    reference, input_ids, attention_mask, prompt_len, group_size=group_size, enable_grad=False,
+                    temperature=rollout.temperature, with_entropy=False, completion_mask=mask)
+        kl = kl_per_token(update_logprobs, ref_logprobs, estimator=algo.kl_estimator)  # [b, L-1]
+        kl_mean = float((kl * mask).sum() / mask.sum().clamp(min=1))
+        rows.append(row("KL to reference at step 0", kl_mean, f"<= {KL_TOLERANCE:g}", abs(kl_mean) <= KL_TOLERANCE,
+                        f"kl_coef {algo.kl_coef}"))
+    else:
+        rows.append(row("KL to reference at step 0", "n/a", "-", None, "full fine-tuning without a reference"))
+
+    # 7. One update: finite loss, finite non-zero gradient.
+    _stage(f"running one update ({algo.ppo_epochs} optimizer steps)", check_started)
+    started = time.perf_counter()
+    metrics, counters = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), prompt_len,
+                                      config, params)
+    seconds = time.perf_counter() - started
+    loss = metrics.get("loss", math.nan)
+    rows.append(row("loss finite", loss, "finite", math.isfinite(loss),
+                    f"{counters['skipped_nonfinite_updates']} of {algo.ppo_epochs} steps skipped"))
+    grad_norm = metrics.get("grad_norm", math.nan)
+    rows.append(row("gradient norm", grad_norm, "finite, > 0", math.isfinite(grad_norm) and grad_norm > 0,
+                    f"before clipping at {config.optim.max_grad_norm}"))
+
+    # 8. Truncation: the budget has to fit the task. An untrained policy often rambles past it (a
+    # warning); when no completion ends at all, no sample shows the policy how to stop (a failure).
+    truncated = stats["truncated_frac"]
+    limit = config.health.truncation_frac
+    if truncated >= 1.0:
+        rows.append(row("truncated completions", truncated, "< 1", False,
+                        f"no completion ended within max_new_tokens {rollout.max_new_tokens}; raise it"))
+    else:
+        rows.append(row("truncated completions", truncated, f"<= {limit:g} (warn)", truncated <= limit,
+                        f"max_new_tokens {rollout.max_new_tokens}", warn_only=True))
+    rows.append(row("update time (s)", f"{seconds:.1f}", "-", None, f"{algo.ppo_epochs} optimizer steps"))
+    return rows
