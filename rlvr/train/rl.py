@@ -24,6 +24,7 @@ from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_check
 from rlvr.train.collect import collect_rollout_batch
 from rlvr.train.evaluate import evaluate
 from rlvr.train.metrics import RunWriter
+from rlvr.train.sinks import build_sinks
 from rlvr.train.update import update_policy
 from rlvr.utils import peak_rss_bytes, seed_everything, truncate_jsonl
 
@@ -90,7 +91,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
             raise FileExistsError(f"{run_dir} already holds a run; resume it with --resume {run_dir}")
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(config, run_dir / "config.yaml")
-    writer = RunWriter(run_dir)
+    writer = RunWriter(run_dir, sinks=build_sinks(config, run_dir))
     loaded, task, params, optimizer, scheduler = setup(config)
     ref_ctx = lambda: reference_context(loaded)  # noqa: E731
     rollout, train_cfg = config.rollout, config.train
@@ -174,6 +175,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
             break
     if progress is not None:
         progress.close()
+    writer.close()
     return run_dir
 
 
