@@ -69,6 +69,14 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from rlvr.report import build_report, figures_dir
+
+    output = build_report(args.run_dirs, args.output)
+    print(f"report: {output} (figures in {figures_dir(output)})")
+    return 0
+
+
 def _parse_task_options(items: list[str]) -> dict:
     import yaml
 
@@ -127,6 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     expert.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
     expert.set_defaults(func=cmd_expert_iter)
+    report = sub.add_parser(
+        "report", help="one self-contained HTML report (figures, config differences, samples) for runs",
+        description="rlvr report RUN_DIR [RUN_DIR ...] [-o report.html]   several runs are overlaid",
+    )
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (with metrics.jsonl)")
+    report.add_argument("-o", "--output", default=None,
+                        help="the HTML file (default: RUN_DIR/report.html for one run, ./report.html for several)")
+    report.set_defaults(func=cmd_report)
     sub.add_parser("algorithms", help="list the algorithm presets").set_defaults(func=cmd_algorithms)
     sub.add_parser("tasks", help="list the registered tasks").set_defaults(func=cmd_tasks)
     ev = sub.add_parser(
