@@ -104,6 +104,8 @@ def test_cli_report_and_its_errors(two_run_report, tmp_path, capsys):
     root, _ = two_run_report
     assert main(["report", str(root / "grpo"), "-o", str(tmp_path / "one.html")]) == 0
     assert (tmp_path / "one.html").exists() and "report:" in capsys.readouterr().out
+    # A folder of runs (a sweep's output) stands for the runs inside it.
+    assert [r.label for r in load_runs([root])] == ["grpo", "rloo"]
     assert main(["report", str(tmp_path / "nowhere")]) == 2
     assert "is not a run folder" in capsys.readouterr().err
     assert main(["report", str(root / "grpo"), "-o", str(tmp_path / "r.pdf")]) == 2

@@ -45,7 +45,7 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a run folder")
-    if not (path / "metrics.jsonl").exists() and not (path / "eval.jsonl").exists():
+    if not _is_run(path):
         raise FileNotFoundError(f"{path} is not a run folder: it has neither metrics.jsonl nor eval.jsonl")
     config_path = path / "config.yaml"
     config = flatten(yaml.safe_load(config_path.read_text()) or {}) if config_path.exists() else {}
@@ -54,9 +54,22 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
                    config=config)
 
 
+def _is_run(path: Path) -> bool:
+    return (path / "metrics.jsonl").exists() or (path / "eval.jsonl").exists()
+
+
+def expand_run_dirs(paths: list[str | Path]) -> list[Path]:
+    """Run folders as given; a folder of runs (a sweep's output) stands for the runs inside it."""
+    out = []
+    for path in map(Path, paths):
+        inner = sorted(p for p in path.iterdir() if p.is_dir() and _is_run(p)) if path.is_dir() and not _is_run(path) else []
+        out.extend(inner or [path])
+    return out
+
+
 def load_runs(paths: list[str | Path]) -> list[RunData]:
     """Load runs labelled by folder name, or parent/name where two folders share a name."""
-    paths = [Path(p) for p in paths]
+    paths = expand_run_dirs(paths)
     if not paths:
         raise ValueError("give at least one run folder")
     names = [p.name for p in paths]
