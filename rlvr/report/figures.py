@@ -120,6 +120,7 @@ def _time_stacked(runs: list[RunData], spec: FigureSpec) -> Figure | None:
         axes.grid(alpha=0.3, axis="y")
         axes.legend(fontsize=7, loc="upper right")
     panels[-1].set_xlabel("iteration")
+    panels[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     return figure
 
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from rlvr.report.runs import RunData, Summary, differing_config_keys, first_and_last_samples, summarize
 
 SAMPLES_SHOWN = 8  # completions per iteration and run in the samples section
+PROMPT_SHOWN = 160  # characters of a prompt shown before it is folded
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width: 1500px; }
@@ -26,6 +27,7 @@ th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: ta
 .figures { display: flex; flex-wrap: wrap; gap: 12px; }
 .figures figure { margin: 0; } .figures img { width: 600px; max-width: 100%; border: 1px solid #eee; }
 .pair { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
+tr.prompt td { background: #eef3fa; } td pre { min-width: 260px; }
 pre { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: 12px; background: #f8f8f8; padding: 4px; }
 .muted { color: #777; font-size: 13px; } .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
 """
@@ -107,22 +109,31 @@ def _figures_section(figures: list[tuple[str, str, bytes]]) -> str:
     return "<div class=figures>" + "".join(items) + "</div>"
 
 
+def _prompt_cell(prompt: str) -> str:
+    """Long prompts (chat templates) show their end; the whole prompt unfolds on click."""
+    if len(prompt) <= PROMPT_SHOWN:
+        return f"<pre>{esc(prompt)}</pre>"
+    return f"<details><summary><pre>…{esc(prompt[-PROMPT_SHOWN:])}</pre></summary><pre>{esc(prompt)}</pre></details>"
+
+
 def _samples_column(iteration, samples: list[dict]) -> str:
     if iteration is None:
         return "<div><p class=muted>no samples logged</p></div>"
-    rows = []
+    rows, prompt = [], None
     for sample in samples[:SAMPLES_SHOWN]:
+        if sample.get("prompt") != prompt:  # a group's completions share one prompt row
+            prompt = sample.get("prompt")
+            rows.append(f"<tr class=prompt><td colspan=3>{_prompt_cell(str(prompt or ''))}"
+                        f"<span class=muted>ground truth: {esc(sample.get('ground_truth'))}</span></td></tr>")
         components = ", ".join(f"{esc(k)}={esc(v)}" for k, v in (sample.get("components") or {}).items())
         rows.append(
-            f"<tr><td><pre>{esc(sample.get('prompt', ''))}</pre><span class=muted>ground truth: "
-            f"{esc(sample.get('ground_truth'))}</span></td><td><pre>{esc(sample.get('completion', ''))}</pre></td>"
-            f"<td class=num>{esc(sample.get('reward'))}</td><td>{components}<br><span class=muted>"
-            f"{esc(sample.get('status'))}, advantage {esc(sample.get('advantage'))}</span></td></tr>"
+            f"<tr><td><pre>{esc(sample.get('completion', ''))}</pre></td><td class=num>{esc(sample.get('reward'))}</td>"
+            f"<td>{components}<br><span class=muted>{esc(sample.get('status'))}, advantage "
+            f"{esc(sample.get('advantage'))}</span></td></tr>"
         )
     shown = f"{min(len(samples), SAMPLES_SHOWN)} of {len(samples)}"
     return (f"<div><h3>iteration {esc(iteration)} <span class=muted>({shown})</span></h3><table>"
-            "<tr><th>prompt</th><th>completion</th><th>reward</th><th>components</th></tr>"
-            + "".join(rows) + "</table></div>")
+            "<tr><th>completion</th><th>reward</th><th>components</th></tr>" + "".join(rows) + "</table></div>")
 
 
 def _samples_section(runs: list[RunData]) -> str:
