@@ -107,6 +107,23 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from rlvr.report import build_report, figures_dir
+
+    output = build_report(args.run_dirs, args.output)
+    print(f"report: {output} (figures in {figures_dir(output)})")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from rlvr.sweep import sweep
+
+    config_path, overrides = _split_config_and_overrides(args.items)
+    run_dirs, report = sweep(config_path, overrides, args.grid, args.output)
+    print(f"sweep: {len(run_dirs)} runs in {report.parent}; report: {report}")
+    return 0
+
+
 def _parse_task_options(items: list[str]) -> dict:
     import yaml
 
@@ -178,6 +195,27 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--mechanism", action="store_true",
                        help="fixed candidates, no sampling: does the update raise good and lower bad responses?")
     check.set_defaults(func=cmd_check)
+    report = sub.add_parser(
+        "report", help="one self-contained HTML report (figures, config differences, samples) for runs",
+        description="rlvr report RUN_DIR [RUN_DIR ...] [-o report.html]   several runs are overlaid",
+    )
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (with metrics.jsonl)")
+    report.add_argument("-o", "--output", default=None,
+                        help="the HTML file (default: RUN_DIR/report.html for one run, ./report.html for several)")
+    report.set_defaults(func=cmd_report)
+    sweep = sub.add_parser(
+        "sweep", help="train every point of a grid of overrides one after another, then write one report",
+        description="rlvr sweep [CONFIG.yaml | SWEEP.yaml] [key=value ...] --grid key=v1,v2 [--grid ...]   e.g. "
+                    "rlvr sweep configs/format_copy_grpo.yaml --grid algorithm.name=grpo,rloo train.iterations=6. "
+                    "Rerunning skips finished runs and resumes unfinished ones from their checkpoint.",
+    )
+    sweep.add_argument("items", nargs="*", help="optional config or sweep file (configs/sweeps/), then key=value "
+                                                "overrides for every run")
+    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                       help="a grid axis, repeatable (runs = cartesian product); KEY_A+KEY_B=V1,V2 sets both keys")
+    sweep.add_argument("--output", default=None,
+                       help="folder for the runs and report.html (default: <train.output_dir>/sweep-<config name>)")
+    sweep.set_defaults(func=cmd_sweep)
     sub.add_parser("algorithms", help="list the algorithm presets").set_defaults(func=cmd_algorithms)
     sub.add_parser("tasks", help="list the registered tasks").set_defaults(func=cmd_tasks)
     ev = sub.add_parser(
@@ -207,7 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # `rlvr sweep CONFIG --grid k=a,b more=overrides`: overrides may follow the options
+        if args.command != "sweep" or any(item.startswith("-") for item in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.items += extra
     try:
         return args.func(args)
     except (ConfigError, FileNotFoundError, FileExistsError, KeyError, ValueError) as exc:

@@ -135,6 +135,13 @@ class TrainConfig:
     # been active for `stop_after` consecutive iterations, e.g. [zero_variance, truncation].
     stop_on: list[str] = field(default_factory=list)
     stop_after: int = 3
+    # Extra metric sinks beside metrics.jsonl (the source of truth): "tensorboard" (writes
+    # RUN_DIR/tensorboard; pip install 'rlvr[tensorboard]') and/or "wandb" (pip install 'rlvr[wandb]').
+    loggers: list[str] = field(default_factory=list)
+    wandb_project: str = "rlvr"
+    # "offline" writes RUN_DIR/wandb and needs no network (upload later with `wandb sync`);
+    # "online" streams to the W&B server; "disabled" makes every wandb call a no-op.
+    wandb_mode: str = "offline"
 
 
 @dataclass
@@ -455,6 +462,15 @@ def validate(config: Config) -> None:
     if t.iterations < 1 or t.eval_size < 0 or t.save_every < 1:
         raise ConfigError("train.iterations and train.save_every must be >= 1, train.eval_size >= 0")
     _validate_health(config)
+    from rlvr.train.sinks import SINKS
+
+    for name in t.loggers:
+        if name not in SINKS:
+            raise ConfigError(f"train.loggers: unknown logger {name!r}; valid choices: {', '.join(SINKS.names())}")
+    if len(set(t.loggers)) != len(t.loggers):
+        raise ConfigError(f"train.loggers lists a logger twice: {t.loggers}")
+    if t.wandb_mode not in ("online", "offline", "disabled"):
+        raise ConfigError(f"train.wandb_mode: {t.wandb_mode!r} is not one of online, offline, disabled")
     s, e = config.sft, config.expert_iteration
     if s.epochs < 1 or s.batch_size < 1 or s.microbatch_size < 1 or s.batch_size % s.microbatch_size:
         raise ConfigError(

@@ -45,11 +45,15 @@ class MetricSums:
 
 
 class RunWriter:
-    """Writes the run's JSON-lines files; only the main process writes."""
+    """Writes the run's JSON-lines files; only the main process writes.
 
-    def __init__(self, run_dir: Path, is_main: bool = True):
+    `sinks` (rlvr/train/sinks.py) get a copy of every metrics and eval record, keyed by iteration.
+    """
+
+    def __init__(self, run_dir: Path, is_main: bool = True, sinks: list | None = None):
         self.run_dir = Path(run_dir)
         self.is_main = is_main
+        self.sinks = list(sinks or []) if is_main else []
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.samples_path = self.run_dir / "samples.jsonl"
         self.eval_path = self.run_dir / "eval.jsonl"
@@ -57,6 +61,8 @@ class RunWriter:
     def metrics(self, record: dict) -> None:
         if self.is_main:
             append_jsonl(self.metrics_path, [record])
+            for sink in self.sinks:
+                sink.log(record, step=int(record["iteration"]))
 
     def samples(self, records: list[dict]) -> None:
         if self.is_main and records:
@@ -65,3 +71,11 @@ class RunWriter:
     def eval(self, record: dict) -> None:
         if self.is_main:
             append_jsonl(self.eval_path, [record])
+            for sink in self.sinks:
+                sink.log(record, step=int(record["iteration"]))
+
+    def close(self) -> None:
+        """Flush and close the sinks (the JSON-lines files are complete after every write)."""
+        for sink in self.sinks:
+            sink.close()
+        self.sinks = []

@@ -27,6 +27,7 @@ from rlvr.train.distributed import (check_divisible, checkpoint_extra, init_dist
 from rlvr.train.evaluate import evaluate
 from rlvr.train.health import HealthMonitor
 from rlvr.train.metrics import RunWriter
+from rlvr.train.sinks import build_sinks
 from rlvr.train.update import update_policy
 from rlvr.utils import peak_rss_bytes, read_jsonl, seed_everything, truncate_jsonl
 
@@ -96,7 +97,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
     if dist.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(config, run_dir / "config.yaml")
-    writer = RunWriter(run_dir, is_main=dist.is_main)
+    writer = RunWriter(run_dir, is_main=dist.is_main, sinks=build_sinks(config, run_dir) if dist.is_main else ())
     config.model.device = rank_device(dist, config.model.device)
     loaded, task, params, optimizer, scheduler = setup(config)
     start_ranks(dist, params, config.train.seed)  # rank 0's initial weights, seed + rank for sampling
@@ -196,6 +197,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
             break
     if progress is not None:
         progress.close()
+    writer.close()
     return run_dir
 
 

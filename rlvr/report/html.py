@@ -1,0 +1,163 @@
+"""Assemble the self-contained report page: summary and config tables, figures, samples.
+
+Figures are embedded as base64 PNG data URIs; every text that comes from a run (labels, config
+values, prompts, completions) goes through `html.escape`. A small inline script records how
+many images decoded into `data-images-loaded` on <html>, which the browser test reads back.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from datetime import datetime
+
+from rlvr.report.runs import RunData, Summary, differing_config_keys, first_and_last_samples, summarize
+
+SAMPLES_SHOWN = 8  # completions per iteration and run in the samples section
+PROMPT_SHOWN = 160  # characters of a prompt shown before it is folded
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width: 1500px; }
+h1 { margin-bottom: 4px; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 4px; margin-top: 32px; }
+table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.figures { display: flex; flex-wrap: wrap; gap: 12px; }
+.figures figure { margin: 0; } .figures img { width: 600px; max-width: 100%; border: 1px solid #eee; }
+.pair { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
+tr.prompt td { background: #eef3fa; } td pre { min-width: 260px; }
+pre { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: 12px; background: #f8f8f8; padding: 4px; }
+.muted { color: #777; font-size: 13px; } .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
+"""
+
+IMAGE_CHECK = """
+window.addEventListener('load', function () {
+  var images = Array.prototype.slice.call(document.images);
+  var loaded = images.filter(function (img) { return img.complete && img.naturalWidth > 0; }).length;
+  document.documentElement.setAttribute('data-images-total', String(images.length));
+  document.documentElement.setAttribute('data-images-loaded', String(loaded));
+});
+"""
+
+
+def fmt(value) -> str:
+    """A table cell: numbers to 4 significant digits, None as a dash, the rest as text."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def esc(value) -> str:
+    return html.escape(fmt(value), quote=True)
+
+
+def _summary_table(runs: list[RunData], summaries: list[Summary]) -> str:
+    from rlvr.report.figures import run_colors
+
+    rows = []
+    for run, summary, color in zip(runs, summaries, run_colors(len(runs))):
+        swatch = "#%02x%02x%02x" % tuple(int(255 * c) for c in color[:3])
+        best_reward = f"{esc(summary.best_reward)} <span class=muted>(it. {esc(summary.best_reward_iteration)})</span>"
+        best_eval = f"{esc(summary.best_eval)} <span class=muted>(it. {esc(summary.best_eval_iteration)})</span>"
+        rows.append(
+            f"<tr><td><span class=swatch style='background:{swatch}'></span>{esc(run.label)}</td>"
+            f"<td class=num>{esc(summary.iterations)}</td><td class=num>{esc(summary.final_reward)}</td>"
+            f"<td class=num>{best_reward}</td><td class=num>{esc(summary.final_eval)}</td>"
+            f"<td class=num>{best_eval}</td><td class=num>{esc(summary.wall_s)}</td></tr>"
+        )
+    return ("<table><tr><th>run</th><th>iterations</th><th>final reward</th><th>best reward</th>"
+            "<th>final eval accuracy</th><th>best eval accuracy</th><th>wall time (s)</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _config_section(runs: list[RunData]) -> str:
+    keys = differing_config_keys(runs)
+    if len(runs) < 2:
+        diff = "<p class=muted>One run: its full config is below.</p>"
+    elif not keys:
+        diff = "<p class=muted>The runs' saved configs are identical.</p>"
+    else:
+        header = "".join(f"<th>{esc(r.label)}</th>" for r in runs)
+        body = "".join(
+            f"<tr><td>{esc(k)}</td>" + "".join(f"<td>{esc(r.config.get(k))}</td>" for r in runs) + "</tr>" for k in keys
+        )
+        diff = f"<table><tr><th>config key</th>{header}</tr>{body}</table>"
+    full = "".join(
+        f"<details><summary>full config: {esc(r.label)}</summary><table>"
+        + "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in sorted(r.config.items()))
+        + "</table></details>"
+        for r in runs
+    )
+    return diff + full
+
+
+def _figures_section(figures: list[tuple[str, str, bytes]]) -> str:
+    if not figures:
+        return "<p class=muted>No metrics to plot yet.</p>"
+    items = []
+    for name, title, png in figures:
+        data = base64.b64encode(png).decode("ascii")
+        items.append(f"<figure id='fig-{esc(name)}'><img alt='{esc(title)}' src='data:image/png;base64,{data}'></figure>")
+    return "<div class=figures>" + "".join(items) + "</div>"
+
+
+def _prompt_cell(prompt: str) -> str:
+    """Long prompts (chat templates) show their end; the whole prompt unfolds on click."""
+    if len(prompt) <= PROMPT_SHOWN:
+        return f"<pre>{esc(prompt)}</pre>"
+    return f"<details><summary><pre>…{esc(prompt[-PROMPT_SHOWN:])}</pre></summary><pre>{esc(prompt)}</pre></details>"
+
+
+def _samples_column(iteration, samples: list[dict]) -> str:
+    if iteration is None:
+        return "<div><p class=muted>no samples logged</p></div>"
+    rows, prompt = [], None
+    for sample in samples[:SAMPLES_SHOWN]:
+        if sample.get("prompt") != prompt:  # a group's completions share one prompt row
+            prompt = sample.get("prompt")
+            rows.append(f"<tr class=prompt><td colspan=3>{_prompt_cell(str(prompt or ''))}"
+                        f"<span class=muted>ground truth: {esc(sample.get('ground_truth'))}</span></td></tr>")
+        components = ", ".join(f"{esc(k)}={esc(v)}" for k, v in (sample.get("components") or {}).items())
+        rows.append(
+            f"<tr><td><pre>{esc(sample.get('completion', ''))}</pre></td><td class=num>{esc(sample.get('reward'))}</td>"
+            f"<td>{components}<br><span class=muted>{esc(sample.get('status'))}, advantage "
+            f"{esc(sample.get('advantage'))}</span></td></tr>"
+        )
+    shown = f"{min(len(samples), SAMPLES_SHOWN)} of {len(samples)}"
+    return (f"<div><h3>iteration {esc(iteration)} <span class=muted>({shown})</span></h3><table>"
+            "<tr><th>completion</th><th>reward</th><th>components</th></tr>" + "".join(rows) + "</table></div>")
+
+
+def _samples_section(runs: list[RunData]) -> str:
+    parts = []
+    for run in runs:
+        first, first_samples, last, last_samples = first_and_last_samples(run)
+        parts.append(f"<h3>{esc(run.label)}</h3><div class=pair>{_samples_column(first, first_samples)}"
+                     f"{_samples_column(last, last_samples)}</div>")
+    return "".join(parts)
+
+
+def render_html(runs: list[RunData], figures: list[tuple[str, str, bytes]]) -> str:
+    """The whole page; `figures` are (name, title, PNG bytes)."""
+    summaries = [summarize(run) for run in runs]
+    folders = "".join(f"<li>{esc(r.label)}: <code>{esc(str(r.path))}</code></li>" for r in runs)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>rlvr report: {esc(", ".join(r.label for r in runs))}</title>
+<style>{STYLE}</style><script>{IMAGE_CHECK}</script></head>
+<body>
+<h1>rlvr run report</h1>
+<p class=muted>{len(runs)} run(s), written {datetime.now():%Y-%m-%d %H:%M}</p><ul>{folders}</ul>
+<h2>Summary</h2>{_summary_table(runs, summaries)}
+<h2>Config differences</h2>{_config_section(runs)}
+<h2>Figures</h2>{_figures_section(figures)}
+<h2>Completions: first and last logged iteration</h2>{_samples_section(runs)}
+</body></html>
+"""

@@ -1,0 +1,170 @@
+"""`rlvr sweep`: train every point of a cartesian grid of overrides, then write one report.
+
+Runs go one after another in this process, each in OUTPUT/<name from its grid values>. A rerun
+is resumable: a finished run is skipped, a run with a checkpoint is resumed from it, and a run
+that crashed before its first checkpoint starts over. A sweep file is a base config plus a grid.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from rlvr.config import ConfigError, load_config
+from rlvr.utils import atomic_write_text
+
+DONE_FILE = "sweep_done.json"  # written when a run of the sweep returns; holds its iteration budget
+
+
+@dataclass
+class SweepPlan:
+    base: Path | None  # the config every run starts from (None: rlvr train's defaults)
+    overrides: list[str] = field(default_factory=list)  # applied to every run
+    grid: list[tuple[tuple[str, ...], list[str]]] = field(default_factory=list)  # (keys, values)
+    name: str = "sweep"
+
+
+def _split_values(text: str) -> list[str]:
+    """Split on commas outside brackets, so `a,[b,c]` is two values."""
+    values, depth, current = [], 0, ""
+    for char in text:
+        depth += char in "[{"
+        depth -= char in "]}"
+        if char == "," and depth == 0:
+            values.append(current.strip())
+            current = ""
+        else:
+            current += char
+    values.append(current.strip())
+    return [v for v in values if v != ""]
+
+
+def _value_text(value) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return json.dumps(value)
+
+
+def parse_grid_item(item: str) -> tuple[tuple[str, ...], list[str]]:
+    """`key=v1,v2` (or `key_a+key_b=v1,v2`: both keys take each value) -> (keys, values)."""
+    if "=" not in item:
+        raise ConfigError(f"--grid {item!r} is not of the form key=v1,v2 (e.g. algorithm.ppo_epochs=1,2,4)")
+    key, text = item.split("=", 1)
+    keys = tuple(k.strip() for k in key.split("+") if k.strip())
+    values = _split_values(text)
+    if not keys or not values:
+        raise ConfigError(f"--grid {item!r} needs at least one key and one value")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"--grid {item!r} lists a value twice")
+    return keys, values
+
+
+def load_plan(config_path: str | None, overrides: list[str], grid_items: list[str]) -> SweepPlan:
+    """A plain config file, or a sweep file (`base`, `overrides`, `grid`), plus command-line items."""
+    plan = SweepPlan(base=Path(config_path) if config_path else None,
+                     name=Path(config_path).stem if config_path else "sweep")
+    if config_path is not None and Path(config_path).is_file():
+        data = yaml.safe_load(Path(config_path).read_text()) or {}
+        if isinstance(data, dict) and "grid" in data:
+            unknown = sorted(set(data) - {"base", "overrides", "grid"})
+            if unknown:
+                raise ConfigError(f"sweep file {config_path}: unknown key {unknown[0]!r}; valid keys: base, overrides, grid")
+            base = data.get("base")
+            plan.base = (Path(config_path).parent / base) if base else None
+            given = data.get("overrides") or {}
+            if not isinstance(given, dict) or not isinstance(data["grid"], dict):
+                raise ConfigError(f"sweep file {config_path}: overrides and grid must be mappings of key: value(s)")
+            plan.overrides = [f"{k}={_value_text(v)}" for k, v in given.items()]
+            for key, values in data["grid"].items():
+                values = values if isinstance(values, list) else [values]
+                plan.grid.append(parse_grid_item(f"{key}={','.join(_value_text(v) for v in values)}"))
+    plan.overrides += list(overrides)
+    plan.grid += [parse_grid_item(item) for item in grid_items]
+    if not plan.grid:
+        raise ConfigError("a sweep needs a grid: --grid key=v1,v2 (repeatable) or a sweep file with `grid:`")
+    seen = [k for keys, _ in plan.grid for k in keys]
+    if len(set(seen)) != len(seen):
+        raise ConfigError(f"a key appears in two grid entries: {sorted(k for k in set(seen) if seen.count(k) > 1)}")
+    return plan
+
+
+def _short_names(plan: SweepPlan) -> dict[str, str]:
+    """The last part of each grid key, or the whole key where two last parts collide."""
+    keys = [k for keys, _ in plan.grid for k in keys]
+    last = [k.split(".")[-1] for k in keys]
+    return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
+
+
+def grid_points(plan: SweepPlan) -> list[tuple[str, list[str]]]:
+    """(run name, overrides) for every point of the cartesian grid, in grid order."""
+    short = _short_names(plan)
+    points = []
+    for combination in itertools.product(*[values for _, values in plan.grid]):
+        parts, overrides = [], []
+        for (keys, _), value in zip(plan.grid, combination):
+            parts.append(f"{'+'.join(short[k] for k in keys)}={value}")
+            overrides += [f"{k}={value}" for k in keys]
+        name = re.sub(r"[^A-Za-z0-9._=+-]", "_", "__".join(parts))
+        points.append((name, overrides))
+    return points
+
+
+def _checkpoint_iteration(run_dir: Path) -> int | None:
+    from rlvr.train.checkpoint import latest_checkpoint
+
+    checkpoint = latest_checkpoint(run_dir)
+    return int(checkpoint.name.split("_")[-1]) if checkpoint is not None else None
+
+
+def run_status(run_dir: Path, iterations: int) -> str:
+    """"new", "finished", "resume" (has a checkpoint) or "restart" (logged, but no checkpoint)."""
+    done = run_dir / DONE_FILE
+    if done.exists() and json.loads(done.read_text()).get("iterations", 0) >= iterations:
+        return "finished"
+    checkpoint_iteration = _checkpoint_iteration(run_dir)
+    if checkpoint_iteration is not None:
+        return "finished" if checkpoint_iteration >= iterations else "resume"
+    return "restart" if (run_dir / "metrics.jsonl").exists() else "new"
+
+
+def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
+          output_dir: str | Path | None = None) -> tuple[list[Path], Path]:
+    """Run (or resume, or skip) every grid point, then write OUTPUT/report.html; returns both."""
+    from rlvr.report import build_report
+    from rlvr.train.rl import resume, train
+
+    plan = load_plan(config_path, overrides, grid_items)
+    if output_dir is None:
+        output_dir = Path(load_config(plan.base, plan.overrides).train.output_dir) / f"sweep-{plan.name}"
+    output_dir = Path(output_dir)
+    # Every point's config is built (and validated) before the first run starts.
+    configs = []
+    for name, point in grid_points(plan):
+        fixed = [f"train.output_dir={output_dir}", f"train.run_name={name}"]
+        configs.append((name, point, load_config(plan.base, plan.overrides + point + fixed)))
+    run_dirs = []
+    for number, (name, point, config) in enumerate(configs, start=1):
+        run_dir = output_dir / name
+        status = run_status(run_dir, config.train.iterations)
+        print(f"sweep [{number}/{len(configs)}] {name}: {status}", flush=True)
+        if status == "resume":
+            resume(run_dir, [f"train.iterations={config.train.iterations}"])
+        elif status in ("new", "restart"):
+            for stale in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):  # crashed before a checkpoint
+                (run_dir / stale).unlink(missing_ok=True)
+            train(config)
+        if status != "finished":
+            atomic_write_text(run_dir / DONE_FILE, json.dumps({"iterations": config.train.iterations,
+                                                               "grid": point}) + "\n")
+        run_dirs.append(run_dir)
+        gc.collect()
+    report = build_report(run_dirs, output_dir / "report.html")
+    return run_dirs, report

@@ -1,0 +1,114 @@
+"""Metric sinks: TensorBoard event files hold the logged scalars, W&B gets offline-mode calls,
+and a requested sink whose package is missing fails with an install hint (absent ones are fine)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from rlvr.config import ConfigError, load_config
+from rlvr.train.metrics import RunWriter
+from rlvr.train.sinks import SINKS, MissingSinkPackage, TensorBoardSink, WandbSink, build_sinks
+from rlvr.utils import read_jsonl
+from tests.conftest import tiny_overrides
+
+
+def _scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(log_dir))
+    accumulator.Reload()
+    return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+
+
+def test_tensorboard_sink_writes_every_numeric_scalar(tmp_path):
+    pytest.importorskip("tensorboard", reason="tensorboard is in the test extra; install rlvr[test]")
+    config = load_config(None, ["train.loggers=[tensorboard]"])
+    writer = RunWriter(tmp_path, sinks=build_sinks(config, tmp_path))
+    writer.metrics({"iteration": 1, "reward/mean": 0.25, "kl": 0.125, "note": "text", "flag": True, "nan": float("nan")})
+    writer.metrics({"iteration": 2, "reward/mean": 0.75, "kl": 0.0625})
+    writer.eval({"iteration": 2, "eval/accuracy": 0.5, "examples": [{"x": 1}]})
+    writer.close()
+    scalars = _scalars(tmp_path / "tensorboard")
+    assert scalars["reward/mean"] == [(1, 0.25), (2, 0.75)]
+    assert scalars["kl"] == [(1, 0.125), (2, 0.0625)]
+    assert scalars["eval/accuracy"] == [(2, 0.5)]
+    # Strings, booleans, NaN and the step itself are not scalars.
+    assert not {"note", "flag", "nan", "iteration", "examples"} & set(scalars)
+    assert read_jsonl(tmp_path / "metrics.jsonl")[1]["reward/mean"] == 0.75  # the jsonl is still written
+
+
+def test_train_run_mirrors_metrics_jsonl_into_tensorboard(tiny_model_dir, tmp_path):
+    pytest.importorskip("tensorboard", reason="tensorboard is in the test extra; install rlvr[test]")
+    from rlvr.train.rl import train
+
+    run_dir = tmp_path / "tb_run"
+    config = load_config(None, tiny_overrides(tiny_model_dir, run_dir, **{
+        "train.iterations": 2, "train.eval_every": 0, "train.loggers": "[tensorboard]"}))
+    train(config)
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    scalars = _scalars(run_dir / "tensorboard")
+    expected = [(r["iteration"], pytest.approx(r["reward/mean"], abs=1e-6)) for r in metrics]
+    assert scalars["reward/mean"] == expected
+    assert [step for step, _ in scalars["eval/accuracy"]][0] == 0  # the step-0 eval from eval.jsonl
+
+
+def test_wandb_sink_runs_offline_and_logs_numbers_by_iteration(tmp_path, monkeypatch):
+    calls: dict[str, list] = {"init": [], "log": [], "finish": []}
+
+    class FakeRun:
+        def log(self, values, step):
+            calls["log"].append((step, values))
+
+        def finish(self):
+            calls["finish"].append(True)
+
+    def init(**kwargs):
+        calls["init"].append(kwargs)
+        return FakeRun()
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
+    config = load_config(None, ["train.loggers=[wandb]", "train.wandb_project=demo"])
+    sinks = build_sinks(config, tmp_path / "run-a")
+    assert isinstance(sinks[0], WandbSink)
+    writer = RunWriter(tmp_path, sinks=sinks)
+    writer.metrics({"iteration": 3, "reward/mean": 0.5, "status": "ok"})
+    writer.close()
+    (init_kwargs,) = calls["init"]
+    assert init_kwargs["mode"] == "offline" and init_kwargs["project"] == "demo" and init_kwargs["name"] == "run-a"
+    assert init_kwargs["config"]["train"]["loggers"] == ["wandb"]
+    assert calls["log"] == [(3, {"reward/mean": 0.5})]
+    assert calls["finish"] == [True]
+
+
+@pytest.mark.parametrize("sink, module", [("tensorboard", "tensorboard"), ("wandb", "wandb")])
+def test_missing_package_is_a_clear_error_only_when_asked_for(tmp_path, monkeypatch, sink, module):
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` now raises ImportError
+    with pytest.raises(MissingSinkPackage, match=rf"pip install 'rlvr\[{sink}\]'"):
+        build_sinks(load_config(None, [f"train.loggers=[{sink}]"]), tmp_path)
+    # Not asked for: nothing is imported and the writer works.
+    writer = RunWriter(tmp_path, sinks=build_sinks(load_config(None, []), tmp_path))
+    writer.metrics({"iteration": 1, "reward/mean": 1.0})
+    writer.close()
+    assert read_jsonl(tmp_path / "metrics.jsonl") == [{"iteration": 1, "reward/mean": 1.0}]
+
+
+def test_missing_package_stops_train_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    from rlvr.cli import main
+
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    code = main(["train", "model.name=/nonexistent/model", "train.loggers=[wandb]",
+                 f"train.output_dir={tmp_path}", "train.run_name=r", "train.progress=false"])
+    assert code == 2
+    assert "pip install 'rlvr[wandb]'" in capsys.readouterr().err
+
+
+def test_unknown_logger_and_mode_are_config_errors():
+    assert SINKS.names() == ["tensorboard", "wandb"]
+    with pytest.raises(ConfigError, match="valid choices: tensorboard, wandb"):
+        load_config(None, ["train.loggers=[tensorbored]"])
+    with pytest.raises(ConfigError, match="online, offline, disabled"):
+        load_config(None, ["train.wandb_mode=cloud"])
+    assert TensorBoardSink is SINKS.get("tensorboard")
