@@ -10,7 +10,7 @@ import torch
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.models import load_policy
-from rlvr.rollout import SamplingSettings, hf_generate
+from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, hf_generate
 from rlvr.tasks import build_task
 from rlvr.train.expert_iteration import sample_correct
 from rlvr.train.generations import log_generations
@@ -60,7 +60,8 @@ def test_sample_correct_keeps_only_verified_completions(tiny_model_dir):
     # Same seed, all samples: the accepted ones are exactly those the verifier accepts.
     torch.manual_seed(0)
     settings = SamplingSettings(max_new_tokens=6, min_new_tokens=2)
-    generation = hf_generate(loaded.policy, loaded.tokenizer, [q.prompt for q in questions], 4, settings)
+    generate = ROLLOUT_BACKENDS.get(config.rollout.backend)
+    generation = generate(loaded.policy, loaded.tokenizer, [q.prompt for q in questions], 4, settings)
     expected = [t for t in generation.completion_texts if task.score(t, questions[0]).correct]
     assert [p["response"][: -len(eos)] for p in accepted] == expected
     solved = sum(any(task.score(t, q).correct for t in generation.completion_texts[i * 4 : (i + 1) * 4])

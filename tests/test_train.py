@@ -147,9 +147,12 @@ def test_rollouts_stop_at_the_tasks_stop_string(tiny_model_dir, tmp_path):
     scored = sample_round(loaded.policy, loaded.tokenizer, task, task.examples("train", 2, 0), config, {})
     texts = [t for group in scored.texts for t in group]
     lengths = torch.cat(scored.lengths).tolist()
+    completions = torch.cat(scored.input_ids)[:, scored.prompt_len[0]:]  # [N, C]
     stopped = [t for t in texts if t.endswith("a")]
     assert stopped, "no completion reached the stop string: the test would not see a missing stop"
     assert all("a" not in t[:-1] for t in texts)  # nothing generated past the stop string
-    for text, length in zip(texts, lengths):
-        if text.endswith("a"):
-            assert length == len(text)  # the mask ends with the stop string's token (one char each)
+    decode = loaded.tokenizer.decode
+    for row, (text, length) in enumerate(zip(texts, lengths)):
+        if text.endswith("a"):  # the mask ends exactly with the token that completed the stop string
+            assert decode(completions[row, :length], skip_special_tokens=True).endswith("a")
+            assert "a" not in decode(completions[row, : length - 1], skip_special_tokens=True)

@@ -60,11 +60,9 @@ def _chunk_scores(head, hidden, targets, temperature: float, with_entropy: bool)
     logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - log_normalizer  # [r]
     if not with_entropy:
         return logprobs, torch.zeros_like(logprobs).detach()
-    with torch.no_grad():  # logged, not optimised: H = logsumexp(z) - sum_v p_v z_v, max-shifted
-        detached = logits.detach()
-        shift = detached.amax(dim=-1, keepdim=True)  # [r, 1]
-        probs = torch.softmax(detached, dim=-1)  # [r, V]
-        entropy = (log_normalizer.detach() - shift.squeeze(-1)) - (probs * (detached - shift)).sum(-1)  # [r]
+    with torch.no_grad():  # logged, not optimised: H = -sum_v p_v log p_v, one exp over the vocabulary
+        log_p = logits.detach() - log_normalizer.detach()[:, None]  # [r, V]
+        entropy = -(log_p.exp() * log_p).sum(-1)  # [r]
     return logprobs, entropy
 
 
