@@ -181,3 +181,41 @@ def test_integer_examples_are_right_and_held_out():
     held_out = {e.metadata["question"] for e in task.iter_eval()}
     train = {e.metadata["question"] for seed in range(20) for e in task.examples("train", 10, seed)}
     assert not held_out & train
+
+
+def test_gsm8k_from_a_dataset_name_uses_the_named_splits(monkeypatch):
+    """`task.options.dataset` goes through `datasets.load_dataset(name, config, split=...)`."""
+    datasets = pytest.importorskip("datasets", reason="the `datasets` package (installed with trl) is needed here")
+    calls = []
+    rows = {
+        "train": [{"question": f"q{i}?", "answer": f"work\n#### {i}"} for i in range(5)],
+        "test": [{"question": "held out?", "answer": "#### 1,234"}],
+    }
+
+    def fake_load_dataset(name, config=None, split=None):
+        calls.append((name, config, split))
+        return datasets.Dataset.from_list(rows[split])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    task = build_task("gsm8k", options={"dataset": "openai/gsm8k", "dataset_config": "main"}, use_chat_template=False)
+    assert calls == [("openai/gsm8k", "main", "train"), ("openai/gsm8k", "main", "test")]
+    held_out = task.examples("eval", 1, 0)
+    assert len(held_out) == 1 and str(held_out[0].ground_truth) == "1234"
+    assert task.score("<think>x</think> <answer>1234</answer>", held_out[0]).correct
+    train = task.examples("train", 5, 0)
+    assert sorted(str(e.ground_truth) for e in train) == ["0", "1", "2", "3", "4"]
+
+
+def test_dataset_name_without_the_datasets_package_is_a_clear_error(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_datasets(name, *args, **kwargs):
+        if name == "datasets":
+            raise ImportError("no datasets")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_datasets)
+    with pytest.raises(ValueError, match="needs the `datasets` package"):
+        build_task("gsm8k", options={"dataset": "openai/gsm8k"}, use_chat_template=False)
