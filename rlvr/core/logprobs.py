@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-DEFAULT_MAX_CHUNK_BYTES = 2**30  # 1 GiB of upcast logits per chunk: small next to a GPU, fine on a laptop
+DEFAULT_MAX_CHUNK_BYTES = 2**28  # 256 MiB of upcast logits per chunk (a few such temporaries are alive at once)
 
 
 def _logprobs_and_entropy(
