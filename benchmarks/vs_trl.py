@@ -6,7 +6,9 @@ prompt included), n from `random.Random(0)` in [-9999, 9999]; the format_copy re
 q,k,v,o,gate,up,down; 4 prompts x 4 completions per step; 24 new tokens at most; temperature
 1.0, top-p 1.0, no top-k; no KL; one epoch, one optimizer step per rollout batch; AdamW lr 2e-4
 constant, gradient clipping 1.0; group-std advantages (sample std, as TRL); clip 0.2; no
-gradient checkpointing; 2 torch threads.
+gradient checkpointing; 2 torch threads. `--groups-per-microbatch 1` makes rlvr run its one
+optimizer step as 4 accumulated microbatches of one group each (the same gradient as one pass
+over the 16 rows, as its loss divides by the batch's global counts): less memory, more time.
 
 The parent runs `--rounds` rounds of (rlvr, TRL) or (TRL, rlvr), alternating the order, so
 machine drift hits both sides alike. Per side it prints the median seconds per step over
@@ -50,7 +52,7 @@ def peak_rss() -> int:
 
 
 # ----------------------------------------------------------------------------------------- rlvr
-def run_rlvr(steps: int, out: Path) -> dict:
+def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STEP) -> dict:
     import torch
 
     from rlvr.config import load_config
@@ -86,7 +88,11 @@ def run_rlvr(steps: int, out: Path) -> dict:
             "rollout.top_k": 0, "algorithm.name": "grpo", "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1,
             "algorithm.clip_low": 0.2, "algorithm.clip_high": 0.2, "algorithm.std": "sample",
             "optim.lr": LR, "optim.schedule": "constant", "optim.max_grad_norm": 1.0,
-            "optim.grad_accum_steps": 1, "train.iterations": steps, "train.eval_size": 0,
+            # One optimizer step per iteration; with groups_per_microbatch < 4 its gradient is
+            # accumulated over several microbatches (the same step: the loss divides by the batch's
+            # global sequence / token counts), fewer activations alive at once.
+            "optim.grad_accum_steps": PROMPTS_PER_STEP // groups_per_microbatch,
+            "train.iterations": steps, "train.eval_size": 0,
             "train.save_every": 10_000, "train.keep_checkpoints": 1, "train.progress": "false",
             "train.output_dir": folder, "train.run_name": "w1", "train.samples_every": 0,
         }
@@ -233,12 +239,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=8, help="steps per run (the first two are warm-up)")
     parser.add_argument("--rounds", type=int, default=2, help="A B rounds, the order alternating")
+    parser.add_argument("--groups-per-microbatch", type=int, default=PROMPTS_PER_STEP, choices=[1, 2, 4],
+                        help="rlvr: groups per forward / backward pass (4: one pass over the batch)")
     parser.add_argument("--side", choices=["rlvr", "trl"], help="(internal) run one side in this process")
     parser.add_argument("--out", help="(internal) where the child writes its result")
     parser.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "vs_trl.json"))
     args = parser.parse_args()
     if args.side:
-        (run_rlvr if args.side == "rlvr" else run_trl)(args.steps, Path(args.out))
+        if args.side == "rlvr":
+            run_rlvr(args.steps, Path(args.out), args.groups_per_microbatch)
+        else:
+            run_trl(args.steps, Path(args.out))
         return 0
 
     runs: dict[str, list[dict]] = {"rlvr": [], "trl": []}
@@ -250,7 +261,8 @@ def main() -> int:
                 out = Path(folder) / "result.json"
                 started = time.perf_counter()
                 subprocess.run([sys.executable, __file__, "--side", side, "--steps", str(args.steps),
-                                "--out", str(out)], check=True, cwd=REPO, env=env)
+                                "--groups-per-microbatch", str(args.groups_per_microbatch), "--out", str(out)],
+                               check=True, cwd=REPO, env=env)
                 result = json.loads(out.read_text())
             result["wall_seconds"] = time.perf_counter() - started
             runs[side].append(result)

@@ -21,12 +21,42 @@ def _lora_layers(model) -> list:
     return [module for module in model.modules() if isinstance(module, LoraLayer)]
 
 
+def _plain_lora(layer) -> bool:
+    """A vanilla LoRA layer whose delta `get_delta_weight` gives (no DoRA or other variant)."""
+    variants = getattr(layer, "lora_variant", {}) or {}
+    return hasattr(layer, "get_delta_weight") and not any(a in variants for a in layer.active_adapters)
+
+
 @contextlib.contextmanager
 def merged_adapter(model, enabled: bool = True):
-    """Inside the block the policy's adapter is merged; afterwards the weights are bit-identical."""
+    """Inside the block the policy's adapter is merged; afterwards the weights are bit-identical.
+
+    Plain LoRA layers get a new merged weight tensor (W + delta) swapped in, and the original
+    tensor swapped back afterwards: one pass over the weights, no copy and no unmerge. Other
+    adapter types are merged by PEFT and restored from a copy.
+    """
     layers = _lora_layers(model) if enabled and hasattr(model, "merge_adapter") else []
     if not layers:
         yield model
+        return
+    if all(_plain_lora(layer) for layer in layers):
+        swapped = []
+        try:
+            with torch.no_grad():
+                for layer in layers:
+                    base = layer.get_base_layer()
+                    active = [a for a in layer.active_adapters if a in layer.lora_A.keys()]
+                    original = base.weight.data
+                    merged = original.clone() if not active else original + sum(
+                        layer.get_delta_weight(a).to(original.dtype) for a in active)
+                    swapped.append((layer, base, original, list(layer.merged_adapters)))
+                    base.weight.data = merged
+                    layer.merged_adapters = list(active)  # PEFT's forward then runs the base layer only
+            yield model
+        finally:
+            for layer, base, original, merged_before in swapped:
+                base.weight.data = original
+                layer.merged_adapters = merged_before
         return
     saved = [layer.get_base_layer().weight.detach().clone() for layer in layers]
     with torch.no_grad():
