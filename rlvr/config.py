@@ -38,6 +38,9 @@ class ModelConfig:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     gradient_checkpointing: bool = False
+    # Attention without copied key/value heads (grouped-query models, CPU) and a SwiGLU MLP that
+    # keeps one activation less for backward: less memory in the update, the same numbers.
+    memory_kernels: bool = True
     # torch intra-op threads; 0 keeps torch's default.
     num_threads: int = 0
 

@@ -15,6 +15,7 @@ import inspect
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from rlvr.core.logprobs import (
@@ -22,6 +23,9 @@ from rlvr.core.logprobs import (
     compute_per_token_logprobs_and_entropy,
     position_ids_from_attention_mask,
 )
+
+# Row chunks of the LM head under autograd: [r, V] logits of at most this many bytes each.
+GRAD_CHUNK_BYTES = 2**25
 
 
 def _decoder_and_head(model: Any):
@@ -66,26 +70,76 @@ def _chunk_scores(head, hidden, targets, temperature: float, with_entropy: bool)
     return logprobs, entropy
 
 
+class _FrozenHeadLogprob(torch.autograd.Function):
+    """log p(target) through a frozen, bias-free LM head, its gradient taken in the forward pass.
+
+    d log p(t) / d h = (w_t - sum_v p_v w_v) / T is one [H] vector per row, so the forward keeps
+    that [r, H] Jacobian instead of [r, V] logits, and backward is one multiply: no logits are
+    kept and none are recomputed. hidden [r, H], weight [V, H], targets [r] -> ([r], [r]).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature: float, with_entropy: bool, rows_per_chunk: int):
+        compute_dtype = torch.promote_types(hidden.dtype, torch.float32)
+        logprob_parts, entropy_parts, jacobian_parts = [], [], []
+        for start in range(0, hidden.shape[0], rows_per_chunk):
+            chunk = hidden[start : start + rows_per_chunk]
+            chunk_targets = targets[start : start + rows_per_chunk]
+            logits = F.linear(chunk, weight).to(compute_dtype)  # [r, V], upcast before the softmax
+            if temperature != 1.0:
+                logits = logits / temperature
+            log_normalizer = torch.logsumexp(logits, dim=-1)  # [r]
+            logprob_parts.append(logits.gather(-1, chunk_targets[:, None]).squeeze(-1) - log_normalizer)
+            probs = (logits - log_normalizer[:, None]).exp_()  # [r, V]
+            if with_entropy:  # H = -sum_v p_v log p_v = logsumexp - sum_v p_v z_v
+                entropy_parts.append(log_normalizer - (probs * logits).sum(-1))
+            del logits
+            expected = probs @ weight.to(compute_dtype)  # [r, H]: sum_v p_v w_v
+            jacobian_parts.append((weight[chunk_targets].to(compute_dtype) - expected) / temperature)
+        logprobs = torch.cat(logprob_parts)  # [R]
+        entropy = torch.cat(entropy_parts) if with_entropy else torch.zeros_like(logprobs)
+        ctx.save_for_backward(torch.cat(jacobian_parts))  # [R, H]
+        ctx.hidden_dtype = hidden.dtype
+        ctx.mark_non_differentiable(entropy)
+        return logprobs, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logprobs, grad_entropy):
+        (jacobian,) = ctx.saved_tensors
+        grad_hidden = (grad_logprobs[:, None].to(jacobian.dtype) * jacobian).to(ctx.hidden_dtype)  # [R, H]
+        return grad_hidden, None, None, None, None, None
+
+
+def _frozen_linear_head(head) -> bool:
+    return type(head) is torch.nn.Linear and head.bias is None and not head.weight.requires_grad
+
+
 def _head_logprobs(head, hidden, targets, temperature, max_chunk_bytes, with_entropy):
     """LM head + log-softmax gather per row chunk. hidden [R, H], targets [R] -> [R] (and [R]).
 
-    With several chunks under autograd, each chunk's logits are recomputed in backward
-    (activation checkpointing) so only one chunk of [r, V] logits is alive at a time.
+    Under autograd no [r, V] logits are kept for backward: a frozen bias-free head (LoRA) takes
+    its gradient in the forward pass (`_FrozenHeadLogprob`); any other head recomputes each
+    chunk's logits in backward (activation checkpointing). Chunks under autograd hold at most
+    `GRAD_CHUNK_BYTES` of logits, so their transient buffers stay small at the activation peak.
     """
     vocab = head.weight.shape[0]
     compute_dtype = torch.promote_types(hidden.dtype, torch.float32)
     bytes_per_row = vocab * torch.empty((), dtype=compute_dtype).element_size()
-    rows_per_chunk = max(1, max_chunk_bytes // bytes_per_row)
     needs_grad = torch.is_grad_enabled() and hidden.requires_grad
+    if needs_grad:
+        max_chunk_bytes = min(max_chunk_bytes, GRAD_CHUNK_BYTES)
+    rows_per_chunk = max(1, max_chunk_bytes // bytes_per_row)
     num_rows = hidden.shape[0]
     if num_rows == 0:
         empty = hidden.new_zeros(0, dtype=compute_dtype)
         return empty, empty
+    if needs_grad and _frozen_linear_head(head):
+        return _FrozenHeadLogprob.apply(hidden, head.weight, targets, temperature, with_entropy, rows_per_chunk)
     logprob_parts, entropy_parts = [], []
     for start in range(0, num_rows, rows_per_chunk):
         stop = min(start + rows_per_chunk, num_rows)
         args = (head, hidden[start:stop], targets[start:stop], temperature, with_entropy)
-        if needs_grad and num_rows > rows_per_chunk:
+        if needs_grad:
             logprobs, entropy = checkpoint(_chunk_scores, *args, use_reentrant=False)
         else:
             logprobs, entropy = _chunk_scores(*args)

@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from rlvr.models.conversion import resolve_model_path
 from rlvr.models.embedded import EMBEDDED_MODELS
+from rlvr.models.kernels import apply_memory_kernels
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -169,6 +170,7 @@ def load_policy(
     gradient_checkpointing: bool = False,
     need_reference: bool = False,
     turn_off_dropout: bool = True,
+    memory_kernels: bool = True,
 ) -> LoadedModel:
     """Load the policy named by `spec` (see `resolve_model_path`) for RL training.
 
@@ -178,6 +180,8 @@ def load_policy(
         checkpoints in train mode, so the policy is then left in train mode; with dropout off
         (`turn_off_dropout`) its forwards stay deterministic. Otherwise the policy is in eval mode.
     need_reference: full fine-tuning only: keep a frozen copy of the initial weights for the KL term.
+    memory_kernels: grouped-query attention without copied key/value heads and a SwiGLU MLP that
+        keeps one activation less for backward (`rlvr.models.kernels`); same numbers, less memory.
     """
     torch_dtype = resolve_dtype(dtype)
     path, gguf_file = resolve_model_path(spec)
@@ -198,6 +202,8 @@ def load_policy(
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if turn_off_dropout:
         disable_dropout(model)
+    if memory_kernels:
+        apply_memory_kernels(model)
 
     reference = None
     if lora is None:

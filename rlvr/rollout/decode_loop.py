@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from rlvr.core.completion_logprobs import cache_argument_name, output_cache
+from rlvr.models.kernels import weight_major_linears
 from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids
 
 
@@ -84,7 +85,7 @@ def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings:
     ended = torch.zeros(num_rows, dtype=torch.bool)  # EOS or stop string (not truncated)
     was_training = model.training
     model.eval()
-    with torch.inference_mode():
+    with torch.inference_mode(), weight_major_linears(model):
         positions = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P], skips left padding
         out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
                     use_cache=True, logits_to_keep=1)

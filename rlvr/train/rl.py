@@ -69,7 +69,7 @@ def setup(config: Config):
     loaded = load_policy(
         config.model.name, dtype=config.model.dtype, device=config.model.device, lora=lora,
         gradient_checkpointing=config.model.gradient_checkpointing,
-        need_reference=config.algorithm.kl_coef > 0,
+        need_reference=config.algorithm.kl_coef > 0, memory_kernels=config.model.memory_kernels,
     )
     task = build_task(config.task.name, reward_weights=config.task.reward_weights,
                       options=config.task.options, use_chat_template=config.task.use_chat_template,

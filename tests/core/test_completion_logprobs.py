@@ -12,7 +12,12 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-from rlvr.core import build_completion_mask, compute_completion_logprobs, compute_per_token_logprobs
+from rlvr.core import (
+    build_completion_mask,
+    compute_completion_logprobs,
+    compute_per_token_logprobs,
+    compute_per_token_logprobs_and_entropy,
+)
 
 GROUP = 3
 
@@ -130,3 +135,30 @@ def test_prompt_tokens_receive_gradient_through_the_shared_cache(make_tiny_llama
     # Attention kernels keep fp32 internals (softmax statistics) even for fp64 models, so the two
     # orders of computation agree to fp32 precision, not fp64.
     torch.testing.assert_close(grad_fast[prompt_only], grad_plain[prompt_only], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("train_head", [False, True])
+def test_temperature_entropy_and_gradients_for_frozen_and_trainable_heads(make_tiny_llama, train_head):
+    """A frozen head (LoRA) takes its gradient in the forward pass, a trainable one is recomputed
+    in backward; both must equal the plain path at temperature 0.7, entropy included."""
+    model = _lora(make_tiny_llama(dtype=torch.float64))
+    head = model.get_base_model().get_output_embeddings()
+    head.weight.requires_grad_(train_head)
+    input_ids, attention_mask, prompt_len = _batch()
+    mask = build_completion_mask(input_ids, attention_mask, prompt_len)  # [N, L-1]
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    params = [p for p in model.parameters() if p.requires_grad]
+    plain, plain_entropy = compute_per_token_logprobs_and_entropy(model, input_ids, attention_mask, temperature=0.7)
+    fast, fast_entropy = compute_completion_logprobs(model, input_ids, attention_mask, prompt_len, group_size=GROUP,
+                                                     temperature=0.7, completion_mask=mask,
+                                                     max_chunk_bytes=64 * 8 * 7)  # 7 rows per chunk
+    torch.testing.assert_close(fast * mask, plain * mask, rtol=0, atol=1e-12)
+    torch.testing.assert_close(fast_entropy * mask, plain_entropy * mask, rtol=0, atol=1e-10)
+    at_one, _ = compute_completion_logprobs(model, input_ids, attention_mask, prompt_len, group_size=GROUP)
+    assert ((at_one - fast) * mask).abs().max() > 0.05  # the temperature matters here
+    plain_grads = torch.autograd.grad((plain * mask * weights).sum(), params)
+    fast_grads = torch.autograd.grad((fast * mask * weights).sum(), params)
+    assert len(params) > (1 if train_head else 0)
+    scale = max(g.abs().max() for g in plain_grads)
+    for a, b in zip(plain_grads, fast_grads):  # float32 LoRA adapters: agreement to ~1e-7 of the scale
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6 * float(scale))
