@@ -96,6 +96,8 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
     started_at = time.perf_counter()
     dist = init_distributed(config.model.device)  # one process unless launched data-parallel
     check_divisible(dist, config.rollout.batch_size)
+    if dist.enabled and fsdp_requested(config):
+        config.train.fsdp = True  # an Accelerate FSDP launch: recorded in config.yaml, so a resume shards too
     if resume_dir is not None:
         run_dir = Path(resume_dir)
     else:
@@ -109,7 +111,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
     config.model.device = rank_device(dist, config.model.device)
     loaded, task, params, optimizer, scheduler = setup(config)
     start_ranks(dist, params, config.train.seed)  # rank 0's initial weights, seed + rank for sampling
-    if dist.enabled and fsdp_requested(config):
+    if dist.enabled and config.train.fsdp:
         layers = shard_loaded_model(loaded, dist)  # decoder layers sharded; their parameters become DTensors
         if dist.is_main:
             print(f"fsdp: {layers} decoder layers sharded across {dist.world_size} processes")
