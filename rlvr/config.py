@@ -145,6 +145,11 @@ class TrainConfig:
     # "offline" writes RUN_DIR/wandb and needs no network (upload later with `wandb sync`);
     # "online" streams to the W&B server; "disabled" makes every wandb call a no-op.
     wandb_mode: str = "offline"
+    # Data-parallel only: shard each decoder layer's weights, gradients and optimizer state across
+    # the processes (FSDP2), for models whose full copy per process does not fit. Same step as
+    # without it; costs an all-gather per layer per forward (rollouts gather once). An Accelerate
+    # FSDP launch (configs/accelerate/fsdp.yaml) turns it on too; ignored in one process.
+    fsdp: bool = False
 
 
 @dataclass

@@ -170,10 +170,3 @@ def test_uneven_split_and_world_size_mismatch_are_clear_errors(tmp_path):
         restore_rank_state(Dist(), {"world_size": 2, "rng": [None, None]}, tmp_path)
     with pytest.raises(ValueError, match="written by a run with 1 process.*this launch has 2"):
         restore_rank_state(Dist(rank=0, world_size=2), None, tmp_path)
-
-
-def test_fsdp_launch_is_refused_with_a_message(monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
-    with pytest.raises(ValueError, match="FSDP and DeepSpeed are not supported.*configs/accelerate/ddp.yaml"):
-        init_distributed("cpu")

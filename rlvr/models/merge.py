@@ -4,6 +4,8 @@ An unmerged adapter adds two small matmuls per adapted layer to every decoding s
 removes them (about 20% of sampling time for SmolLM2-135M on a CPU). PEFT's unmerge subtracts
 the delta again, which is not bit-exact in floating point and would let the base weights (the
 reference policy) drift a little every iteration, so the original weights are copied back.
+Under FSDP the layer weights are DTensor shards that cannot be swapped: the adapter stays
+unmerged and the layers are gathered whole for the block instead (rlvr/models/sharding.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import contextlib
 
 import torch
+
+from rlvr.models.sharding import is_sharded, unsharded
 
 
 def _lora_layers(model) -> list:
@@ -33,8 +37,13 @@ def merged_adapter(model, enabled: bool = True):
 
     Plain LoRA layers get a new merged weight tensor (W + delta) swapped in, and the original
     tensor swapped back afterwards: one pass over the weights, no copy and no unmerge. Other
-    adapter types are merged by PEFT and restored from a copy.
+    adapter types are merged by PEFT and restored from a copy. An FSDP-sharded model samples with
+    the unmerged adapter, its layers gathered once for the whole block (a collective).
     """
+    if is_sharded(model):
+        with unsharded(model):
+            yield model
+        return
     layers = _lora_layers(model) if enabled and hasattr(model, "merge_adapter") else []
     if not layers:
         yield model

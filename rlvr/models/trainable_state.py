@@ -3,6 +3,8 @@
 LoRA saves only the adapter (a few MB, in PEFT's `adapter_model.safetensors` layout, with its
 `adapter_config.json`, so PEFT can load it too); full fine-tuning saves the whole state dict.
 Every file is written to a temporary name and renamed, so a crash never leaves half a file.
+An FSDP-sharded model is saved in the same files, with full tensors (`trainable_tensors` gathers
+them, a collective), and each rank keeps its own slice when loading.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file, save_model
 
 from rlvr.models.policy import LoadedModel, dtype_name
+from rlvr.models.sharding import full_tensor, is_dtensor
 
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -41,27 +44,68 @@ def _kind(loaded: LoadedModel) -> str:
     return "lora" if loaded.is_lora else "full"
 
 
-def save_trainable(loaded: LoadedModel, folder: str | os.PathLike) -> Path:
-    """Save the trainable weights of `loaded.policy` into `folder` (created if needed)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+class _StateDictView:
+    """Stands in for the module in safetensors' `save_model`, which dedups tied tensors by storage."""
+
+    def __init__(self, tensors: dict):
+        self.tensors = tensors
+
+    def state_dict(self) -> dict:
+        return dict(self.tensors)
+
+
+def trainable_tensors(loaded: LoadedModel) -> dict[str, torch.Tensor]:
+    """The tensors `save_trainable` writes, by name: the adapter with LoRA, else the whole state dict.
+
+    FSDP-sharded tensors are gathered whole, which is a collective: every rank must call this.
+    Tied tensors (lm_head / embed_tokens) still share storage in the result.
+    """
     policy = loaded.policy
     if loaded.is_lora:
         from peft import get_peft_model_state_dict
 
-        adapter = {name: tensor.detach().contiguous() for name, tensor in get_peft_model_state_dict(policy).items()}
+        tensors = get_peft_model_state_dict(policy)
+    else:
+        tensors = policy.state_dict()
+    return {name: full_tensor(tensor).detach() for name, tensor in tensors.items()}
+
+
+def save_trainable(loaded: LoadedModel, folder: str | os.PathLike, tensors: dict | None = None) -> Path:
+    """Save the trainable weights of `loaded.policy` into `folder` (created if needed).
+
+    `tensors`: what `trainable_tensors(loaded)` returned; pass it when the model is FSDP-sharded
+    (gathered on every rank, written by one).
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    policy = loaded.policy
+    tensors = trainable_tensors(loaded) if tensors is None else tensors
+    if loaded.is_lora:
+        adapter = {name: tensor.contiguous() for name, tensor in tensors.items()}
         _write_atomically(folder / ADAPTER_WEIGHTS_FILE, lambda target: save_file(adapter, str(target)))
         _write_json(folder / ADAPTER_CONFIG_FILE, policy.peft_config["default"].to_dict())
-        tensor_count = len(adapter)
     else:
         # save_model stores each shared tensor (tied lm_head / embed_tokens) once.
-        _write_atomically(folder / FULL_WEIGHTS_FILE, lambda target: save_model(policy, str(target)))
-        tensor_count = len(policy.state_dict())
+        _write_atomically(folder / FULL_WEIGHTS_FILE,
+                          lambda target: save_model(_StateDictView(tensors), str(target)))
     _write_json(
         folder / TRAINABLE_INFO_FILE,
-        {"kind": _kind(loaded), "dtype": dtype_name(loaded.dtype), "tensors": tensor_count},
+        {"kind": _kind(loaded), "dtype": dtype_name(loaded.dtype), "tensors": len(tensors)},
     )
     return folder
+
+
+def _shard_like(tensors: dict, current: dict) -> dict:
+    """Loaded full tensors, each cut to this rank's slice where the live tensor is an FSDP DTensor."""
+    from torch.distributed.tensor import distribute_tensor
+
+    return {name: distribute_tensor(tensor, current[name].device_mesh, current[name].placements, src_data_rank=None)
+            if name in current and is_dtensor(current[name]) else tensor
+            for name, tensor in tensors.items()}
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    return (tensor.to_local() if is_dtensor(tensor) else tensor).data_ptr()
 
 
 def _check_tensors(loaded_tensors: dict, current: dict, folder: Path) -> None:
@@ -104,7 +148,7 @@ def load_trainable(loaded: LoadedModel, folder: str | os.PathLike) -> None:
         missing = sorted(set(current) - set(tensors))
         if missing:
             raise ValueError(f"checkpoint in {folder} lacks adapter tensors: {', '.join(missing[:5])}")
-        result = set_peft_model_state_dict(loaded.policy, tensors)
+        result = set_peft_model_state_dict(loaded.policy, _shard_like(tensors, current))
         if result.unexpected_keys:
             raise ValueError(f"adapter tensors not used by the model: {', '.join(result.unexpected_keys[:5])}")
         return
@@ -113,10 +157,11 @@ def load_trainable(loaded: LoadedModel, folder: str | os.PathLike) -> None:
     current = loaded.policy.state_dict()
     _check_tensors(tensors, current, folder)
     # A name absent from the file must share storage with a saved tensor (tied weights).
-    saved_storage = {current[name].data_ptr() for name in tensors}
-    missing = sorted(name for name in set(current) - set(tensors) if current[name].data_ptr() not in saved_storage)
+    saved_storage = {_storage(current[name]) for name in tensors}
+    missing = sorted(name for name in set(current) - set(tensors) if _storage(current[name]) not in saved_storage)
     if missing:
         raise ValueError(f"checkpoint in {folder} lacks tensors: {', '.join(missing[:5])}")
+    tensors = _shard_like(tensors, current)
     with torch.no_grad():
         for name, tensor in tensors.items():
             current[name].copy_(tensor)

@@ -21,6 +21,7 @@ from rlvr.core import (
 )
 from rlvr.core.completion_logprobs import compute_completion_logprobs
 from rlvr.models.merge import merged_adapter
+from rlvr.models.sharding import unsharded
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
 from rlvr.train.distributed import SINGLE, check_divisible, normalize_advantages_global
 
@@ -117,22 +118,25 @@ def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, refer
     def kept_everywhere() -> int:  # a collective: every rank runs the same number of rounds
         return int(dist.sum_scalar(len(kept_groups))) if dist.enabled else len(kept_groups)
 
-    while kept_everywhere() < rollout.batch_size and rounds < max_rounds:
-        seed = (config.train.seed * 1_000_003 + iteration) * 101 + rounds
-        rounds += 1
-        if len(kept_groups) >= quota:
-            continue  # this rank is full; the others still sample
-        examples = dist.shard(task.examples("train", rollout.batch_size, seed))
-        scored = sample_round(policy, tokenizer, task, examples, config, timings)
-        for g in range(len(examples)):
-            sampled_groups += 1
-            totals = _group_totals(scored.verdicts[g], scored.lengths[g], algo, rollout.max_new_tokens)
-            finite = totals[torch.isfinite(totals)]
-            degenerate = finite.numel() < 2 or bool((finite.max() - finite.min()).abs() < 1e-6)
-            if algo.dynamic_sampling and degenerate:
-                degenerate_pool.append((scored, g))
-            elif len(kept_groups) < quota:
-                kept_groups.append((scored, g))
+    # FSDP: the layers are gathered once for all rounds, so ranks that sample more rounds or more
+    # decoding steps than others need no collectives (a no-op for an unsharded model).
+    with unsharded(policy):
+        while kept_everywhere() < rollout.batch_size and rounds < max_rounds:
+            seed = (config.train.seed * 1_000_003 + iteration) * 101 + rounds
+            rounds += 1
+            if len(kept_groups) >= quota:
+                continue  # this rank is full; the others still sample
+            examples = dist.shard(task.examples("train", rollout.batch_size, seed))
+            scored = sample_round(policy, tokenizer, task, examples, config, timings)
+            for g in range(len(examples)):
+                sampled_groups += 1
+                totals = _group_totals(scored.verdicts[g], scored.lengths[g], algo, rollout.max_new_tokens)
+                finite = totals[torch.isfinite(totals)]
+                degenerate = finite.numel() < 2 or bool((finite.max() - finite.min()).abs() < 1e-6)
+                if algo.dynamic_sampling and degenerate:
+                    degenerate_pool.append((scored, g))
+                elif len(kept_groups) < quota:
+                    kept_groups.append((scored, g))
     filled = 0
     while len(kept_groups) < quota:  # dynamic sampling ran out of rounds
         kept_groups.append(degenerate_pool.pop(0))

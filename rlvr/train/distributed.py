@@ -5,6 +5,8 @@ In one process every helper is a no-op, so the training loop reads the same eith
 whole groups; the update divides by the global sequence / token counts and the gradients are
 summed across ranks (not averaged), so one optimizer step equals the one-process step on the
 union of the ranks' batches. Metrics are reduced from (sum, weight) pairs gathered from all ranks.
+With FSDP (rlvr/train/fsdp.py) the decoder layers are sharded and FSDP sums their gradients; the
+other parameters stay replicated and are summed here.
 """
 
 from __future__ import annotations
@@ -82,9 +84,12 @@ class Dist:
         Each rank's loss already carries the global denominators, so the sum is the full-batch
         gradient; DDP's average would divide it by the world size once more.
         """
+        from rlvr.models.sharding import is_dtensor
+
         if not self.enabled:
             return
-        params = [p for p in params if p.requires_grad]
+        # FSDP-sharded parameters (DTensors) had their gradients summed by FSDP's reduce-scatter.
+        params = [p for p in params if p.requires_grad and not is_dtensor(p)]
         # A parameter no rank's loss reached keeps grad None (the optimizer skips it, as in one
         # process); one that some rank's loss reached gets a zero gradient on the other ranks.
         reached = self.all_reduce(torch.tensor([float(p.grad is not None) for p in params], dtype=torch.float64),
@@ -137,11 +142,14 @@ def init_distributed(device: str = "cpu") -> Dist:
     """
     if launched_world_size() <= 1:
         return SINGLE
-    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" or \
-            os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
-        raise ValueError("rlvr train runs data-parallel with replicated weights only; FSDP and DeepSpeed are "
-                         "not supported: launch with distributed_type MULTI_GPU (configs/accelerate/ddp.yaml, "
-                         "which runs on CPUs too) or rlvr train --num-processes N")
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        raise ValueError("rlvr train does not support DeepSpeed: launch with configs/accelerate/ddp.yaml "
+                         "(replicated weights) or configs/accelerate/fsdp.yaml (decoder layers sharded), "
+                         "or rlvr train --num-processes N")
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and \
+            os.environ.get("FSDP_VERSION", "2") != "2":
+        raise ValueError(f"rlvr shards with FSDP2 (fully_shard); the launch asks for fsdp_version "
+                         f"{os.environ['FSDP_VERSION']}: set fsdp_version: 2 (configs/accelerate/fsdp.yaml)")
     try:
         from accelerate import PartialState
     except ImportError:

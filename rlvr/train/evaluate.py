@@ -28,23 +28,25 @@ def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: 
     correct, totals, truncated, lengths = [], [], [], []
     components: dict[str, list[float]] = {}
     kept = []
-    for start in range(0, len(examples), batch_size):
-        chunk = examples[start : start + batch_size]
-        prompts = render_prompts(tokenizer, chunk, use_chat_template)
-        with merged_adapter(model):
+    # One merge (or, under FSDP, one gather of the layers) for all chunks: ranks may have different
+    # numbers of chunks, so nothing inside the loop may be a collective.
+    with merged_adapter(model):
+        for start in range(0, len(examples), batch_size):
+            chunk = examples[start : start + batch_size]
+            prompts = render_prompts(tokenizer, chunk, use_chat_template)
             generation = generate(model, tokenizer, prompts, 1, settings)
-        for example, text, cut, length in zip(chunk, generation.completion_texts,
-                                              generation.truncated.tolist(), generation.completion_lengths.tolist()):
-            verdict = task.score(text, example)
-            correct.append(float(verdict.correct))
-            totals.append(verdict.total)
-            truncated.append(float(cut))
-            lengths.append(float(length))
-            for name, value in verdict.components.items():
-                components.setdefault(name, []).append(value)
-            if len(kept) < keep_examples:
-                kept.append({"ground_truth": example.ground_truth, "completion": text,
-                             "components": verdict.components, "correct": verdict.correct})
+            for example, text, cut, length in zip(chunk, generation.completion_texts, generation.truncated.tolist(),
+                                                  generation.completion_lengths.tolist()):
+                verdict = task.score(text, example)
+                correct.append(float(verdict.correct))
+                totals.append(verdict.total)
+                truncated.append(float(cut))
+                lengths.append(float(length))
+                for name, value in verdict.components.items():
+                    components.setdefault(name, []).append(value)
+                if len(kept) < keep_examples:
+                    kept.append({"ground_truth": example.ground_truth, "completion": text,
+                                 "components": verdict.components, "correct": verdict.correct})
 
     seconds = time.perf_counter() - started
     if dist.enabled:

@@ -3,9 +3,10 @@
 Each iteration: take B prompts, sample G completions each (prompt-major), score them, compute
 group advantages, run `ppo_epochs` optimizer steps over the batch, log one line of metrics,
 evaluate and checkpoint now and then. Launched data-parallel, each rank does this on its share
-of the B prompts (rlvr/train/distributed.py). Shortcuts taken, on purpose: rollouts and update
-share one model (LoRA's reference is the same model with the adapter disabled), and the old log-probs
-come from the first update epoch instead of a separate forward pass.
+of the B prompts (rlvr/train/distributed.py), optionally with the decoder layers sharded
+(FSDP, rlvr/train/fsdp.py). Shortcuts taken, on purpose: rollouts and update share one model
+(LoRA's reference is the same model with the adapter disabled), and the old log-probs come from
+the first update epoch instead of a separate forward pass.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import torch
 from rlvr.config import Config, load_run_config, save_config
 from rlvr.models import LoraSettings, load_policy, reference_context, trainable_parameters
 from rlvr.tasks import build_task
-from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rlvr.train.checkpoint import gather_checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
 from rlvr.train.collect import collect_rollout_batch
 from rlvr.train.distributed import (check_divisible, checkpoint_extra, init_distributed, rank_device,
                                     restore_rank_state, start_ranks)
 from rlvr.train.evaluate import evaluate
+from rlvr.train.fsdp import fsdp_requested, shard_loaded_model
 from rlvr.train.health import HealthMonitor
 from rlvr.train.metrics import RunWriter
 from rlvr.train.sinks import build_sinks
@@ -74,13 +76,19 @@ def setup(config: Config):
     task = build_task(config.task.name, reward_weights=config.task.reward_weights,
                       options=config.task.options, use_chat_template=config.task.use_chat_template,
                       seed=config.train.seed)
+    params, optimizer, scheduler = make_optimizer(loaded, config)
+    return loaded, task, params, optimizer, scheduler
+
+
+def make_optimizer(loaded, config: Config):
+    """AdamW over the policy's trainable parameters and its LR schedule: (params, optimizer, scheduler)."""
     params = trainable_parameters(loaded.policy)
     optimizer = torch.optim.AdamW(
         params, lr=config.optim.lr, betas=(config.optim.beta1, config.optim.beta2),
         eps=config.optim.eps, weight_decay=config.optim.weight_decay,
     )
     scheduler = make_scheduler(optimizer, config, config.train.iterations * config.algorithm.ppo_epochs)
-    return loaded, task, params, optimizer, scheduler
+    return params, optimizer, scheduler
 
 
 def train(config: Config, resume_dir: str | Path | None = None) -> Path:
@@ -88,6 +96,8 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
     started_at = time.perf_counter()
     dist = init_distributed(config.model.device)  # one process unless launched data-parallel
     check_divisible(dist, config.rollout.batch_size)
+    if dist.enabled and fsdp_requested(config):
+        config.train.fsdp = True  # an Accelerate FSDP launch: recorded in config.yaml, so a resume shards too
     if resume_dir is not None:
         run_dir = Path(resume_dir)
     else:
@@ -101,6 +111,11 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
     config.model.device = rank_device(dist, config.model.device)
     loaded, task, params, optimizer, scheduler = setup(config)
     start_ranks(dist, params, config.train.seed)  # rank 0's initial weights, seed + rank for sampling
+    if dist.enabled and config.train.fsdp:
+        layers = shard_loaded_model(loaded, dist)  # decoder layers sharded; their parameters become DTensors
+        if dist.is_main:
+            print(f"fsdp: {layers} decoder layers sharded across {dist.world_size} processes")
+        params, optimizer, scheduler = make_optimizer(loaded, config)  # over the sharded parameters
     ref_ctx = lambda: reference_context(loaded)  # noqa: E731
     rollout, train_cfg = config.rollout, config.train
     eval_examples = task.examples("eval", train_cfg.eval_size, train_cfg.seed)
@@ -129,9 +144,10 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
 
     def save(iteration: int) -> None:
         extra = checkpoint_extra(dist)  # every rank's RNG states (a collective)
+        gathered = gather_checkpoint_state(loaded, optimizer)  # full tensors (a collective under FSDP)
         if dist.is_main:
             save_checkpoint(run_dir, iteration, loaded, optimizer, scheduler, state, train_cfg.keep_checkpoints,
-                            distributed=extra)
+                            distributed=extra, gathered=gathered)
         dist.barrier()
 
     # Every rank sees the same globally reduced records, so every rank takes the same stop decision.

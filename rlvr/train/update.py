@@ -22,6 +22,7 @@ from rlvr.core import (
 )
 from rlvr.core.completion_logprobs import compute_completion_logprobs
 from rlvr.train.distributed import SINGLE, reduce_metric_sums
+from rlvr.train.fsdp import clip_grad_norm
 from rlvr.train.metrics import MetricSums
 
 
@@ -36,7 +37,8 @@ def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, 
     """Run the epochs over `batch` (completions start at column `prompt_len`); returns (metrics, counters).
 
     Data-parallel (`dist`): `batch` is this rank's share; the loss denominators are the global
-    counts and gradients are summed over ranks, so the step is the one-process step on all shares.
+    counts and gradients are summed over ranks, so the step is the one-process step on all shares
+    (with FSDP, FSDP sums the sharded layers' gradients during backward and the rest are summed here).
     """
     algo, optim, rollout = config.algorithm, config.optim, config.rollout
     loss_fn = POLICY_LOSSES.get(algo.policy_loss)
@@ -102,7 +104,7 @@ def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, 
             old_logprobs = torch.cat(collected_old)  # [N, L-1], reused by later epochs
             batch.old_logprobs = old_logprobs
         dist.sum_gradients(trainable_params)  # after this every rank holds the global gradient
-        grad_norm = torch.nn.utils.clip_grad_norm_(trainable_params, optim.max_grad_norm)
+        grad_norm = clip_grad_norm(trainable_params, optim.max_grad_norm, dist)  # global norm, FSDP shards too
         loss_value = dist.sum_scalar(float(epoch_loss)) if dist.enabled else float(epoch_loss)
         sums.add("loss", loss_value)
         if dist.all_true(math.isfinite(loss_value) and math.isfinite(float(grad_norm))):
