@@ -64,12 +64,14 @@ def plot(ei_evals: list[dict], sft_evals: list[dict], out: Path) -> None:
 
     fig, (ax_ei, ax_sft) = plt.subplots(1, 2, figsize=(11, 4))
     ax_ei.plot([e["iteration"] for e in ei_evals], [e["eval/accuracy"] for e in ei_evals], marker="o")
-    ax_ei.set(xlabel="expert-iteration round (0 = base model)", ylabel="greedy exact match (32 held-out)",
+    ax_ei.set(xlabel="expert-iteration round (0 = base model)",
+              ylabel=f"greedy exact match ({ei_evals[0].get('eval/num_examples', '?')} held-out)",
               title="format_copy: expert iteration", ylim=(-0.02, 1.02))
     ax_ei.set_xticks([e["iteration"] for e in ei_evals])
     ax_sft.plot([e["iteration"] for e in sft_evals], [e["eval/accuracy"] for e in sft_evals], marker="s")
     ax_sft.axhline(0.9, color="grey", linestyle=":")
-    ax_sft.set(xlabel="SFT optimizer step", ylabel="greedy exact match (32 held-out)",
+    ax_sft.set(xlabel="SFT optimizer step",
+               ylabel=f"greedy exact match ({sft_evals[0].get('eval/num_examples', '?')} held-out)",
                title="format_copy: SFT on 64 correct answers", ylim=(-0.02, 1.02))
     for ax in (ax_ei, ax_sft):
         ax.grid(alpha=0.3)
@@ -84,6 +86,8 @@ def main() -> int:
     parser.add_argument("--write-sft-data", metavar="PATH", help="only write the SFT data to PATH and stop")
     parser.add_argument("--sft-examples", type=int, default=64)
     parser.add_argument("--override", action="append", default=[], help="key=value passed to both runs")
+    parser.add_argument("--skip-sft", action="store_true",
+                        help="run expert iteration only; keep the SFT result already in --json")
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--out", default="docs/sft_and_expert_iteration.png")
     parser.add_argument("--json", default="benchmarks/results/sft_and_expert_iteration.json")
@@ -98,11 +102,17 @@ def main() -> int:
     ei_seconds = run(["expert-iter", "configs/format_copy_expert_iter.yaml", "train.run_name=bench-ei", *common])
     ei_metrics, ei_evals = read_jsonl(runs_dir / "bench-ei" / "metrics.jsonl"), read_jsonl(runs_dir / "bench-ei" / "eval.jsonl")
 
-    data = write_sft_data(runs_dir / "bench-sft-data.jsonl", args.sft_examples)
-    shutil.rmtree(runs_dir / "bench-sft", ignore_errors=True)
-    sft_seconds = run(["sft", "configs/format_copy_sft.yaml", f"sft.data_path={data}", "train.run_name=bench-sft",
-                       *common])
-    sft_metrics, sft_evals = read_jsonl(runs_dir / "bench-sft" / "metrics.jsonl"), read_jsonl(runs_dir / "bench-sft" / "eval.jsonl")
+    out_json = REPO / args.json
+    if args.skip_sft:
+        previous = json.loads(out_json.read_text())["sft"]
+        sft_seconds, sft_metrics, sft_evals = previous["seconds"], previous["metrics"], previous["evals"]
+    else:
+        data = write_sft_data(runs_dir / "bench-sft-data.jsonl", args.sft_examples)
+        shutil.rmtree(runs_dir / "bench-sft", ignore_errors=True)
+        sft_seconds = run(["sft", "configs/format_copy_sft.yaml", f"sft.data_path={data}", "train.run_name=bench-sft",
+                           *common])
+        sft_metrics = read_jsonl(runs_dir / "bench-sft" / "metrics.jsonl")
+        sft_evals = read_jsonl(runs_dir / "bench-sft" / "eval.jsonl")
 
     print(f"\nexpert iteration ({ei_seconds:.0f} s): round 0 eval/accuracy={ei_evals[0]['eval/accuracy']:.3f}")
     for m in ei_metrics:
@@ -113,7 +123,6 @@ def main() -> int:
           f"eval/accuracy {sft_evals[0]['eval/accuracy']:.3f} -> {sft_evals[-1]['eval/accuracy']:.3f}, "
           f"final loss {sft_metrics[-1]['loss']:.4f}")
     plot(ei_evals, sft_evals, REPO / args.out)
-    out_json = REPO / args.json
     out_json.parent.mkdir(parents=True, exist_ok=True)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "examples"} for r in rows]  # noqa: E731
     out_json.write_text(json.dumps({"expert_iteration": {"seconds": ei_seconds, "metrics": ei_metrics,
