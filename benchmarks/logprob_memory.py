@@ -3,7 +3,8 @@
 Compares, at several sequence lengths L, the naive path (full [B, L, V] logits, fp32 log-softmax,
 gather; what a plain `model(...).logits` implementation does) with rlvr's
 `compute_completion_logprobs` (LM head only at completion positions, in row chunks recomputed in
-backward). Each measurement runs in a fresh process: peak resident memory during the call minus
+backward; `rlvr_frozen_head`: the same with the tied LM head frozen, as under LoRA, where each
+chunk's gradient with respect to the hidden states is taken in the forward pass). Each measurement runs in a fresh process: peak resident memory during the call minus
 the resident memory just before it. The model is a small random Llama (hidden 128, 2 layers) with
 the real vocabulary size, so the LM head dominates as it does in real small models.
 
@@ -53,6 +54,8 @@ def measure(path: str, batch: int, length: int, prompt: int) -> dict:
     elif path == "chunked_full":
         logprobs = compute_per_token_logprobs(model, input_ids, attention_mask)
     else:
+        if path == "rlvr_frozen_head":  # as with LoRA: the (tied) LM head takes no gradient
+            model.get_output_embeddings().weight.requires_grad_(False)
         logprobs, _ = compute_completion_logprobs(model, input_ids, attention_mask, prompt, with_entropy=False,
                                                   completion_mask=completion_mask)
     (logprobs * completion_mask).sum().backward()
@@ -65,7 +68,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--lengths", type=int, nargs="*", default=[128, 256, 512, 1024])
     parser.add_argument("--prompt", type=int, default=64, help="prompt tokens (not scored)")
-    parser.add_argument("--paths", nargs="*", default=["naive", "chunked_full", "rlvr"])
+    parser.add_argument("--paths", nargs="*", default=["naive", "chunked_full", "rlvr", "rlvr_frozen_head"])
     parser.add_argument("--one", nargs=2, metavar=("PATH", "LENGTH"), help="(internal) measure one point")
     parser.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "logprob_memory.json"))
     args = parser.parse_args()

@@ -24,7 +24,7 @@ from rlvr.core.logprobs import (
     position_ids_from_attention_mask,
 )
 
-# Row chunks of the LM head under autograd: [r, V] logits of at most this many bytes each.
+# Row chunks of a frozen LM head under autograd: [r, V] logits of at most this many bytes each.
 GRAD_CHUNK_BYTES = 2**25
 
 
@@ -81,21 +81,30 @@ class _FrozenHeadLogprob(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, temperature: float, with_entropy: bool, rows_per_chunk: int):
         compute_dtype = torch.promote_types(hidden.dtype, torch.float32)
+        weight_c = weight.to(compute_dtype)  # [V, H] (the same tensor when already fp32)
+        # One [rows, V] buffer serves every chunk (logits, then probabilities, in place): the
+        # allocator sees one allocation instead of two per chunk, so the peak does not depend
+        # on how it reuses freed blocks.
+        buffer = hidden.new_empty((min(rows_per_chunk, hidden.shape[0]), weight.shape[0]), dtype=compute_dtype)
         logprob_parts, entropy_parts, jacobian_parts = [], [], []
         for start in range(0, hidden.shape[0], rows_per_chunk):
-            chunk = hidden[start : start + rows_per_chunk]
+            chunk = hidden[start : start + rows_per_chunk].to(compute_dtype)  # [r, H]
             chunk_targets = targets[start : start + rows_per_chunk]
-            logits = F.linear(chunk, weight).to(compute_dtype)  # [r, V], upcast before the softmax
+            logits = torch.mm(chunk, weight_c.t(), out=buffer[: chunk.shape[0]])  # [r, V], fp32 before the softmax
             if temperature != 1.0:
-                logits = logits / temperature
-            log_normalizer = torch.logsumexp(logits, dim=-1)  # [r]
-            logprob_parts.append(logits.gather(-1, chunk_targets[:, None]).squeeze(-1) - log_normalizer)
-            probs = (logits - log_normalizer[:, None]).exp_()  # [r, V]
-            if with_entropy:  # H = -sum_v p_v log p_v = logsumexp - sum_v p_v z_v
-                entropy_parts.append(log_normalizer - (probs * logits).sum(-1))
-            del logits
-            expected = probs @ weight.to(compute_dtype)  # [r, H]: sum_v p_v w_v
-            jacobian_parts.append((weight[chunk_targets].to(compute_dtype) - expected) / temperature)
+                logits.div_(temperature)
+            target_logits = logits.gather(-1, chunk_targets[:, None]).squeeze(-1)  # [r]
+            row_max = logits.amax(dim=-1)  # [r]
+            exps = logits.sub_(row_max[:, None]).exp_()  # [r, V], e_v = exp(z_v - max), in the buffer
+            sums = exps.sum(-1)  # [r]
+            log_normalizer = row_max + sums.log()  # [r], logsumexp without a [r, V] temporary
+            logprob_parts.append(target_logits - log_normalizer)
+            if with_entropy:  # H = -sum_v p_v log p_v = log S - sum_v e_v log e_v / S
+                entropy_parts.append(sums.log() - torch.xlogy(exps, exps).sum(-1) / sums)
+            probs = exps.div_(sums[:, None])  # [r, V]
+            expected = probs @ weight_c  # [r, H]: sum_v p_v w_v
+            jacobian_parts.append((weight_c[chunk_targets] - expected) / temperature)
+        del buffer
         logprobs = torch.cat(logprob_parts)  # [R]
         entropy = torch.cat(entropy_parts) if with_entropy else torch.zeros_like(logprobs)
         ctx.save_for_backward(torch.cat(jacobian_parts))  # [R, H]
@@ -118,23 +127,22 @@ def _head_logprobs(head, hidden, targets, temperature, max_chunk_bytes, with_ent
     """LM head + log-softmax gather per row chunk. hidden [R, H], targets [R] -> [R] (and [R]).
 
     Under autograd no [r, V] logits are kept for backward: a frozen bias-free head (LoRA) takes
-    its gradient in the forward pass (`_FrozenHeadLogprob`); any other head recomputes each
-    chunk's logits in backward (activation checkpointing). Chunks under autograd hold at most
-    `GRAD_CHUNK_BYTES` of logits, so their transient buffers stay small at the activation peak.
+    its gradient in the forward pass (`_FrozenHeadLogprob`, chunks of at most `GRAD_CHUNK_BYTES`
+    in one reused buffer, so the transient stays small at the activation peak); any other head
+    recomputes each chunk's logits in backward (activation checkpointing).
     """
     vocab = head.weight.shape[0]
     compute_dtype = torch.promote_types(hidden.dtype, torch.float32)
     bytes_per_row = vocab * torch.empty((), dtype=compute_dtype).element_size()
     needs_grad = torch.is_grad_enabled() and hidden.requires_grad
-    if needs_grad:
-        max_chunk_bytes = min(max_chunk_bytes, GRAD_CHUNK_BYTES)
-    rows_per_chunk = max(1, max_chunk_bytes // bytes_per_row)
     num_rows = hidden.shape[0]
     if num_rows == 0:
         empty = hidden.new_zeros(0, dtype=compute_dtype)
         return empty, empty
     if needs_grad and _frozen_linear_head(head):
+        rows_per_chunk = max(1, min(max_chunk_bytes, GRAD_CHUNK_BYTES) // bytes_per_row)
         return _FrozenHeadLogprob.apply(hidden, head.weight, targets, temperature, with_entropy, rows_per_chunk)
+    rows_per_chunk = max(1, max_chunk_bytes // bytes_per_row)
     logprob_parts, entropy_parts = [], []
     for start in range(0, num_rows, rows_per_chunk):
         stop = min(start + rows_per_chunk, num_rows)
