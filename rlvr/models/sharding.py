@@ -32,6 +32,15 @@ def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if is_dtensor(tensor) else tensor
 
 
+def slice_like(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A full `tensor` cut to this rank's slice when `like` is a DTensor (no communication), else as is."""
+    if not is_dtensor(like):
+        return tensor
+    from torch.distributed.tensor import distribute_tensor
+
+    return distribute_tensor(tensor.to(like.device), like.device_mesh, like.placements, src_data_rank=None)
+
+
 def decoder_layers(model: nn.Module) -> tuple[nn.Module, nn.ModuleList]:
     """The decoder body of a causal LM (a PEFT wrapper is looked through) and its list of layers."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model

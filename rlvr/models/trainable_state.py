@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file, save_model
 
 from rlvr.models.policy import LoadedModel, dtype_name
-from rlvr.models.sharding import full_tensor, is_dtensor
+from rlvr.models.sharding import full_tensor, is_dtensor, slice_like
 
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -97,11 +97,7 @@ def save_trainable(loaded: LoadedModel, folder: str | os.PathLike, tensors: dict
 
 def _shard_like(tensors: dict, current: dict) -> dict:
     """Loaded full tensors, each cut to this rank's slice where the live tensor is an FSDP DTensor."""
-    from torch.distributed.tensor import distribute_tensor
-
-    return {name: distribute_tensor(tensor, current[name].device_mesh, current[name].placements, src_data_rank=None)
-            if name in current and is_dtensor(current[name]) else tensor
-            for name, tensor in tensors.items()}
+    return {name: slice_like(tensor, current[name]) if name in current else tensor for name, tensor in tensors.items()}
 
 
 def _storage(tensor: torch.Tensor) -> int:

@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from rlvr.models.sharding import full_tensor, is_dtensor, shard_decoder_layers
+from rlvr.models.sharding import full_tensor, is_dtensor, shard_decoder_layers, slice_like
 from rlvr.train.distributed import SINGLE, Dist
 
 
@@ -85,16 +85,11 @@ def shard_optimizer_state(optimizer, state_dict: dict) -> dict:
     Every rank reads the whole file and keeps its own slice, so no communication is needed.
     Tensors shaped like their parameter are sharded like it; scalars such as Adam's `step` stay as they are.
     """
-    from torch.distributed.tensor import distribute_tensor
-
     state = dict(state_dict["state"])
     for group, saved_group in zip(optimizer.param_groups, state_dict["param_groups"]):
         for param, index in zip(group["params"], saved_group["params"]):
             if not is_dtensor(param) or index not in state:
                 continue
-            state[index] = {
-                key: distribute_tensor(value.to(param.device), param.device_mesh, param.placements, src_data_rank=None)
-                if torch.is_tensor(value) and value.shape == param.shape else value
-                for key, value in state[index].items()
-            }
+            state[index] = {key: slice_like(value, param) if torch.is_tensor(value) and value.shape == param.shape
+                            else value for key, value in state[index].items()}
     return {**state_dict, "state": state}
