@@ -97,10 +97,10 @@ class _FrozenHeadLogprob(torch.autograd.Function):
             row_max = logits.amax(dim=-1)  # [r]
             exps = logits.sub_(row_max[:, None]).exp_()  # [r, V], e_v = exp(z_v - max), in the buffer
             sums = exps.sum(-1)  # [r]
-            log_normalizer = row_max + sums.log()  # [r], logsumexp without a [r, V] temporary
-            logprob_parts.append(target_logits - log_normalizer)
+            log_sums = sums.log()  # [r]
+            logprob_parts.append(target_logits - (row_max + log_sums))  # logsumexp without a [r, V] temporary
             if with_entropy:  # H = -sum_v p_v log p_v = log S - sum_v e_v log e_v / S
-                entropy_parts.append(sums.log() - torch.xlogy(exps, exps).sum(-1) / sums)
+                entropy_parts.append(log_sums - torch.xlogy(exps, exps).sum(-1) / sums)
             probs = exps.div_(sums[:, None])  # [r, V]
             expected = probs @ weight_c  # [r, H]: sum_v p_v w_v
             jacobian_parts.append((weight_c[chunk_targets] - expected) / temperature)
