@@ -110,11 +110,15 @@ def _worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str)
     torch.distributed.destroy_process_group()
 
 
+def spawn_two_ranks(worker, model_dir, out_dir) -> list[dict]:
+    """Run worker(rank, 2, port, model_dir, out_dir) in 2 processes; return each rank's saved `rank{r}.pt`."""
+    mp.spawn(worker, args=(2, _free_port(), str(model_dir), str(out_dir)), nprocs=2, join=True)
+    return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
 @pytest.fixture(scope="module")
 def two_rank_results(tiny_model_dir, tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("ranks")
-    mp.spawn(_worker, args=(2, _free_port(), str(tiny_model_dir), str(out_dir)), nprocs=2, join=True)
-    return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    return spawn_two_ranks(_worker, tiny_model_dir, tmp_path_factory.mktemp("ranks"))
 
 
 @pytest.mark.parametrize("preset,lora", CASES)

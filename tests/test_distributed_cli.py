@@ -40,6 +40,14 @@ def _rlvr(*args: str) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+def run_stopped_after(run_dir: Path, copy: Path, iteration: int, last: int) -> Path:
+    """A copy of `run_dir` as if the run had stopped after checkpoint `iteration` (of `last`)."""
+    shutil.copytree(run_dir, copy)
+    shutil.rmtree(copy / "checkpoints" / f"iter_{last:06d}")
+    atomic_write_text(copy / "checkpoints" / "latest", f"iter_{iteration:06d}\n")
+    return copy
+
+
 def _lora_weights(checkpoint: Path) -> dict:
     from safetensors.torch import load_file
 
@@ -71,10 +79,7 @@ def test_two_process_train_writes_once_and_resumes_exactly(tiny_model_dir, tmp_p
     assert state["distributed"]["world_size"] == 2 and len(state["distributed"]["rng"]) == 2
 
     # Resume from the iteration-2 checkpoint as if the run had stopped there.
-    part = tmp_path / "part"
-    shutil.copytree(full, part)
-    shutil.rmtree(part / "checkpoints" / "iter_000003")
-    atomic_write_text(part / "checkpoints" / "latest", "iter_000002\n")
+    part = run_stopped_after(full, tmp_path / "part", iteration=2, last=3)
     done = _rlvr("train", "--num-processes", "2", "--resume", str(part))
     assert done.returncode == 0, done.stderr[-3000:]
     resumed = read_jsonl(part / "metrics.jsonl")

@@ -14,18 +14,17 @@ import os
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from rlvr.models import LoraSettings, load_policy, merged_adapter, trainable_parameters
 from rlvr.models.sharding import full_tensor, is_dtensor, shard_decoder_layers
 from rlvr.rollout import SamplingSettings
 from rlvr.rollout.decode_loop import decode_loop
 from rlvr.train.checkpoint import gather_checkpoint_state, load_checkpoint, save_checkpoint
-from rlvr.train.distributed import Dist, _free_port, init_distributed
+from rlvr.train.distributed import Dist, init_distributed
 from rlvr.train.fsdp import device_mesh, fsdp_requested
 from rlvr.train.rl import make_scheduler
 from rlvr.train.update import update_policy
-from tests.test_distributed import LR, PROMPT_LEN, _config, _full_batch
+from tests.test_distributed import LR, PROMPT_LEN, _config, _full_batch, spawn_two_ranks
 
 # (preset, LoRA?, optim.max_grad_norm): sequence- and token-mean, adapter and full weights; the
 # last case clips (the norm must then be the global one over sharded and replicated gradients).
@@ -114,8 +113,7 @@ def _worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str)
 @pytest.fixture(scope="module")
 def fsdp_results(tiny_model_dir, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("fsdp_ranks")
-    mp.spawn(_worker, args=(2, _free_port(), str(tiny_model_dir), str(out_dir)), nprocs=2, join=True)
-    return out_dir, [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    return out_dir, spawn_two_ranks(_worker, tiny_model_dir, out_dir)
 
 
 @pytest.mark.parametrize("preset,lora,clip", CASES)

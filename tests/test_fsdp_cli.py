@@ -9,7 +9,6 @@ the saved config turning FSDP on) must reproduce the second one exactly.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -17,8 +16,8 @@ import pytest
 import torch
 
 from rlvr.train.distributed import _free_port
-from rlvr.utils import atomic_write_text, read_jsonl
-from tests.test_distributed_cli import REPO, _rlvr
+from rlvr.utils import read_jsonl
+from tests.test_distributed_cli import REPO, _rlvr, run_stopped_after
 
 
 def _overrides(model_dir, run_dir) -> list[str]:
@@ -60,10 +59,7 @@ def test_fsdp_launch_trains_writes_one_checkpoint_format_and_resumes(tiny_model_
     optimizer = torch.load(checkpoint / "optimizer.pt", weights_only=False)
     assert all(type(v) is torch.Tensor for state in optimizer["state"].values() for v in state.values())
 
-    part = tmp_path / "part"
-    shutil.copytree(full, part)
-    shutil.rmtree(part / "checkpoints" / "iter_000002")
-    atomic_write_text(part / "checkpoints" / "latest", "iter_000001\n")
+    part = run_stopped_after(full, tmp_path / "part", iteration=1, last=2)
     # Resumed through the other door: `--num-processes 2` (a DDP launch) with the saved `train.fsdp: true`.
     done = _rlvr("train", "--num-processes", "2", "--resume", str(part))
     assert done.returncode == 0, done.stderr[-3000:]
