@@ -102,7 +102,7 @@ def sample_tokens(scores: torch.Tensor, settings: SamplingSettings) -> torch.Ten
     return draw_from_weights(weights)
 
 
-class _DynamicCacheSteps:
+class DynamicCacheSteps:
     """Decoding steps through the model's forward on transformers' cache; finished rows leave it at once."""
 
     def __init__(self, model, cache, attention: torch.Tensor, next_position: torch.Tensor):
@@ -125,7 +125,7 @@ class _DynamicCacheSteps:
         return out.logits[:, -1]
 
 
-class _PreallocatedSteps:
+class PreallocatedSteps:
     """Decoding steps of `decode_step` on a `PreallocatedKVCache`.
 
     The cache's rows are slots; a finished row's slot stays (fed its last token, never sampled)
@@ -161,6 +161,28 @@ class _PreallocatedSteps:
         logits = decode_step(self.weights, self.cache, self.tokens, self.positions, self.live_slots)
         self.positions = self.positions + 1
         return logits
+
+
+def start_decoding(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int,
+                   weights: DecoderWeights | None, capacity: int, compact_fraction: float = COMPACT_FRACTION):
+    """Prefill each prompt once with the model's forward; return the first logits [N, V] (N = B * G,
+    prompt-major) and the steps object that continues: `PreallocatedSteps` when `weights` is given
+    (a cache of `capacity` positions), else `DynamicCacheSteps`. prompt_ids, prompt_mask [B, P]."""
+    positions = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P], skips left padding
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
+                use_cache=True, logits_to_keep=1)
+    logits = out.logits[:, -1].repeat_interleave(group_size, dim=0)  # [N, V]
+    next_position = positions[:, -1].repeat_interleave(group_size) + 1  # [N]
+    prefill_cache = output_cache(out)
+    if weights is not None:
+        kv_cache = weights.new_cache(prompt_ids.shape[0] * group_size, capacity)
+        layers = prefill_cache.layers
+        kv_cache.write_prompt([l.keys for l in layers], [l.values for l in layers], prompt_mask, group_size)
+        return logits, PreallocatedSteps(weights, kv_cache, next_position, compact_fraction)
+    if group_size > 1:
+        prefill_cache.batch_repeat_interleave(group_size)  # [B, ...] -> [N, ...], prompt-major
+    return logits, DynamicCacheSteps(model, prefill_cache, prompt_mask.repeat_interleave(group_size, dim=0),
+                                     next_position)
 
 
 def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings: SamplingSettings, *,
@@ -199,23 +221,8 @@ def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings:
     was_training = model.training
     model.eval()
     with torch.inference_mode(), weight_major_linears(model):
-        positions = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P], skips left padding
-        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
-                    use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1].repeat_interleave(group_size, dim=0)  # [N, V]
-        next_position = positions[:, -1].repeat_interleave(group_size) + 1  # [N]
-        prefill_cache = output_cache(out)
-        if weights is not None:
-            kv_cache = weights.new_cache(num_rows, capacity)
-            layers = prefill_cache.layers
-            kv_cache.write_prompt([l.keys for l in layers], [l.values for l in layers], prompt_mask, group_size)
-            del out, prefill_cache, layers
-            steps = _PreallocatedSteps(weights, kv_cache, next_position, compact_fraction)
-        else:
-            if group_size > 1:
-                prefill_cache.batch_repeat_interleave(group_size)  # [B, ...] -> [N, ...], prompt-major
-            steps = _DynamicCacheSteps(model, prefill_cache, prompt_mask.repeat_interleave(group_size, dim=0),
-                                       next_position)
+        logits, steps = start_decoding(model, prompt_ids, prompt_mask, group_size, weights, capacity,
+                                       compact_fraction)
         matcher = StopStringMatcher(tokenizer, stops, logits.shape[-1], device)
         active = torch.arange(num_rows, device=device)  # rows still generating, in row order
         for step in range(max_new):

@@ -222,7 +222,8 @@ def decode_step(weights: DecoderWeights, cache: PreallocatedKVCache, token_ids: 
         keys, values = cache.append(index, k, v)  # [R, Hkv, T, D]
         # The G query heads that share a key/value head become G query positions of that head: no
         # copies of keys and values (the query is one token, so there is no causal order among them).
-        query = q.reshape(rows, weights.num_kv_heads, groups, weights.head_dim)  # [R, Hkv, G, D]
+        # contiguous: with a strided last dimension scaled_dot_product_attention takes its slow math path
+        query = q.reshape(rows, weights.num_kv_heads, groups, weights.head_dim).contiguous()  # [R, Hkv, G, D]
         attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=weights.scaling)
         x += layer.o(attended.reshape(rows, weights.num_heads * weights.head_dim))  # x stays contiguous
         h = layer.post_attention_norm(x)
