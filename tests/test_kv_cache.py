@@ -3,7 +3,7 @@
 `decode_step` on a `PreallocatedKVCache` must give the logits of the model's own full forward
 over the whole sequence (no cache at all), for left-padded rows of different lengths, after the
 cache has been compacted, and with the LM head on a subset of rows. The cache's bookkeeping
-(prompt rows repeated prompt-major, the padding mask, in-place compaction) is checked on values
+(prompt rows repeated prompt-major, the padding mask, compaction by filling holes) is checked on values
 written by hand.
 """
 
@@ -57,18 +57,21 @@ def test_append_writes_one_position_and_returns_the_filled_part():
         cache.append(0, torch.zeros(2, 1, 2), torch.zeros(2, 1, 2))
 
 
-def test_compact_moves_kept_rows_up_in_order():
+def test_compact_fills_holes_from_the_end_copying_only_moved_rows():
     cache = _filled(rows=4)
     cache.real[3, 0] = False  # row 3 has a padded position
-    cache.compact([1, 3])
+    untouched = cache.buffer[0, :, 1].clone()
+    cache.compact([3, 1])  # rows 0 and 2 finished: row 3 moves into slot 0, row 1 stays
     assert cache.rows == 2 and cache.padded
-    assert cache.buffer[0, 0, :2, 0, :3, 0].tolist() == [[100, 101, 102], [300, 301, 302]]
-    assert cache.buffer[0, 1, :2, 0, :3, 0].tolist() == [[110, 111, 112], [310, 311, 312]]
-    assert cache.real[:2, :3].tolist() == [[True] * 3, [False, True, True]]
-    cache.compact([0])
-    assert not cache.padded
-    with pytest.raises(ValueError, match="ascending"):
-        _filled().compact([2, 1])
+    assert cache.buffer[0, 0, :2, 0, :3, 0].tolist() == [[300, 301, 302], [100, 101, 102]]
+    assert cache.buffer[0, 1, :2, 0, :3, 0].tolist() == [[310, 311, 312], [110, 111, 112]]
+    assert torch.equal(cache.buffer[0, :, 1], untouched)
+    assert cache.real[:2, :3].tolist() == [[False, True, True], [True] * 3]
+    cache.compact([1])
+    assert not cache.padded and cache.buffer[0, 0, 0, 0, :3, 0].tolist() == [100, 101, 102]
+    for bad in ([1, 0], [2, 2], [0, 4]):  # a row overwritten before it is read, twice, out of range
+        with pytest.raises(ValueError, match="compact"):
+            _filled().compact(bad)
 
 
 @pytest.fixture(scope="module")

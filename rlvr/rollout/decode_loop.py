@@ -128,8 +128,10 @@ class DynamicCacheSteps:
 class PreallocatedSteps:
     """Decoding steps of `decode_step` on a `PreallocatedKVCache`.
 
-    The cache's rows are slots; a finished row's slot stays (fed its last token, never sampled)
-    until `compact_fraction` of the slots are finished, then the live rows are moved up.
+    The cache's rows are slots. A finished row's slot stays (fed its last token, never sampled)
+    until `compact_fraction` of the slots are finished; then each hole below the new row count
+    is filled by one live row from above it, so a compaction copies only the rows that move.
+    Slots may then hold rows out of order: `sampled` maps the loop's live rows to their slots.
     """
 
     def __init__(self, weights: DecoderWeights, cache, next_position: torch.Tensor, compact_fraction: float):
@@ -137,28 +139,36 @@ class PreallocatedSteps:
         self.compact_fraction = compact_fraction
         self.positions = next_position.clone()  # [S] rotary position of each slot's next token
         self.tokens = torch.zeros_like(self.positions)  # [S] each slot's next input token
-        self.live = torch.ones_like(self.positions, dtype=torch.bool)  # [S]
-        self.live_slots = None  # [A] slots that are sampled, in row order; None: all of them
+        self.slots = list(range(self.positions.numel()))  # slot of each live row, in the loop's row order
+        self.sampled = None  # torch.tensor(self.slots), or None when that is every slot in order
         self.compactions = 0
 
     def finish(self, done: torch.Tensor) -> None:
-        live_slots = self.live.nonzero().squeeze(-1)  # [A]
-        self.live[live_slots[done]] = False
-        slots = self.live.numel()
-        finished = slots - int(self.live.sum())
-        if finished and finished >= self.compact_fraction * slots:
-            keep = self.live.nonzero().squeeze(-1)  # [A']
-            self.cache.compact(keep.tolist())
-            self.positions, self.tokens, self.live = self.positions[keep], self.tokens[keep], self.live[keep]
+        """done [A] bool over the live rows, in the loop's order (which the loop keeps)."""
+        self.slots = [slot for slot, finished in zip(self.slots, done.tolist()) if not finished]
+        total, kept = self.positions.numel(), len(self.slots)
+        if total - kept and total - kept >= self.compact_fraction * total:
+            holes = sorted(set(range(kept)) - set(self.slots))  # [h] free slots below `kept`
+            movers = sorted(s for s in self.slots if s >= kept)  # [h] live slots at or above it
+            source = list(range(kept))  # new slot i holds old slot source[i]
+            for hole, mover in zip(holes, movers):
+                source[hole] = mover
+            self.cache.compact(source)
+            index = torch.tensor(source)
+            self.positions, self.tokens = self.positions[index], self.tokens[index]
+            new_slot = {old: new for new, old in enumerate(source)}
+            self.slots = [new_slot[slot] for slot in self.slots]
             self.compactions += 1
-        self.live_slots = None if bool(self.live.all()) else self.live.nonzero().squeeze(-1)
+        in_order = self.slots == list(range(self.positions.numel()))
+        self.sampled = None if in_order else torch.tensor(self.slots, device=self.positions.device)
 
     def step(self, chosen: torch.Tensor) -> torch.Tensor:
-        if self.live_slots is None:
+        """chosen [A]: the live rows' new tokens; returns their logits [A, V] in the same order."""
+        if self.sampled is None:
             self.tokens = chosen
         else:
-            self.tokens[self.live_slots] = chosen
-        logits = decode_step(self.weights, self.cache, self.tokens, self.positions, self.live_slots)
+            self.tokens[self.sampled] = chosen
+        logits = decode_step(self.weights, self.cache, self.tokens, self.positions, self.sampled)
         self.positions = self.positions + 1
         return logits
 

@@ -8,9 +8,10 @@ over a view of the filled part. Every row shares the same filled length (prompts
 left-padded to one width and all rows decode in step), so one integer tracks it and a
 [rows, capacity] boolean mask marks the real (non-padding) positions.
 
-Rows that finish are not removed one by one: `compact` moves the kept rows to the front with
-in-place row copies of the filled part only, and the caller decides how often to pay for it
-(see `decode_loop`); until then a finished row stays in the batch and is simply ignored.
+Rows that finish are not removed by copying the whole cache: `compact` fills the slots of
+finished rows with live rows from the end of the batch (row copies of the filled part only), and
+the caller decides when (see `decode_loop`); until then a finished row stays in the batch and is
+simply ignored.
 """
 
 from __future__ import annotations
@@ -72,13 +73,17 @@ class PreallocatedKVCache:
         """Every layer has appended the current position."""
         self.length += 1
 
-    def compact(self, keep: list[int]) -> None:
-        """Keep only rows `keep` (ascending), moved to the front in order; copies the filled part only."""
-        if any(b <= a for a, b in zip(keep, keep[1:])):
-            raise ValueError(f"compact: rows to keep must be ascending, got {keep}")
-        for slot, row in enumerate(keep):
-            if slot != row:  # row > slot: the source is never overwritten before it is read
+    def compact(self, source: list[int]) -> None:
+        """Keep len(source) rows: row i takes old row source[i], copied (filled part only) unless it is i.
+        Each source is i itself or a row at or above len(source), so no row is overwritten before it is read."""
+        rows = len(source)
+        if len(set(source)) != rows or any(row != slot and not rows <= row < self.rows
+                                           for slot, row in enumerate(source)):
+            raise ValueError(f"compact: row i must come from row i or from a row >= {rows} "
+                             f"(below {self.rows}), each once; got {source}")
+        for slot, row in enumerate(source):
+            if slot != row:
                 self.buffer[:, :, slot, :, : self.length].copy_(self.buffer[:, :, row, :, : self.length])
                 self.real[slot].copy_(self.real[row])
-        self.rows = len(keep)
+        self.rows = rows
         self.padded = not bool(self.real[: self.rows, : self.length].all())
