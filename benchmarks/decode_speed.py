@@ -4,12 +4,17 @@ A decoding step with R rows reads every weight once (538 MB in fp32) plus the ro
 and values, so memory bandwidth sets a floor: weight bytes / bandwidth, the bandwidth measured in
 the same run by copying a 512 MiB tensor (counted as read + write, as STREAM does). Measured:
 
-  positions  ms per step (decode_step + sampling, temperature 1) at each position 1..N, for the
-             preallocated cache and for the model's forward on transformers' DynamicCache;
+  positions  ms per step (the step and the sampling of its logits, temperature 1) at each
+             position 1..N, for the preallocated cache and for the model's forward on
+             transformers' DynamicCache;
   rows       ms per step against the number of rows, at short positions;
+  linears    ms of a pass over every layer linear and of the LM head, as x W^T and as (W x^T)^T,
+             against the number of rows (the choice `decode_step` makes by row count);
   compaction seconds for 16 rows finishing at evenly spread steps, for each compaction policy;
   rollout    seconds per W1 rollout (4 prompts x 4 completions, 24 tokens, LoRA merged) through
-             `decode_loop` with each cache, alternated A B B A.
+             `decode_loop` with each cache.
+The configurations compared in each part run in lockstep, one step each in turn, the order
+reversed every other step (A B B A ...): on a shared machine a change in load hits them alike.
 
 Writes benchmarks/results/decode_speed.json and docs/decode_speed.png, prints the targets: at
 16 rows, ms per step within 2x the weight floor, and flat (last 100 positions <= 1.2x first 100).
@@ -47,59 +52,88 @@ def copy_bandwidth(mebibytes: int = 512, repeats: int = 5) -> float:
 def kv_bytes_per_position(model) -> int:
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * next(model.parameters()).element_size()
+    itemsize = next(model.parameters()).element_size()
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * itemsize
 
 
-def step_times(model, tokenizer, rows: int, steps: int, cache: str, prompt: str = "Hi") -> list[float]:
-    """Seconds of each decoding step (the step and the sampling of its logits), `rows` rows of one prompt."""
-    from rlvr.models.kernels import weight_major_linears
-    from rlvr.rollout import SamplingSettings
-    from rlvr.rollout.decode_loop import sample_tokens, start_decoding
-    from rlvr.rollout.decode_step import DecoderWeights
+class Run:
+    """One configuration decoding `rows` rows of one prompt, advanced one step at a time."""
 
-    settings = SamplingSettings(max_new_tokens=steps)
-    encoded = tokenizer([prompt], return_tensors="pt", add_special_tokens=False)
-    capacity = encoded["input_ids"].shape[1] + steps
-    weights = DecoderWeights.of(model, capacity) if cache == "preallocated" else None
-    times = []
-    with torch.inference_mode(), weight_major_linears(model):
-        logits, decoder = start_decoding(model, encoded["input_ids"], encoded["attention_mask"], rows, weights,
-                                         capacity)
-        chosen = sample_tokens(logits.float(), settings)
-        for _ in range(steps):
-            started = time.perf_counter()
-            logits = decoder.step(chosen)
-            chosen = sample_tokens(logits.float(), settings)
-            times.append(time.perf_counter() - started)
-    return times
+    def __init__(self, model, tokenizer, rows: int, steps: int, cache: str, compact_fraction: float = 0.0,
+                 finish_at: list[int] | None = None, prompt: str = "Hi"):
+        from rlvr.rollout import SamplingSettings
+        from rlvr.rollout.decode_loop import start_decoding
+        from rlvr.rollout.decode_step import DecoderWeights
 
+        self.settings = SamplingSettings(max_new_tokens=steps)
+        encoded = tokenizer([prompt], return_tensors="pt", add_special_tokens=False)
+        capacity = encoded["input_ids"].shape[1] + steps
+        weights = DecoderWeights.of(model, capacity) if cache == "preallocated" else None
+        self.logits, self.decoder = start_decoding(model, encoded["input_ids"], encoded["attention_mask"], rows,
+                                                   weights, capacity, compact_fraction)
+        self.finish_at = finish_at  # per row: the step after which it finishes (None: none finish)
+        self.live = list(range(rows))
+        self.step_index = 0
+        self.times: list[float] = []
 
-def compaction_seconds(model, tokenizer, compact_fraction: float | None, steps: int, rows: int = 16) -> float:
-    """Seconds for `rows` rows of which row i finishes after (i + 1) * steps / rows steps (None: dynamic cache)."""
-    from rlvr.models.kernels import weight_major_linears
-    from rlvr.rollout.decode_loop import start_decoding
-    from rlvr.rollout.decode_step import DecoderWeights
+    def step(self) -> None:
+        """Sample from the last logits, finish the rows due, run the next step; times all of it."""
+        from rlvr.rollout.decode_loop import sample_tokens
 
-    encoded = tokenizer(["Hi"], return_tensors="pt", add_special_tokens=False)
-    capacity = encoded["input_ids"].shape[1] + steps
-    weights = None if compact_fraction is None else DecoderWeights.of(model, capacity)
-    finish_at = [(row + 1) * steps // rows for row in range(rows)]
-    live = list(range(rows))
-    with torch.inference_mode(), weight_major_linears(model):
         started = time.perf_counter()
-        logits, decoder = start_decoding(model, encoded["input_ids"], encoded["attention_mask"], rows, weights,
-                                         capacity, compact_fraction if compact_fraction is not None else 0.0)
-        for step in range(steps):
-            chosen = logits.argmax(-1)
-            done = torch.tensor([finish_at[row] == step + 1 for row in live])
-            if bool(done.all()):
-                break
+        chosen = sample_tokens(self.logits.float(), self.settings)
+        self.step_index += 1
+        if self.finish_at is not None:
+            done = torch.tensor([self.finish_at[row] == self.step_index for row in self.live])
             if bool(done.any()):
-                decoder.finish(done)
-                live = [row for row, d in zip(live, done.tolist()) if not d]
+                self.decoder.finish(done)
+                self.live = [row for row, d in zip(self.live, done.tolist()) if not d]
                 chosen = chosen[~done]
-            logits = decoder.step(chosen)
-        return time.perf_counter() - started
+        if self.live:
+            self.logits = self.decoder.step(chosen)
+        self.times.append(time.perf_counter() - started)
+
+
+def lockstep(runs: dict[str, "Run"], steps: int) -> None:
+    """Advance every run `steps` steps, one step each in turn, the order reversed every other round
+    (A B B A ...), so that a change in the machine's load falls on every run alike."""
+    names = list(runs)
+    for step in range(steps):
+        for name in names if step % 2 == 0 else reversed(names):
+            if runs[name].live:
+                runs[name].step()
+
+
+def linear_orientation_ms(weights, row_counts: list[int], repeats: int = 5) -> dict[str, dict[str, list[float]]]:
+    """Median ms of one pass over every layer linear, and of the LM head, for x W^T and for (W x^T)^T at
+    each row count; the two orientations alternate (A B B A ...). weights: a `DecoderWeights`."""
+    import torch.nn.functional as F
+
+    layer_weights = [lin.weight for layer in weights.layers
+                     for lin in (layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down)]
+    head = weights.head.weight
+    orientations = {
+        "x W^T": (lambda x, w: F.linear(x, w), lambda x, w: F.linear(x, w)),
+        "(W x^T)^T": (lambda x, w: torch.mm(w, x.t()), lambda x, w: torch.mm(w, x.t()).t().contiguous()),
+    }
+    results: dict[str, dict[str, list[float]]] = {name: {"layers": [], "head": []} for name in orientations}
+    for rows in row_counts:
+        inputs = {size: torch.randn(rows, size) for size in {w.shape[1] for w in layer_weights}}
+        samples: dict[str, dict[str, list[float]]] = {name: {"layers": [], "head": []} for name in orientations}
+        for repeat in range(repeats):
+            for name in orientations if repeat % 2 == 0 else reversed(list(orientations)):
+                layer_fn, head_fn = orientations[name]
+                started = time.perf_counter()
+                for weight in layer_weights:
+                    layer_fn(inputs[weight.shape[1]], weight)
+                middle = time.perf_counter()
+                head_fn(inputs[head.shape[1]], head)
+                samples[name]["layers"].append(middle - started)
+                samples[name]["head"].append(time.perf_counter() - middle)
+        for name in orientations:
+            for part in ("layers", "head"):
+                results[name][part].append(_median_ms(samples[name][part][1:]))
+    return results
 
 
 def rollout_seconds(loaded, rounds: int) -> dict[str, list[float]]:
@@ -179,7 +213,9 @@ def main() -> int:
     args = parser.parse_args()
 
     from rlvr.models import LoraSettings, load_policy
+    from rlvr.models.kernels import weight_major_linears
     from rlvr.models.merge import merged_adapter
+    from rlvr.rollout.decode_step import DecoderWeights
     from rlvr.utils import atomic_write_text
 
     torch.set_num_threads(args.threads)
@@ -198,22 +234,36 @@ def main() -> int:
     print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write); weights {weight_bytes / 1e6:.0f} MB; "
           f"weight-streaming floor {floor_ms:.1f} ms per step")
 
-    with merged_adapter(model):
+    with merged_adapter(model), torch.inference_mode(), weight_major_linears(model):
         caches = ["preallocated"] + ([] if args.skip_dynamic else ["dynamic"])
-        for cache in caches:
-            times = step_times(model, tokenizer, args.rows, args.positions, cache)
-            results["positions"][cache] = times
-            first, last = _median_ms(times[:100]), _median_ms(times[-100:])
+        runs = {cache: Run(model, tokenizer, args.rows, args.positions, cache) for cache in caches}
+        lockstep(runs, args.positions)
+        for cache, run in runs.items():
+            results["positions"][cache] = run.times
+            first, last = _median_ms(run.times[:100]), _median_ms(run.times[-100:])
             print(f"{cache:>12}: {args.rows} rows, positions 1-100 {first:.1f} ms, last 100 {last:.1f} ms "
                   f"(x{last / first:.2f})")
-        for rows in args.row_counts:
-            results["rows"][str(rows)] = _median_ms(step_times(model, tokenizer, rows, 40, "preallocated")[8:])
+        del runs
+        runs = {str(rows): Run(model, tokenizer, rows, 40, "preallocated") for rows in args.row_counts}
+        lockstep(runs, 40)
+        results["rows"] = {rows: _median_ms(run.times[8:]) for rows, run in runs.items()}
         print("rows:        " + "  ".join(f"{r}: {ms:.1f}" for r, ms in results["rows"].items()) + "  (ms per step)")
-        for name, fraction in (("dynamic cache", None), ("compact at once", 0.0), ("compact at a quarter", 0.25),
-                               ("never compact", 1.0)):
-            results["compaction_s"][name] = compaction_seconds(model, tokenizer, fraction, args.compaction_steps)
-        print(f"compaction ({args.compaction_steps} steps, 16 rows finishing evenly): "
+        results["linears_ms"] = linear_orientation_ms(DecoderWeights.of(model, 1), args.row_counts)
+        for name, parts in results["linears_ms"].items():
+            print(f"{name:>9} layers | head, ms: " + "  ".join(
+                f"{r}: {a:.1f} | {b:.1f}" for r, a, b in zip(args.row_counts, parts["layers"], parts["head"])))
+        steps = args.compaction_steps
+        finish_at = [(row + 1) * steps // 16 for row in range(16)]
+        runs = {name: Run(model, tokenizer, 16, steps, cache, fraction, finish_at)
+                for name, cache, fraction in (("dynamic cache", "dynamic", 0.0),
+                                              ("compact at once", "preallocated", 0.0),
+                                              ("compact at a quarter", "preallocated", 0.25),
+                                              ("never compact", "preallocated", 1.0))}
+        lockstep(runs, steps)
+        results["compaction_s"] = {name: sum(run.times) for name, run in runs.items()}
+        print(f"compaction ({steps} steps, 16 rows finishing evenly): "
               + ", ".join(f"{name} {s:.1f} s" for name, s in results["compaction_s"].items()))
+        del runs
     if not args.skip_rollout:
         seconds = rollout_seconds(loaded, args.rollout_rounds)
         results["rollout_s"] = seconds

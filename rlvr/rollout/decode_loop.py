@@ -154,13 +154,14 @@ class PreallocatedSteps:
             for hole, mover in zip(holes, movers):
                 source[hole] = mover
             self.cache.compact(source)
-            index = torch.tensor(source)
+            index = torch.tensor(source, dtype=torch.long)
             self.positions, self.tokens = self.positions[index], self.tokens[index]
             new_slot = {old: new for new, old in enumerate(source)}
             self.slots = [new_slot[slot] for slot in self.slots]
             self.compactions += 1
         in_order = self.slots == list(range(self.positions.numel()))
-        self.sampled = None if in_order else torch.tensor(self.slots, device=self.positions.device)
+        self.sampled = None if in_order else torch.tensor(self.slots, dtype=torch.long,
+                                                          device=self.positions.device)
 
     def step(self, chosen: torch.Tensor) -> torch.Tensor:
         """chosen [A]: the live rows' new tokens; returns their logits [A, V] in the same order."""

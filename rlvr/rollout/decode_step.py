@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlvr.models.kernels import WEIGHT_MAJOR_ABOVE_ROWS
 from rlvr.rollout.kv_cache import PreallocatedKVCache
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -30,18 +31,22 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 RMS_NORM_CLASSES = frozenset({"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"})
 MLP_CLASSES = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP"})
 ATTENTION_IMPLEMENTATIONS = frozenset({"sdpa", "sdpa_gqa", "eager"})
+# The LM head (49k x 576 for SmolLM2) multiplies as x W^T up to this many rows, weight-major above:
+# measured 8.7 against 10.9 ms at 16 rows, 2 threads (benchmarks/decode_speed.py, "linears").
+HEAD_WEIGHT_MAJOR_ABOVE_ROWS = 32
 
 
 @dataclass
 class Linear:
     weight: torch.Tensor  # [out, in]
     bias: Optional[torch.Tensor]  # [out] or None
-    weight_major: bool  # CPU: (W x^T)^T, as `rlvr.models.kernels.weight_major_linears` computes it
+    weight_major: bool  # on the CPU: (W x^T)^T above `rows_for_x_major` rows (see `rlvr.models.kernels`)
+    rows_for_x_major: int = WEIGHT_MAJOR_ABOVE_ROWS
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x [R, in] -> [R, out]; on the CPU a transposed view of a contiguous [out, R] product
+        """x [R, in] -> [R, out]; weight-major, a transposed view of a contiguous [out, R] product
         (the next matmul reads it as is; elementwise operations do not care about the layout)."""
-        if not self.weight_major:
+        if not self.weight_major or x.shape[0] <= self.rows_for_x_major:
             return F.linear(x, self.weight, self.bias)
         out = torch.mm(self.weight, x.t()).t()  # [R, out], computed as [out, in] @ [in, R]
         return out if self.bias is None else out + self.bias
@@ -80,7 +85,7 @@ def _base_model(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def _linear(module: nn.Module) -> Linear:
+def _linear(module: nn.Module, rows_for_x_major: int = WEIGHT_MAJOR_ABOVE_ROWS) -> Linear:
     """The weight a projection multiplies by: an `nn.Linear`, or a PEFT LoRA layer whose adapter is merged
     into its base layer (or has no adapter active). Anything else raises `_Unsupported`."""
     if type(module) is not nn.Linear:
@@ -98,7 +103,8 @@ def _linear(module: nn.Module) -> Linear:
     weight = module.weight
     if type(weight) not in (torch.Tensor, nn.Parameter):
         raise _Unsupported(f"weight of type {type(weight).__name__} (a sharded or quantized tensor)")
-    return Linear(weight.detach(), None if module.bias is None else module.bias.detach(), weight.device.type == "cpu")
+    bias = None if module.bias is None else module.bias.detach()
+    return Linear(weight.detach(), bias, weight.device.type == "cpu", rows_for_x_major)
 
 
 def _rms_norm(module: nn.Module) -> RMSNorm:
@@ -180,7 +186,8 @@ class DecoderWeights:
         num_heads = config.num_attention_heads
         return cls(
             embed=decoder.embed_tokens, rotary=decoder.rotary_emb, layers=layers, norm=_rms_norm(decoder.norm),
-            head=_linear(head), num_heads=num_heads, num_kv_heads=config.num_key_value_heads,
+            head=_linear(head, HEAD_WEIGHT_MAJOR_ABOVE_ROWS), num_heads=num_heads,
+            num_kv_heads=config.num_key_value_heads,
             head_dim=first.head_dim, scaling=float(first.scaling),
         )
 
