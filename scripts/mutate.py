@@ -208,8 +208,8 @@ MUTATIONS = [
     mutation(
         "head_gradient_without_softmax_term", "rlvr/core/completion_logprobs.py",
         "frozen LM head: d log p(t) / d h taken as w_t / T, forgetting the -sum_v p_v w_v of the normalizer",
-        ("jacobian_parts.append((weight[chunk_targets].to(compute_dtype) - expected) / temperature)",
-         "jacobian_parts.append(weight[chunk_targets].to(compute_dtype) / temperature)"),
+        ("jacobian_parts.append((weight_c[chunk_targets] - expected) / temperature)",
+         "jacobian_parts.append(weight_c[chunk_targets] / temperature)"),
     ),
 ]
 
