@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.core import compute_completion_logprobs, compute_per_token_logprobs, kl_per_token
+from rlvr.core import compute_per_token_logprobs, kl_per_token
+from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.models import reference_context
 from rlvr.models.merge import merged_adapter
 from rlvr.models.policy import dtype_name, resolve_dtype

@@ -20,11 +20,10 @@ from rlvr.config import resolve
 from rlvr.core import (
     RolloutBatch,
     build_completion_mask,
-    compute_completion_logprobs,
     get_advantage_estimator,
     maybe_normalize_advantages,
 )
-from rlvr.models import reference_context
+from rlvr.models import compute_completion_logprobs, reference_context
 from rlvr.registry import Registry
 from rlvr.rollout import render_prompts
 from rlvr.utils import peak_rss_bytes
@@ -137,7 +136,7 @@ def run_mechanism_check(config) -> tuple[list[CheckRow], list[CheckRow]]:
             ref_logprobs, _ = compute_completion_logprobs(reference, ids, attention, prompt_len, group_size=group,
                                                           enable_grad=False, temperature=config.rollout.temperature,
                                                           with_entropy=False, completion_mask=mask)
-    batch = RolloutBatch(input_ids=ids, attention_mask=attention, completion_mask=mask, old_logprobs=None,
+    batch = RolloutBatch(input_ids=ids, attention_mask=attention, prompt_len=prompt_len, completion_mask=mask, old_logprobs=None,
                          ref_logprobs=ref_logprobs, rewards=torch.where(scorable, rewards, torch.zeros_like(rewards)),
                          advantages=advantages.to(device), group_ids=torch.arange(len(responses)) // group)
 

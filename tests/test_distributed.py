@@ -51,7 +51,7 @@ def _full_batch() -> RolloutBatch:
     completion_mask = build_completion_mask(input_ids, attention_mask, PROMPT_LEN)  # [8, L-1]
     ref_logprobs = -0.5 - 2 * torch.rand(completion_mask.shape, generator=generator, dtype=torch.float64)
     return RolloutBatch(
-        input_ids=input_ids, attention_mask=attention_mask, completion_mask=completion_mask.double(),
+        input_ids=input_ids, attention_mask=attention_mask, prompt_len=PROMPT_LEN, completion_mask=completion_mask.double(),
         old_logprobs=None, ref_logprobs=ref_logprobs * completion_mask, rewards=torch.tensor(ADVANTAGES).double(),
         advantages=torch.tensor(ADVANTAGES, dtype=torch.float64), group_ids=torch.arange(rows) // GROUP,
     )

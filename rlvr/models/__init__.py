@@ -5,6 +5,7 @@ a GGUF file), a `.gguf` path, a local model folder or a hub id; GGUF files are c
 safetensors in the cache. `load_policy` returns the policy, its tokenizer and its reference.
 """
 
+from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.models.conversion import (
     cache_dir,
     compare_state_dicts,
@@ -41,6 +42,7 @@ __all__ = [
     "LoadedModel",
     "LoraSettings",
     "cache_dir",
+    "compute_completion_logprobs",
     "compare_state_dicts",
     "convert_gguf_to_safetensors",
     "converted_model_dir",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.core.completion_logprobs import cache_argument_name, output_cache
+from rlvr.models.hf_cache import cache_argument_name, output_cache
 from rlvr.models.kernels import weight_major_linears
 from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.core.completion_logprobs import cache_argument_name, output_cache
+from rlvr.models.hf_cache import cache_argument_name, output_cache
 from rlvr.rollout.base import (
     Generation,
     SamplingSettings,

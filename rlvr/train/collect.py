@@ -19,7 +19,7 @@ from rlvr.core import (
     get_advantage_estimator,
     maybe_normalize_advantages,
 )
-from rlvr.core.completion_logprobs import compute_completion_logprobs
+from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.models.merge import merged_adapter
 from rlvr.models.sharding import unsharded
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
@@ -190,7 +190,7 @@ def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, refer
         timings["logprobs"] = timings.get("logprobs", 0.0) + time.perf_counter() - started
 
     batch = RolloutBatch(
-        input_ids=input_ids, attention_mask=attention_mask, completion_mask=completion_mask,
+        input_ids=input_ids, attention_mask=attention_mask, prompt_len=prompt_len, completion_mask=completion_mask,
         old_logprobs=None, ref_logprobs=ref_logprobs, rewards=safe_rewards, advantages=advantages,
         group_ids=torch.arange(num_rows) // group, task_names=[task.name] * num_rows, completion_texts=texts,
     )

@@ -20,7 +20,7 @@ from rlvr.core import (
     iter_minibatches,
     kl_per_token,
 )
-from rlvr.core.completion_logprobs import compute_completion_logprobs
+from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.train.distributed import SINGLE, reduce_metric_sums
 from rlvr.train.fsdp import clip_grad_norm
 from rlvr.train.metrics import MetricSums
