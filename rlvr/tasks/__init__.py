@@ -10,6 +10,7 @@ from rlvr.tasks.format_copy import FormatCopyTask
 from rlvr.tasks.gsm8k import GSM8KTask
 from rlvr.tasks.integer import IntegerTask
 from rlvr.tasks.math_problems import MathTask
+from rlvr.tasks.prompts import RAW_TEXT_PROMPTS
 from rlvr.tasks.reasoning_gym_tasks import ReasoningGymTask
 
 TASKS: Registry = Registry("task")
@@ -35,5 +36,17 @@ def build_task(name: str, *, reward_weights=None, options=None, use_chat_templat
         raise ValueError(f"task {name!r}: bad task.options ({exc})") from None
 
 
+def default_use_chat_template(name: str, options: dict | None = None) -> bool:
+    """Raw text for a raw-text prompt template (`r1_zero`), the chat template otherwise.
+
+    The prompt is `options["prompt"]`, or the task family's `default_prompt` (tasks without
+    prompt templates have none and use the chat template).
+    """
+    factory = TASKS.get(name.partition(":")[0])
+    prompt = (options or {}).get("prompt", getattr(factory, "default_prompt", None))
+    return prompt not in RAW_TEXT_PROMPTS
+
+
 __all__ = ["TASKS", "Example", "Task", "Verdict", "weighted_total", "resolve_weights", "build_task",
+           "default_use_chat_template",
            "FormatCopyTask", "GSM8KTask", "MathTask", "IntegerTask", "ReasoningGymTask"]

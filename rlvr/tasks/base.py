@@ -71,6 +71,9 @@ def resolve_weights(defaults: dict[str, float], overrides: dict[str, float]) -> 
 class Task(Protocol):
     name: str
     component_names: tuple[str, ...]
+    # Generation ends at the first of these, kept in the text (`</answer>` for the r1_zero
+    # prompt); () for none. `rollout.stop_strings`, when set, replaces them.
+    stop_strings: tuple[str, ...]
 
     def examples(self, split: str, count: int, seed: int) -> list[Example]:
         """`count` examples of `split` ("train" or "eval"), deterministic given `seed`."""

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
 from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, Grader, judge_question_only, judge_r1_zero
-from rlvr.tasks.prompts import COMPLETION_PREFIX, STOP_STRINGS, check_prompt, render_question
+from rlvr.tasks.prompts import COMPLETION_PREFIX, DEFAULT_PROMPT, STOP_STRINGS, check_prompt, render_question
 
 
 @dataclass
@@ -92,11 +92,12 @@ class ProblemTask:
     name = "problems"
     verifier = "problems"
     version = "1"
+    default_prompt = DEFAULT_PROMPT  # `task.options.prompt` when not given (see rlvr.tasks.prompts)
     component_names = ("answer", "format")
     default_weights = {"answer": 1.0, "format": 0.0}
 
     def __init__(self, train: list[Problem], held_out: list[Problem], *, reward_weights=None,
-                 use_chat_template=True, prompt="r1_zero", timeout_seconds=DEFAULT_TIMEOUT_SECONDS):
+                 use_chat_template=True, prompt=DEFAULT_PROMPT, timeout_seconds=DEFAULT_TIMEOUT_SECONDS):
         check_prompt(self.name, prompt, use_chat_template)
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
         self.use_chat_template = use_chat_template

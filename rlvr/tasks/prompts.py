@@ -22,6 +22,8 @@ R1_ZERO_TEMPLATE = (
 )
 
 PROMPTS = ("r1_zero", "question_only")
+DEFAULT_PROMPT = "r1_zero"
+RAW_TEXT_PROMPTS = ("r1_zero",)  # complete text templates: sent without the chat template
 # What each prompt makes the model write after the prompt, and where generation should stop.
 STOP_STRINGS = {"r1_zero": ("</answer>",), "question_only": ()}
 # Text the prompt already contains that the completion continues (counted by format rewards).

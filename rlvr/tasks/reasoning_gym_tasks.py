@@ -26,7 +26,7 @@ from typing import Iterator, Optional
 from rlvr.tasks.answers import extract_answer_tag
 from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
 from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, require_package
-from rlvr.tasks.prompts import COMPLETION_PREFIX, STOP_STRINGS, check_prompt, render_question
+from rlvr.tasks.prompts import COMPLETION_PREFIX, DEFAULT_PROMPT, STOP_STRINGS, check_prompt, render_question
 from rlvr.tasks.worker import call_with_timeout
 
 VERSION = "1"
@@ -69,10 +69,11 @@ def tag_format_score(text: str) -> float:
 class ReasoningGymTask:
     name = "reasoning_gym"
     component_names = ("answer", "format", "binary")
+    default_prompt = DEFAULT_PROMPT  # `task.options.prompt` when not given (see rlvr.tasks.prompts)
     default_weights = {"answer": 1.0, "format": 0.1, "binary": 0.0}
 
     def __init__(self, dataset: Optional[str] = None, reward_weights=None, use_chat_template=True, seed=0,
-                 prompt="r1_zero", size=100_000, eval_size=200, timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
+                 prompt=DEFAULT_PROMPT, size=100_000, eval_size=200, timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
                  datasets: Optional[dict] = None, configs: Optional[dict] = None, **config):
         if not dataset:
             raise ValueError("reasoning_gym: name the dataset, e.g. task.name=reasoning_gym:spell_backward "

@@ -7,16 +7,17 @@ is asked for, so a missing package is an error for that sink alone.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
-from rlvr.config import ConfigError
+from rlvr.metric_names import ITERATION
 from rlvr.registry import Registry
 
 SINKS: Registry = Registry("logger sink")
 
 
-class MissingSinkPackage(ConfigError):
+class MissingSinkPackage(ValueError):
     """A requested sink's package is not installed; the message says how to install it."""
 
 
@@ -54,7 +55,7 @@ class TensorBoardSink:
 
     def log(self, record: dict, step: int, prefix: str = "") -> None:
         for key, value in numeric_items(record).items():
-            if key != "iteration":
+            if key != ITERATION:
                 self.writer.add_scalar(prefix + key, value, global_step=step)
         self.writer.flush()
 
@@ -67,17 +68,15 @@ class WandbSink:
     """One W&B run per rlvr run; `train.wandb_mode` offline (default) needs no network."""
 
     def __init__(self, run_dir: Path, config) -> None:
-        from rlvr.config import config_to_dict
-
         wandb = _require("wandb", "wandb", "wandb")
         train = config.train
         self.run = wandb.init(
             project=train.wandb_project, name=Path(run_dir).name, dir=str(run_dir),
-            mode=train.wandb_mode, config=config_to_dict(config),
+            mode=train.wandb_mode, config=dataclasses.asdict(config),
         )
 
     def log(self, record: dict, step: int, prefix: str = "") -> None:
-        values = {prefix + k: v for k, v in numeric_items(record).items() if k != "iteration"}
+        values = {prefix + k: v for k, v in numeric_items(record).items() if k != ITERATION}
         self.run.log(values, step=step)
 
     def close(self) -> None:
