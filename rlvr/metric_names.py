@@ -5,8 +5,8 @@ warnings, `rlvr report`, `rlvr check`, progress lines) import these constants in
 spelling the strings, so renaming a metric renames it everywhere at once and cannot silently
 switch off a health check. `tests/test_metric_names.py` checks that no other module spells one
 of these names as a literal and that every name a reader uses is one a producer writes.
-Families with a variable part (reward components, statuses, time parts) have a prefix and a
-function that builds the full name.
+Families with a variable part (reward components, statuses, eval reward components) have a
+prefix and a function that builds the full name.
 """
 
 from __future__ import annotations
@@ -106,11 +106,6 @@ def reward_component(component: str) -> str:
 def status_count(status: str) -> str:
     """`status/<status>`: completions whose verdict had this status (unjudgeable, timeout, error)."""
     return STATUS_PREFIX + status
-
-
-def time_part(part: str) -> str:
-    """`time/<part>`: seconds spent in one part of an iteration."""
-    return TIME_PREFIX + part
 
 
 def eval_reward_component(component: str) -> str:

@@ -15,12 +15,29 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from rlvr.metric_names import (
+    CLIP_FRAC_HIGH,
+    CLIP_FRAC_LOW,
+    COMPLETION_LEN_MEAN,
+    ENTROPY,
+    EVAL_ACCURACY,
+    FRAC_NONZERO_ADVANTAGES,
+    FRAC_ZERO_VARIANCE_GROUPS,
+    GRAD_NORM,
+    ITERATION,
+    KL,
+    REWARD_MEAN,
+    REWARD_PREFIX,
+    REWARD_SUMMARIES,
+    TIME_ITERATION,
+    TIME_PARTS,
+    TIME_PREFIX,
+    TRUNCATED_FRAC,
+)
 from rlvr.report.runs import RunData
 
 LINE_STYLES = ("-", "--", ":", "-.")
-# Time parts stacked in the time figure; whatever time/iteration holds beyond them is "other".
-TIME_PARTS = ("time/generation", "time/scoring", "time/logprobs", "time/update")
-REWARD_SUMMARY_KEYS = {"reward/mean", "reward/std", "reward/max"}
+# TIME_PARTS are stacked in the time figure; whatever time/iteration holds beyond them is "other".
 
 
 @dataclass
@@ -62,7 +79,7 @@ def plot_lines(runs: list[RunData], keys: list[str], title: str, ylabel: str, so
     if axes is None:
         return None
     axes.set_title(title)
-    axes.set_xlabel("iteration")
+    axes.set_xlabel(ITERATION)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3)
@@ -76,21 +93,22 @@ def _line_figure(runs: list[RunData], spec: FigureSpec) -> Figure | None:
 
 
 def _reward_components(runs: list[RunData], spec: FigureSpec) -> Figure | None:
-    keys = sorted({k for run in runs for k in run.keys() if k.startswith("reward/")} - REWARD_SUMMARY_KEYS)
+    keys = sorted({k for run in runs for k in run.keys() if k.startswith(REWARD_PREFIX)} - set(REWARD_SUMMARIES))
     return plot_lines(runs, keys, spec.title, spec.ylabel) if keys else None
 
 
 def _eval_accuracy(runs: list[RunData], spec: FigureSpec) -> Figure | None:
     # eval.jsonl holds the step-0 eval too; runs without it fall back to metrics.jsonl.
-    if any(run.series("eval/accuracy", source="evals")[1] for run in runs):
-        return plot_lines(runs, ["eval/accuracy"], spec.title, spec.ylabel, source="evals")
-    return plot_lines(runs, ["eval/accuracy"], spec.title, spec.ylabel)
+    if any(run.series(EVAL_ACCURACY, source="evals")[1] for run in runs):
+        return plot_lines(runs, [EVAL_ACCURACY], spec.title, spec.ylabel, source="evals")
+    return plot_lines(runs, [EVAL_ACCURACY], spec.title, spec.ylabel)
 
 
 def time_parts(record: dict) -> dict[str, float]:
     """Seconds per part of one iteration; "other" is time/iteration minus the named parts."""
-    parts = {key.split("/", 1)[1]: float(record[key]) for key in TIME_PARTS if isinstance(record.get(key), (int, float))}
-    total = record.get("time/iteration")
+    parts = {key.removeprefix(TIME_PREFIX): float(record[key]) for key in TIME_PARTS
+             if isinstance(record.get(key), (int, float))}
+    total = record.get(TIME_ITERATION)
     if isinstance(total, (int, float)):
         parts["other"] = max(0.0, float(total) - sum(parts.values()))
     return parts
@@ -101,13 +119,13 @@ def _time_stacked(runs: list[RunData], spec: FigureSpec) -> Figure | None:
     timed = [run for run in runs if any(time_parts(r) for r in run.metrics)]
     if not timed:
         return None
-    names = [key.split("/", 1)[1] for key in TIME_PARTS] + ["other"]
+    names = [key.removeprefix(TIME_PREFIX) for key in TIME_PARTS] + ["other"]
     colors = run_colors(len(names))
     figure = _new_figure(7.0, 2.4 * len(timed) + 1.0)
     panels = figure.subplots(len(timed), 1, sharex=True, squeeze=False)[:, 0]
     for axes, run in zip(panels, timed):
         records = [r for r in run.metrics if time_parts(r)]
-        xs = [r.get("iteration", i) for i, r in enumerate(records)]
+        xs = [r.get(ITERATION, i) for i, r in enumerate(records)]
         bottom = [0.0] * len(records)
         for name, color in zip(names, colors):
             heights = [time_parts(r).get(name, 0.0) for r in records]
@@ -119,23 +137,23 @@ def _time_stacked(runs: list[RunData], spec: FigureSpec) -> Figure | None:
         axes.set_ylabel(spec.ylabel)
         axes.grid(alpha=0.3, axis="y")
         axes.legend(fontsize=7, loc="upper right")
-    panels[-1].set_xlabel("iteration")
+    panels[-1].set_xlabel(ITERATION)
     panels[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     return figure
 
 
 FIGURES: list[FigureSpec] = [
-    FigureSpec("reward", "Rollout reward (mean over the batch)", _line_figure, ("reward/mean",), "reward"),
+    FigureSpec("reward", "Rollout reward (mean over the batch)", _line_figure, (REWARD_MEAN,), "reward"),
     FigureSpec("reward_components", "Reward components", _reward_components, (), "mean component"),
-    FigureSpec("eval_accuracy", "Eval accuracy (greedy, held-out)", _eval_accuracy, ("eval/accuracy",), "accuracy"),
+    FigureSpec("eval_accuracy", "Eval accuracy (greedy, held-out)", _eval_accuracy, (EVAL_ACCURACY,), "accuracy"),
     FigureSpec("advantage_signal", "Groups without contrast and rows with a learning signal", _line_figure,
-               ("frac_zero_variance_groups", "frac_nonzero_advantages"), "fraction"),
-    FigureSpec("kl", "KL to the reference policy", _line_figure, ("kl",), "KL (per token)"),
-    FigureSpec("clip_frac", "Clipped token fraction", _line_figure, ("clip_frac/low", "clip_frac/high"), "fraction"),
-    FigureSpec("entropy", "Policy entropy", _line_figure, ("entropy",), "nats / token"),
-    FigureSpec("grad_norm", "Gradient norm (before clipping)", _line_figure, ("grad_norm",), "norm"),
-    FigureSpec("truncated_frac", "Completions that hit max_new_tokens", _line_figure, ("truncated_frac",), "fraction"),
-    FigureSpec("completion_len", "Completion length", _line_figure, ("completion_len/mean",), "tokens"),
+               (FRAC_ZERO_VARIANCE_GROUPS, FRAC_NONZERO_ADVANTAGES), "fraction"),
+    FigureSpec("kl", "KL to the reference policy", _line_figure, (KL,), "KL (per token)"),
+    FigureSpec("clip_frac", "Clipped token fraction", _line_figure, (CLIP_FRAC_LOW, CLIP_FRAC_HIGH), "fraction"),
+    FigureSpec("entropy", "Policy entropy", _line_figure, (ENTROPY,), "nats / token"),
+    FigureSpec("grad_norm", "Gradient norm (before clipping)", _line_figure, (GRAD_NORM,), "norm"),
+    FigureSpec("truncated_frac", "Completions that hit max_new_tokens", _line_figure, (TRUNCATED_FRAC,), "fraction"),
+    FigureSpec("completion_len", "Completion length", _line_figure, (COMPLETION_LEN_MEAN,), "tokens"),
     FigureSpec("time", "Time per iteration", _time_stacked, TIME_PARTS, "seconds"),
 ]
 

@@ -34,10 +34,13 @@ from rlvr.metric_names import (
     REWARD_MEAN,
     SKIPPED_NONFINITE_UPDATES,
     SKIPPED_NONFINITE_UPDATES_TOTAL,
+    TIME_GENERATION,
     TIME_ITERATION,
+    TIME_LOGPROBS,
+    TIME_SCORING,
+    TIME_UPDATE,
     TOKENS_PER_SECOND,
     UNIX_TIME,
-    time_part,
 )
 from rlvr.models import trainable_parameters
 from rlvr.rollout import SamplingSettings
@@ -79,7 +82,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
             iteration_started = time.perf_counter()
             # 1-2. Sample B prompts x G completions and judge them (DAPO: more rounds until B groups have contrast).
             collected = collect_groups(backend, task, settings, config, iteration, dist)
-            timings = {"generation": collected.generation_seconds, "scoring": collected.scoring_seconds}
+            timings = {TIME_GENERATION: collected.generation_seconds, TIME_SCORING: collected.scoring_seconds}
             # 3. Advantages: each prompt's group against itself; unscorable rows and groups without contrast get 0.
             advantages = compute_advantages(collected.rewards, collected.group_ids, algo, dist)  # [N]
             batch = rollout_batch(collected, advantages, tokenizer, task.name)
@@ -87,13 +90,13 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
             if algo.kl_coef > 0:
                 started = time.perf_counter()
                 batch = with_reference_logprobs(session.loaded, batch, config)  # ref_logprobs [N, L-1]
-                timings["logprobs"] = time.perf_counter() - started
+                timings[TIME_LOGPROBS] = time.perf_counter() - started
             rows = gather_rollout(collected, batch, dist)  # every rank's rows, for the statistics
             # 5. Update: ppo_epochs optimizer steps over the whole batch (moved to the model one minibatch at a time).
             started = time.perf_counter()
             update = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), config, params,
                                    dist=dist)
-            timings["update"] = time.perf_counter() - started
+            timings[TIME_UPDATE] = time.perf_counter() - started
             state[OPTIMIZER_STEPS] += update.optimizer_steps
             state[SKIPPED_NONFINITE_UPDATES] += update.skipped_nonfinite_updates
             # 6. Log, evaluate, checkpoint, stop on a health warning named in train.stop_on.
@@ -104,7 +107,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
                 OPTIMIZER_STEPS: update.optimizer_steps, OPTIMIZER_STEPS_TOTAL: state[OPTIMIZER_STEPS],
                 SKIPPED_NONFINITE_UPDATES: update.skipped_nonfinite_updates,
                 SKIPPED_NONFINITE_UPDATES_TOTAL: state[SKIPPED_NONFINITE_UPDATES],
-                **{time_part(part): value for part, value in timings.items()},
+                **timings,
                 TIME_ITERATION: seconds, TOKENS_PER_SECOND: stats[GENERATED_TOKENS] / seconds,
                 ELAPSED_S: session.elapsed(), UNIX_TIME: time.time(), PEAK_RSS_BYTES: peak_rss_bytes(),
             }
