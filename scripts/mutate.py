@@ -186,9 +186,9 @@ MUTATIONS = [
     ),
     mutation(
         "loss_not_divided_by_accumulation", "rlvr/compat/cs336.py",
-        "GRPO microbatch loss not divided by the accumulation steps",
-        ("    loss = batch_loss / gradient_accumulation_steps\n    loss.backward()\n    return loss, {**metadata",
-         "    loss = batch_loss\n    loss.backward()\n    return loss, {**metadata"),
+        "microbatch loss not divided by the accumulation steps",
+        ("    loss = batch_loss / gradient_accumulation_steps\n    loss.backward()\n    return loss\n",
+         "    loss = batch_loss\n    loss.backward()\n    return loss\n"),
     ),
     mutation(
         "token_mean_ignores_global_count", "rlvr/core/aggregation.py",

@@ -27,6 +27,19 @@ from tests.conftest import tiny_overrides
 from tests.test_sft import _sft_overrides, _write_data
 
 
+@pytest.fixture
+def reference_requests(monkeypatch) -> list[bool]:
+    """`need_reference` of every model the run session loads, in order."""
+    asked = []
+
+    def recording_load_policy(*args, **kwargs):
+        asked.append(kwargs["need_reference"])
+        return load_policy(*args, **kwargs)
+
+    monkeypatch.setattr(session_module, "load_policy", recording_load_policy)
+    return asked
+
+
 def test_run_folders_are_named_per_loop(tmp_path):
     config = load_config(None, [f"train.output_dir={tmp_path}", "task.name=reasoning_gym:spell_backward"])
     names = {kind.name: new_run_dir(config, kind).name for kind in (RL_RUN, SFT_RUN, EXPERT_ITERATION_RUN)}
@@ -48,14 +61,7 @@ def test_an_existing_run_is_never_overwritten(tiny_model_dir, tmp_path, kind, hi
     assert read_jsonl(run_dir / "metrics.jsonl") == [{"iteration": 1}]
 
 
-def test_sft_loads_no_reference_and_sizes_its_own_schedule(tiny_model_dir, tmp_path, monkeypatch):
-    asked = []
-
-    def recording_load_policy(*args, **kwargs):
-        asked.append(kwargs["need_reference"])
-        return load_policy(*args, **kwargs)
-
-    monkeypatch.setattr(session_module, "load_policy", recording_load_policy)
+def test_sft_loads_no_reference_and_sizes_its_own_schedule(tiny_model_dir, tmp_path, reference_requests):
     data = _write_data(tmp_path / "pairs.jsonl", count=8)  # 9 rows: 2 full steps and one of 1 per epoch
     run_dir = tmp_path / "sft"
     overrides = _sft_overrides(tiny_model_dir, run_dir, data, **{
@@ -63,7 +69,7 @@ def test_sft_loads_no_reference_and_sizes_its_own_schedule(tiny_model_dir, tmp_p
         # Full fine-tuning with a KL coefficient: RL would keep a frozen copy; SFT has no use for one.
         "model.lora": "false", "algorithm.kl_coef": 0.04, "train.iterations": 50, "sft.log_generations": 0})
     assert main(["sft", *overrides]) == 0
-    assert asked == [False]
+    assert reference_requests == [False]
     records = read_jsonl(run_dir / "metrics.jsonl")
     # 6 steps, linear decay over exactly those 6: lr 0.01 * (1 - k / 6) before step k + 1.
     assert [r["lr"] for r in records] == pytest.approx([0.01 * (1 - k / 6) for k in range(6)])
@@ -71,20 +77,13 @@ def test_sft_loads_no_reference_and_sizes_its_own_schedule(tiny_model_dir, tmp_p
     assert records[-1]["lr"] < 0.002
 
 
-def test_expert_iteration_loads_no_reference(tiny_model_dir, tmp_path, monkeypatch):
-    asked = []
-
-    def recording_load_policy(*args, **kwargs):
-        asked.append(kwargs["need_reference"])
-        return load_policy(*args, **kwargs)
-
-    monkeypatch.setattr(session_module, "load_policy", recording_load_policy)
+def test_expert_iteration_loads_no_reference(tiny_model_dir, tmp_path, reference_requests):
     overrides = tiny_overrides(tiny_model_dir, tmp_path / "ei", **{
         "model.lora": "false", "algorithm.kl_coef": 0.04, "expert_iteration.n_ei_steps": 1,
         "expert_iteration.questions_per_step": 2, "expert_iteration.samples_per_question": 2,
         "expert_iteration.min_new_tokens": 1, "train.eval_size": 0, "sft.batch_size": 2, "sft.microbatch_size": 2})
     assert main(["expert-iter", *overrides]) == 0
-    assert asked == [False]
+    assert reference_requests == [False]
 
 
 def test_in_training_eval_samples_with_the_rollout_config(tiny_model_dir, tmp_path):

@@ -158,9 +158,13 @@ def compute_policy_gradient_loss(
     raise ValueError(f"unknown loss_type {loss_type!r}; valid choices: {', '.join(LOSS_TYPES)}")
 
 
-def _check_accumulation(gradient_accumulation_steps: int) -> None:
+def _backward_scaled(batch_loss: torch.Tensor, gradient_accumulation_steps: int) -> torch.Tensor:
+    """batch_loss / steps, backpropagated: over that many equal microbatches, the mean loss's gradient."""
     if isinstance(gradient_accumulation_steps, bool) or gradient_accumulation_steps < 1:
         raise ValueError(f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps!r}")
+    loss = batch_loss / gradient_accumulation_steps
+    loss.backward()
+    return loss
 
 
 def grpo_microbatch_train_step(
@@ -181,14 +185,11 @@ def grpo_microbatch_train_step(
     [B, T], response_mask [B, T]; the rest as in `compute_policy_gradient_loss`. metadata adds
     the unscaled `policy_loss`.
     """
-    _check_accumulation(gradient_accumulation_steps)
     per_token_loss, metadata = compute_policy_gradient_loss(
         policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange
     )  # [B, T]
-    per_sequence = masked_mean(per_token_loss, response_mask, dim=-1)  # [B]
-    batch_loss = per_sequence.mean()
-    loss = batch_loss / gradient_accumulation_steps
-    loss.backward()
+    batch_loss = masked_mean(per_token_loss, response_mask, dim=-1).mean()  # mean over rows of [B]
+    loss = _backward_scaled(batch_loss, gradient_accumulation_steps)
     return loss, {**metadata, "policy_loss": batch_loss.detach()}
 
 
@@ -203,11 +204,9 @@ def sft_microbatch_train_step(
     loss = -mean_i [ sum_t m_it logp_it / normalize_constant ] / gradient_accumulation_steps
     policy_log_probs [B, T], response_mask [B, T] -> (scaled loss, metadata).
     """
-    _check_accumulation(gradient_accumulation_steps)
     per_sequence = masked_normalize(policy_log_probs, response_mask, dim=-1,
                                     normalize_constant=normalize_constant)  # [B]
     batch_loss = -per_sequence.mean()
-    loss = batch_loss / gradient_accumulation_steps
-    loss.backward()
+    loss = _backward_scaled(batch_loss, gradient_accumulation_steps)
     metadata = {"nll": batch_loss.detach(), "num_response_tokens": response_mask.sum().detach()}
     return loss, metadata

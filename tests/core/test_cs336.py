@@ -25,26 +25,6 @@ from rlvr.core import POLICY_LOSSES, compute_per_token_logprobs
 from rlvr.core import masked_mean as safe_masked_mean
 from rlvr.core import masked_normalize as safe_masked_normalize
 
-VOCAB = 64
-
-
-def _model_batch(seed: int = 0):
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(0, VOCAB, (4, 7), generator=generator)
-    attention_mask = torch.ones_like(input_ids)
-    mask = torch.ones(4, 6, dtype=torch.float64)
-    mask[:, :2] = 0  # prompt of 3 tokens
-    mask[1, 4:] = 0  # a shorter completion
-    advantages = torch.tensor([1.0, -0.5, 2.0, -1.5], dtype=torch.float64)
-    return input_ids, attention_mask, mask, advantages
-
-
-def _gradients(model) -> list[torch.Tensor]:
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad(set_to_none=True)
-    return grads
-
-
 def _reward_fn(response: str, ground_truth: str) -> dict[str, float]:
     """Answer reward 1 if the answer (after an optional '<' format marker) is right, format reward 0.5."""
     formatted = response.startswith("<")
@@ -84,18 +64,13 @@ def test_cs336_group_normalized_rewards_without_std():
     assert not torch.allclose(wrong.reshape(-1), advantages)
 
 
-def test_naive_policy_gradient_by_hand():
-    logprobs = torch.tensor([[-1.0, -2.0], [-0.5, -4.0]], requires_grad=True)
-    rewards = torch.tensor([[3.0], [-2.0]])
-    loss = compute_naive_policy_gradient_loss(rewards, logprobs)
-    assert loss.tolist() == [[3.0, 6.0], [-1.0, -8.0]]  # -A * logp
-    loss.sum().backward()
-    assert logprobs.grad.tolist() == [[-3.0, -3.0], [2.0, 2.0]]
-    # The registered REINFORCE losses agree, with [B] advantages too.
-    for name in ("reinforce", "gr_reinforce"):
-        per_token, metrics = POLICY_LOSSES.get(name)(logprobs, logprobs.detach(), rewards[:, 0], torch.ones(2, 2))
-        assert per_token.tolist() == [[3.0, 6.0], [-1.0, -8.0]]
-        assert metrics["clipped"].sum() == 0
+def test_naive_policy_gradient_is_minus_reward_times_logp():
+    policy_log_probs = torch.tensor([[-0.5, -1.5, -3.0]], requires_grad=True)
+    per_token = compute_naive_policy_gradient_loss(torch.tensor([[-4.0]]), policy_log_probs)  # [B, 1] rewards
+    # -(-4) * logp = 4 logp; a version that forgot the reward would give [0.5, 1.5, 3].
+    assert per_token.tolist() == [[-2.0, -6.0, -12.0]]
+    (gradient,) = torch.autograd.grad(per_token.sum(), policy_log_probs)
+    assert gradient.tolist() == [[4.0, 4.0, 4.0]]
 
 
 def test_cs336_dispatch_by_hand():
@@ -135,9 +110,9 @@ def test_grpo_microbatch_train_step_by_hand():
     assert logprobs.grad.tolist() == [[-0.25, -0.25, 0.0], [0.25, 0.0, 0.0]]
 
 
-def test_grpo_microbatch_accumulation_equals_full_batch(make_tiny_llama):
+def test_grpo_microbatch_accumulation_equals_full_batch(make_tiny_llama, policy_batch, pop_gradients):
     model = make_tiny_llama(torch.float64)
-    input_ids, attention_mask, mask, advantages = _model_batch(seed=1)
+    input_ids, attention_mask, mask, advantages = policy_batch(seed=1)
     with torch.no_grad():
         old = compute_per_token_logprobs(model, input_ids, attention_mask) + 0.1 * torch.randn(
             4, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64
@@ -147,7 +122,7 @@ def test_grpo_microbatch_accumulation_equals_full_batch(make_tiny_llama):
     full_loss, _ = grpo_microbatch_train_step(
         logprobs, mask, 1, advantages=advantages[:, None], old_log_probs=old, **kwargs
     )
-    full_grads = _gradients(model)
+    full_grads = pop_gradients(model)
     accumulated_loss = 0.0
     for rows in (slice(0, 2), slice(2, 4)):
         logprobs = compute_per_token_logprobs(model, input_ids[rows], attention_mask[rows])
@@ -155,7 +130,7 @@ def test_grpo_microbatch_accumulation_equals_full_batch(make_tiny_llama):
             logprobs, mask[rows], 2, advantages=advantages[rows, None], old_log_probs=old[rows], **kwargs
         )
         accumulated_loss += loss.item()
-    accumulated_grads = _gradients(model)
+    accumulated_grads = pop_gradients(model)
     assert accumulated_loss == pytest.approx(full_loss.item(), abs=1e-12)
     assert sum(g.abs().sum() for g in full_grads) > 1e-3
     for full, accumulated in zip(full_grads, accumulated_grads):

@@ -16,29 +16,9 @@ from rlvr.core import (
     reinforce_per_token,
 )
 
-VOCAB = 64
-
-
-def _model_batch(seed: int = 0):
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(0, VOCAB, (4, 7), generator=generator)
-    attention_mask = torch.ones_like(input_ids)
-    mask = torch.ones(4, 6, dtype=torch.float64)
-    mask[:, :2] = 0  # prompt of 3 tokens
-    mask[1, 4:] = 0  # a shorter completion
-    advantages = torch.tensor([1.0, -0.5, 2.0, -1.5], dtype=torch.float64)
-    return input_ids, attention_mask, mask, advantages
-
-
-def _gradients(model) -> list[torch.Tensor]:
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad(set_to_none=True)
-    return grads
-
-
-def test_at_ratio_one_clip_gradient_equals_group_reinforce(make_tiny_llama):
+def test_at_ratio_one_clip_gradient_equals_group_reinforce(make_tiny_llama, policy_batch, pop_gradients):
     model = make_tiny_llama(torch.float64)
-    input_ids, attention_mask, mask, advantages = _model_batch()
+    input_ids, attention_mask, mask, advantages = policy_batch()
     logprobs = compute_per_token_logprobs(model, input_ids, attention_mask)  # [4, 6]
     # First step on fresh samples: the old log-probs are the current ones, passed undetached
     # as a careless caller would; the loss must still treat them as constants.
@@ -48,12 +28,12 @@ def test_at_ratio_one_clip_gradient_equals_group_reinforce(make_tiny_llama):
     assert loss.item() == pytest.approx(-advantages.mean().item(), abs=1e-12)
     assert metrics["clipped"].sum() == 0 and torch.all(metrics["ratio"] == 1.0)
     loss.backward()
-    clip_grads = _gradients(model)
+    clip_grads = pop_gradients(model)
 
     logprobs = compute_per_token_logprobs(model, input_ids, attention_mask)
     per_token, _ = get_policy_loss("gr_reinforce")(logprobs, logprobs.detach(), advantages, mask)
     aggregate_loss(per_token, mask, "seq_mean_token_mean").backward()
-    reinforce_grads = _gradients(model)
+    reinforce_grads = pop_gradients(model)
 
     total = sum(g.abs().sum() for g in clip_grads)
     assert total > 1e-3  # the gradient is not trivially zero
