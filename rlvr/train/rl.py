@@ -80,6 +80,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
             progress = tqdm(total=train_cfg.iterations, initial=start, desc="rlvr train", unit="it")
         for iteration in range(start, train_cfg.iterations):
             iteration_started = time.perf_counter()
+            done = iteration + 1  # iterations finished at the end of this one
             # 1-2. Sample B prompts x G completions and judge them (DAPO: more rounds until B groups have contrast).
             collected = collect_groups(backend, task, settings, config, iteration, dist)
             timings = {TIME_GENERATION: collected.generation_seconds, TIME_SCORING: collected.scoring_seconds}
@@ -103,7 +104,7 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
             seconds = time.perf_counter() - iteration_started
             stats = rollout_stats(rows, algo.dynamic_sampling)
             record = {
-                ITERATION: iteration + 1, **stats, **update.metrics,
+                ITERATION: done, **stats, **update.metrics,
                 OPTIMIZER_STEPS: update.optimizer_steps, OPTIMIZER_STEPS_TOTAL: state[OPTIMIZER_STEPS],
                 SKIPPED_NONFINITE_UPDATES: update.skipped_nonfinite_updates,
                 SKIPPED_NONFINITE_UPDATES_TOTAL: state[SKIPPED_NONFINITE_UPDATES],
@@ -113,7 +114,6 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
             }
             if torch.cuda.is_available():
                 record[PEAK_CUDA_BYTES] = torch.cuda.max_memory_allocated()
-            done = iteration + 1
             last = done == train_cfg.iterations
             if train_cfg.eval_size > 0 and (last or (train_cfg.eval_every and done % train_cfg.eval_every == 0)):
                 record[EVAL_ACCURACY] = session.evaluate(done)[EVAL_ACCURACY]
