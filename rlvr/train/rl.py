@@ -25,7 +25,7 @@ from rlvr.train.checkpoint import gather_checkpoint_state, latest_checkpoint, lo
 from rlvr.train.collect import collect_rollout_batch
 from rlvr.train.distributed import (check_divisible, checkpoint_extra, init_distributed, rank_device,
                                     restore_rank_state, start_ranks)
-from rlvr.train.evaluate import evaluate
+from rlvr.train.evaluate import check_held_out, evaluate
 from rlvr.train.fsdp import fsdp_requested, shard_loaded_model
 from rlvr.train.health import HealthMonitor
 from rlvr.train.metrics import RunWriter
@@ -63,6 +63,11 @@ def setup(config: Config):
     if config.model.num_threads > 0:
         torch.set_num_threads(config.model.num_threads)
     seed_everything(config.train.seed)
+    # The task first: a bad task option or data file fails before minutes of model loading.
+    task = build_task(config.task.name, reward_weights=config.task.reward_weights,
+                      options=config.task.options, use_chat_template=config.task.use_chat_template,
+                      seed=config.train.seed)
+    check_held_out(task, config)
     lora = None
     if config.model.lora:
         lora = LoraSettings(rank=config.model.lora_rank, alpha=config.model.lora_alpha,
@@ -73,9 +78,6 @@ def setup(config: Config):
         gradient_checkpointing=config.model.gradient_checkpointing,
         need_reference=config.algorithm.kl_coef > 0, memory_kernels=config.model.memory_kernels,
     )
-    task = build_task(config.task.name, reward_weights=config.task.reward_weights,
-                      options=config.task.options, use_chat_template=config.task.use_chat_template,
-                      seed=config.train.seed)
     params, optimizer, scheduler = make_optimizer(loaded, config)
     return loaded, task, params, optimizer, scheduler
 

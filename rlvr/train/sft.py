@@ -23,7 +23,7 @@ from rlvr.train.evaluate import evaluate
 from rlvr.train.generations import log_generations
 from rlvr.train.metrics import MetricSums, RunWriter
 from rlvr.train.rl import make_scheduler, setup
-from rlvr.utils import peak_rss_bytes, read_jsonl, truncate_jsonl
+from rlvr.utils import peak_rss_bytes, read_jsonl_numbered, truncate_jsonl
 
 
 def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, normalization: str,
@@ -52,7 +52,7 @@ def read_pairs(config: Config) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"sft.data_path {str(path)!r} does not exist")
     pairs = []
-    for number, row in enumerate(read_jsonl(path), start=1):
+    for number, row in read_jsonl_numbered(path, what="sft.data_path file"):
         for key in (s.prompt_field, s.response_field):
             if key not in row:
                 raise ValueError(f"{path} line {number}: no field {key!r} (fields: {', '.join(row)})")
