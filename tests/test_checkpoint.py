@@ -15,8 +15,6 @@ import torch
 
 from rlvr.cli import main
 from rlvr.models import LoraSettings, load_policy, trainable_parameters
-from rlvr.storage_errors import storage_error
-from rlvr.train.checkpoint import save_checkpoint, verify_checkpoint
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
 
@@ -96,6 +94,8 @@ def test_no_intact_checkpoint_is_a_clear_error_listing_each(reference_run, tmp_p
 
 
 def test_manifest_holds_every_file_and_catches_changes(reference_run, tmp_path):
+    from rlvr.train.checkpoint import verify_checkpoint
+
     folder = _copy(reference_run, tmp_path / "run") / "checkpoints" / "iter_000004"
     manifest = json.loads((folder / "manifest.json").read_text())
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json")
@@ -134,6 +134,8 @@ def tiny_training_state(tiny_model_dir):
 
 @pytest.mark.parametrize("keep, kept", [(0, [5]), (1, [5]), (2, [4, 5]), (-1, [5])])
 def test_pruning_never_deletes_the_newest_checkpoint(tiny_training_state, tmp_path, keep, kept):
+    from rlvr.train.checkpoint import save_checkpoint, verify_checkpoint
+
     for iteration in (3, 4, 5):
         save_checkpoint(tmp_path, iteration, *tiny_training_state, {}, keep=keep)
     folders = sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*"))
@@ -162,6 +164,8 @@ def _fail_writing(monkeypatch, error: OSError, when: str = "iter_000002") -> Non
 ])
 def test_write_failures_are_said_in_words_and_keep_the_previous_checkpoint(tiny_model_dir, tmp_path, monkeypatch,
                                                                            capsys, error, words):
+    from rlvr.train.checkpoint import verify_checkpoint
+
     run_dir = tmp_path / "run"
     _fail_writing(monkeypatch, error)
     assert main(["train", *_overrides(tiny_model_dir, run_dir, **{"train.iterations": 2, "train.save_every": 1})]) == 2
@@ -177,6 +181,8 @@ def test_write_failures_are_said_in_words_and_keep_the_previous_checkpoint(tiny_
 
 
 def test_library_errors_without_an_errno_are_still_recognised(tmp_path, monkeypatch):
+    from rlvr.storage_errors import storage_error
+
     path = tmp_path / "checkpoints" / "iter_000002"
     rust = RuntimeError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space" })')
     assert "the disk is full" in str(storage_error(rust, path))
@@ -190,6 +196,7 @@ def test_library_errors_without_an_errno_are_still_recognised(tmp_path, monkeypa
 
 @pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs the /dev/full device (every write: ENOSPC)")
 def test_a_real_enospc_from_torch_save_through_a_file_object():
+    from rlvr.storage_errors import storage_error
     from rlvr.train.checkpoint import _torch_save
 
     with pytest.raises(OSError) as info:
