@@ -22,6 +22,13 @@ from rlvr.storage_errors import storage_error
 
 
 def current_umask() -> int:
+    """The process umask, read without changing it where Linux shows it (setting it races with threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

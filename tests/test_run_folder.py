@@ -212,3 +212,18 @@ def test_every_run_file_gets_the_mode_the_umask_gives(tiny_model_dir, tmp_path, 
     assert modes == expected
     for name in ("config.yaml", "checkpoints/latest", "resumes.jsonl", "metrics.jsonl"):
         assert name in modes
+
+
+def test_the_lock_is_exclusive_even_within_one_process_and_released_cleanly(tmp_path):
+    from rlvr.train.run_lock import RunFolderBusyError, RunLock
+
+    first = RunLock.acquire(tmp_path, "rlvr train")
+    holder = json.loads((tmp_path / ".lock").read_text())
+    assert holder["pid"] == os.getpid() and holder["command"] == "rlvr train"
+    with pytest.raises(RunFolderBusyError, match=f"pid {os.getpid()} on host .*, rlvr train started"):
+        RunLock.acquire(tmp_path, "rlvr sft")
+    first.release()
+    assert not (tmp_path / ".lock").exists()
+    with RunLock.acquire(tmp_path, "rlvr sft") as second:
+        assert second.previous is None  # the first one released cleanly: nothing to take over
+    assert not (tmp_path / ".lock").exists()

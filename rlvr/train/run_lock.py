@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlvr.storage_errors import storage_error
+
 LOCK_FILE = ".lock"
 
 
@@ -67,7 +69,13 @@ class RunLock:
         run_dir = Path(run_dir)
         path = run_dir / LOCK_FILE
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask decides the final mode
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask decides the final mode
+            except OSError as exc:
+                explained = storage_error(exc, path)
+                if explained is not None:
+                    raise explained from exc
+                raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -122,7 +130,8 @@ class RunLock:
     def __exit__(self, *exc_info) -> None:
         self.release()
 
-    def __del__(self) -> None:  # a lock dropped without release() (an exception) still unlocks
-        if getattr(self, "_fd", None) is not None:
-            os.close(self._fd)
-            self._fd = None
+    def __del__(self) -> None:  # a lock dropped without release() still unlocks
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - at interpreter exit the kernel releases it anyway
+            pass
