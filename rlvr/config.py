@@ -422,7 +422,7 @@ def validate(config: Config) -> None:
     """Cross-field invariants; each message names the keys involved."""
     from rlvr.core import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS, KL_ESTIMATORS
     from rlvr.rollout import ROLLOUT_BACKENDS
-    from rlvr.tasks import TASKS
+    from rlvr.tasks import check_task_name
 
     r, a, o, t = config.rollout, config.algorithm, config.optim, config.train
     if r.batch_size < 1 or r.group_size < 1:
@@ -445,10 +445,14 @@ def validate(config: Config) -> None:
         ("algorithm.loss_aggregation", LOSS_AGGREGATIONS, a.loss_aggregation),
         ("algorithm.kl_estimator", KL_ESTIMATORS, a.kl_estimator),
         ("rollout.backend", ROLLOUT_BACKENDS, r.backend),
-        ("task.name", TASKS, config.task.name.split(":")[0] if ":" in config.task.name else config.task.name),
     ):
         if value not in registry:
             raise ConfigError(f"{key}: unknown name {value!r}; valid choices: {', '.join(registry.names())}")
+    try:  # a task of your own is imported here, so a wrong path fails before any model loads
+        check_task_name(config.task.name, options=config.task.options, reward_weights=config.task.reward_weights)
+    except (KeyError, ValueError, FileNotFoundError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise ConfigError(message if message.startswith("task.name") else f"task.name: {message}") from None
     if a.std not in ("population", "sample"):
         raise ConfigError(f"algorithm.std: {a.std!r} is not one of population, sample")
     if a.ppo_epochs < 1:

@@ -52,7 +52,7 @@ def test_every_preset_resolves():
         (["algorithm.name=ppo2"], "unknown algorithm 'ppo2'; valid choices: dapo, dr_grpo, gr_reinforce, grpo"),
         (["algorithm.policy_loss=bogus"], "algorithm.policy_loss: unknown name 'bogus'; valid choices:"),
         (["algorithm.loss_aggregation=mean"], "valid choices: seq_mean_token_mean, seq_mean_token_sum_norm, token_mean"),
-        (["task.name=chess"], "task.name: unknown name 'chess'; valid choices: "),
+        (["task.name=chess"], "task.name: unknown task 'chess'; valid choices: "),
         (["optim.minibatch_size=5", "optim.grad_accum_steps=2"], "must equal rollout.batch_size * rollout.group_size = 32"),
         (["optim.grad_accum_steps=3", "optim.minibatch_size=null"], "optim.grad_accum_steps=3 must divide"),
         (["algorithm.std=biased"], "algorithm.std: 'biased' is not one of population, sample"),

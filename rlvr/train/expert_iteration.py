@@ -19,6 +19,7 @@ import torch
 from rlvr.config import Config, save_config
 from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
+from rlvr.tasks import task_label
 from rlvr.train.checkpoint import save_checkpoint
 from rlvr.train.evaluate import evaluate
 from rlvr.train.generations import log_generations
@@ -79,7 +80,7 @@ def expert_iteration(config: Config) -> Path:
     """Run `expert_iteration.n_ei_steps` rounds; returns the run folder."""
     started_at = time.perf_counter()
     ei, s, train_cfg = config.expert_iteration, config.sft, config.train
-    run_dir = Path(train_cfg.output_dir) / (train_cfg.run_name or f"ei-{config.task.name.replace(':', '_')}-"
+    run_dir = Path(train_cfg.output_dir) / (train_cfg.run_name or f"ei-{task_label(config.task.name)}-"
                                             f"{datetime.now():%Y%m%d-%H%M%S}")
     if (run_dir / "metrics.jsonl").exists():
         raise FileExistsError(f"{run_dir} already holds a run; choose another train.run_name")

@@ -20,7 +20,7 @@ import torch
 
 from rlvr.config import Config, load_run_config, save_config
 from rlvr.models import LoraSettings, load_policy, reference_context, trainable_parameters
-from rlvr.tasks import build_task
+from rlvr.tasks import build_task, task_label
 from rlvr.train.checkpoint import gather_checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
 from rlvr.train.collect import collect_rollout_batch
 from rlvr.train.distributed import (check_divisible, checkpoint_extra, init_distributed, rank_device,
@@ -53,7 +53,7 @@ def make_scheduler(optimizer, config: Config, total_steps: int):
 
 def _run_dir(config: Config) -> Path:
     name = config.train.run_name or (
-        f"{config.task.name.replace(':', '_')}-{config.algorithm.name}-{datetime.now():%Y%m%d-%H%M%S}"
+        f"{task_label(config.task.name)}-{config.algorithm.name}-{datetime.now():%Y%m%d-%H%M%S}"
     )
     return Path(config.train.output_dir) / name
 
@@ -63,6 +63,10 @@ def setup(config: Config):
     if config.model.num_threads > 0:
         torch.set_num_threads(config.model.num_threads)
     seed_everything(config.train.seed)
+    # The task first: a bad data row or verifier fails before the model loads.
+    task = build_task(config.task.name, reward_weights=config.task.reward_weights,
+                      options=config.task.options, use_chat_template=config.task.use_chat_template,
+                      seed=config.train.seed)
     lora = None
     if config.model.lora:
         lora = LoraSettings(rank=config.model.lora_rank, alpha=config.model.lora_alpha,
@@ -73,9 +77,6 @@ def setup(config: Config):
         gradient_checkpointing=config.model.gradient_checkpointing,
         need_reference=config.algorithm.kl_coef > 0, memory_kernels=config.model.memory_kernels,
     )
-    task = build_task(config.task.name, reward_weights=config.task.reward_weights,
-                      options=config.task.options, use_chat_template=config.task.use_chat_template,
-                      seed=config.train.seed)
     params, optimizer, scheduler = make_optimizer(loaded, config)
     return loaded, task, params, optimizer, scheduler
 

@@ -17,6 +17,7 @@ import torch
 
 from rlvr.config import Config, load_run_config, save_config
 from rlvr.core import get_response_log_probs, masked_normalize, tokenize_prompt_and_output
+from rlvr.tasks import task_label
 from rlvr.tasks.base import Example
 from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from rlvr.train.evaluate import evaluate
@@ -126,7 +127,7 @@ def train_sft(config: Config, resume_dir: str | Path | None = None) -> Path:
     if resume_dir is not None:
         run_dir = Path(resume_dir)
     else:
-        run_dir = Path(train_cfg.output_dir) / (train_cfg.run_name or f"sft-{config.task.name.replace(':', '_')}-"
+        run_dir = Path(train_cfg.output_dir) / (train_cfg.run_name or f"sft-{task_label(config.task.name)}-"
                                                 f"{datetime.now():%Y%m%d-%H%M%S}")
         if (run_dir / "metrics.jsonl").exists():
             raise FileExistsError(f"{run_dir} already holds a run; resume it with --resume {run_dir}")
