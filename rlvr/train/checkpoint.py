@@ -15,16 +15,10 @@ from pathlib import Path
 import torch
 
 from rlvr.models import load_trainable, save_trainable
+from rlvr.models.runs import LATEST, checkpoint_root, latest_checkpoint  # noqa: F401  (the run layout lives there)
 from rlvr.models.trainable_state import trainable_tensors
 from rlvr.train.fsdp import full_optimizer_state, shard_optimizer_state
 from rlvr.utils import atomic_write_text, rng_state, set_rng_state
-
-LATEST = "latest"
-
-
-def checkpoint_root(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints"
-
 
 def gather_checkpoint_state(loaded, optimizer) -> dict:
     """The trainable tensors and optimizer state, full even when FSDP-sharded (then a collective).
@@ -68,17 +62,6 @@ def _prune(root: Path, keep: int) -> None:
     folders = sorted(p for p in root.glob("iter_*") if p.is_dir())
     for old in folders[: max(0, len(folders) - keep)]:
         shutil.rmtree(old, ignore_errors=True)
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    root = checkpoint_root(run_dir)
-    pointer = root / LATEST
-    if pointer.exists():
-        folder = root / pointer.read_text().strip()
-        if folder.is_dir():
-            return folder
-    folders = sorted(p for p in root.glob("iter_*") if p.is_dir())
-    return folders[-1] if folders else None
 
 
 def load_checkpoint(folder: Path, loaded, optimizer, scheduler) -> dict:
