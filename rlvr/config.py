@@ -326,7 +326,11 @@ def _parse_scalar(text: str) -> Any:
 
 
 def apply_override(data: dict, dotted: str) -> None:
-    """Apply one `a.b.c=value` override to a nested dict of raw config values."""
+    """Apply one `a.b.c=value` override to a nested dict of raw config values.
+
+    Inside a mapping field (`task.options`, `task.reward_weights`) the rest of the key is one
+    entry of it: `task.options.verifier=math` sets that option and keeps the others.
+    """
     if "=" not in dotted:
         raise ConfigError(f"override {dotted!r} is not of the form key=value (e.g. optim.lr=1e-4)")
     key, text = dotted.split("=", 1)
@@ -346,6 +350,12 @@ def apply_override(data: dict, dotted: str) -> None:
             if typing.get_origin(tp) is list and isinstance(value, str):
                 value = [v.strip() for v in value.split(",") if v.strip()]
             node[part] = value
+        elif typing.get_origin(tp) is dict:  # `task.options.path=x`: one key of a mapping
+            mapping = node.setdefault(part, {})
+            if not isinstance(mapping, dict):
+                raise ConfigError(f"{'.'.join(parts[: depth + 1])} is not a mapping: {mapping!r}")
+            mapping[".".join(parts[depth + 1:])] = _parse_scalar(text)
+            return
         else:
             if not dataclasses.is_dataclass(tp):
                 raise ConfigError(f"{'.'.join(parts[: depth + 1])} is a value, not a section")

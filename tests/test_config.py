@@ -84,6 +84,19 @@ def test_missing_and_broken_files(tmp_path):
         load_config(broken)
 
 
+def test_one_entry_of_a_mapping_can_be_overridden(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("task:\n  name: gsm8k\n  options: {path: a.jsonl, eval_size: 4}\n")
+    config = load_config(path, ["task.options.eval_size=8", "task.options.prompt=question_only",
+                                "task.reward_weights.format=0.5"])
+    assert config.task.options == {"path": "a.jsonl", "eval_size": 8, "prompt": "question_only"}
+    assert config.task.reward_weights == {"format": 0.5}
+    with pytest.raises(ConfigError, match="task.reward_weights.format: expected a number"):
+        load_config(path, ["task.reward_weights.format=high"])
+    with pytest.raises(ConfigError, match="task.options is not a mapping"):
+        load_config(path, ["task.options=3", "task.options.x=1"])
+
+
 def test_shipped_configs_load():
     from pathlib import Path
 
