@@ -50,6 +50,13 @@ def template_fields(template: str) -> list[str]:
     return fields
 
 
+def prompt_text_template(prompt_template: Optional[str], prompt_field: str) -> str:
+    """The `str.format` template of the prompt text: the user's, R1-Zero's, or the prompt field alone."""
+    if prompt_template == R1_ZERO:
+        return R1_ZERO_TEMPLATE.replace("{question}", "{" + prompt_field + "}")
+    return prompt_template if prompt_template is not None else "{" + prompt_field + "}"
+
+
 class FunctionVerifier:
     """A user function `fn(completion, ground_truth[, row])` returning a number or a `Verdict`."""
 
@@ -127,8 +134,7 @@ class DatasetTask(ProblemTask):
             raise ValueError(f"{NAME}: prompt_template r1_zero is raw text; set task.use_chat_template=false")
         self.prompt_field, self.answer_field = prompt_field, answer_field
         self.system_prompt = system_prompt
-        self.template = R1_ZERO_TEMPLATE.replace("{question}", "{" + prompt_field + "}") if prompt_template == R1_ZERO \
-            else prompt_template if prompt_template is not None else "{" + prompt_field + "}"
+        self.template = prompt_text_template(prompt_template, prompt_field)
         self.template_fields = template_fields(self.template)
         train, held_out = load_splits(
             NAME, self.to_problem, path=path, train_path=train_path, eval_path=eval_path, dataset=dataset,
