@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlvr.cli import main
 from rlvr.core import compute_per_token_logprobs
-from rlvr.models import LoraSettings, load_policy, load_trainable
+from rlvr.models import LoraSettings, load_policy, load_trainable, merged_adapter
 from rlvr.models.runs import find_checkpoint, is_run_path, load_policy_from_run
 from rlvr.models.trainable_state import read_adapter_config
 from rlvr.testing import TINY_CHAT_TEMPLATE
@@ -62,9 +62,13 @@ def test_export_loads_in_transformers_with_rlvr_logprobs(runs, tiny_model_dir, t
     assert info["mode"] == mode and info["base_model"] == str(tiny_model_dir)
 
     checkpoint = "iter_000002" if kind == "lora" else "iter_000001"
-    expected = _logprobs(_rlvr_policy(runs[kind], tiny_model_dir, checkpoint))
+    policy = _rlvr_policy(runs[kind], tiny_model_dir, checkpoint)
+    expected = _logprobs(policy)
     exported = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
     assert (_logprobs(exported) - expected).abs().max() < 1e-5
+    if mode == "merged":  # the same weights as the policy rlvr samples with (adapter merged): bit for bit
+        with merged_adapter(policy):
+            assert torch.equal(_logprobs(exported), _logprobs(policy))
     base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
     assert (_logprobs(base) - expected).abs().max() > 0.1  # training moved the weights: the check is not vacuous
 
