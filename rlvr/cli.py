@@ -112,6 +112,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     for name in TASKS:
         doc = (TASKS.get(name).__module__ and sys.modules[TASKS.get(name).__module__].__doc__ or "").strip()
         print(f"{name:24s} {doc.splitlines()[0] if doc else ''}")
+    print(f"{'FILE.py:NAME':24s} your own task class or factory (or package.module:NAME; see rlvr/tasks/base.py)")
     return 0
 
 
@@ -129,6 +130,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     config_path, overrides = _split_config_and_overrides(args.items)
     run_dirs, report = sweep(config_path, overrides, args.grid, args.output)
     print(f"sweep: {len(run_dirs)} runs in {report.parent}; report: {report}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from rlvr.models.export import export_run
+
+    result = export_run(args.run, args.out, checkpoint=args.checkpoint, merge=args.merge, base_model=args.base_model)
+    print(f"exported {result.checkpoint} ({result.mode}) to {result.folder}")
+    if result.mode == "adapter":
+        print(f"load it: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({result.base_model!r}), "
+              f"{str(result.folder)!r})")
+    else:
+        print(f"load it: AutoModelForCausalLM.from_pretrained({str(result.folder)!r})")
     return 0
 
 
@@ -237,8 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="rlvr eval --task gsm8k --model smollm2-135m-instruct --prompt r1_zero "
                     "--task-option eval_path=data/gsm8k/test.jsonl --limit 200",
     )
-    ev.add_argument("--task", required=True, help="a registered task, e.g. gsm8k, math, reasoning_gym:spell_backward")
-    ev.add_argument("--model", default="smollm2-135m-instruct", help="embedded name, folder, .gguf or cached hub id")
+    ev.add_argument("--task", required=True, help="a registered task (gsm8k, math, dataset, reasoning_gym:NAME, "
+                                                   "...) or your own as path/to/file.py:Name or package.module:Name")
+    ev.add_argument("--model", default="smollm2-135m-instruct",
+                    help="embedded name, model folder, .gguf, cached hub id, or a run folder (its latest checkpoint) "
+                         "or checkpoint folder")
     ev.add_argument("--prompt", choices=("r1_zero", "question_only"), default=None,
                     help="prompt template (default: the task's own, r1_zero for gsm8k/math/reasoning_gym)")
     ev.add_argument("--limit", type=int, default=None, help="evaluate only the first N held-out examples")
@@ -255,6 +272,20 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--dtype", default="float32")
     ev.add_argument("--seed", type=int, default=0)
     ev.set_defaults(func=cmd_eval)
+    export = sub.add_parser(
+        "export", help="write a run's checkpoint as a Hugging Face folder (a merged model or a PEFT adapter)",
+        description="rlvr export RUN_DIR --out DIR [--checkpoint iter_N] [--merge]   LoRA runs give a PEFT adapter "
+                    "folder unless --merge folds the adapter into the weights; full fine-tuning gives the model. "
+                    "DIR has config.json, generation_config.json, safetensors and the tokenizer with its chat "
+                    "template.",
+    )
+    export.add_argument("run", metavar="RUN_DIR", help="a run folder, or one of its checkpoint folders")
+    export.add_argument("--out", required=True, metavar="DIR", help="the new folder (must not exist, or be empty)")
+    export.add_argument("--checkpoint", default=None, metavar="iter_N", help="which checkpoint (default: the latest)")
+    export.add_argument("--merge", action="store_true", help="merge a LoRA adapter into the weights")
+    export.add_argument("--base-model", default=None, metavar="SPEC",
+                        help="load the base model from here instead of the run's model.name (if it moved)")
+    export.set_defaults(func=cmd_export)
     return parser
 
 

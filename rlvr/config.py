@@ -326,7 +326,11 @@ def _parse_scalar(text: str) -> Any:
 
 
 def apply_override(data: dict, dotted: str) -> None:
-    """Apply one `a.b.c=value` override to a nested dict of raw config values."""
+    """Apply one `a.b.c=value` override to a nested dict of raw config values.
+
+    Inside a mapping field (`task.options`, `task.reward_weights`) the rest of the key is one
+    entry of it: `task.options.verifier=math` sets that option and keeps the others.
+    """
     if "=" not in dotted:
         raise ConfigError(f"override {dotted!r} is not of the form key=value (e.g. optim.lr=1e-4)")
     key, text = dotted.split("=", 1)
@@ -346,6 +350,12 @@ def apply_override(data: dict, dotted: str) -> None:
             if typing.get_origin(tp) is list and isinstance(value, str):
                 value = [v.strip() for v in value.split(",") if v.strip()]
             node[part] = value
+        elif typing.get_origin(tp) is dict:  # `task.options.path=x`: one key of a mapping
+            mapping = node.setdefault(part, {})
+            if not isinstance(mapping, dict):
+                raise ConfigError(f"{'.'.join(parts[: depth + 1])} is not a mapping: {mapping!r}")
+            mapping[".".join(parts[depth + 1:])] = _parse_scalar(text)
+            return
         else:
             if not dataclasses.is_dataclass(tp):
                 raise ConfigError(f"{'.'.join(parts[: depth + 1])} is a value, not a section")
@@ -433,7 +443,7 @@ def validate(config: Config) -> None:
     from rlvr.core import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS, KL_ESTIMATORS
     from rlvr.core.advantages import GROUP_BASELINE_ESTIMATORS
     from rlvr.rollout import ROLLOUT_BACKENDS
-    from rlvr.tasks import TASKS
+    from rlvr.tasks import check_task_name
 
     r, a, o, t = config.rollout, config.algorithm, config.optim, config.train
     if o.minibatch_size * o.grad_accum_steps != config.rollout_size:
@@ -448,10 +458,14 @@ def validate(config: Config) -> None:
         ("algorithm.loss_aggregation", LOSS_AGGREGATIONS, a.loss_aggregation),
         ("algorithm.kl_estimator", KL_ESTIMATORS, a.kl_estimator),
         ("rollout.backend", ROLLOUT_BACKENDS, r.backend),
-        ("task.name", TASKS, config.task.name.split(":")[0] if ":" in config.task.name else config.task.name),
     ):
         if value not in registry:
             raise ConfigError(f"{key}: unknown name {value!r}; valid choices: {', '.join(registry.names())}")
+    try:  # a task of your own is imported here, so a wrong path fails before any model loads
+        check_task_name(config.task.name, options=config.task.options, reward_weights=config.task.reward_weights)
+    except (KeyError, ValueError, FileNotFoundError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise ConfigError(message if message.startswith("task.name") else f"task.name: {message}") from None
     if a.std not in ("population", "sample"):
         raise ConfigError(f"algorithm.std: {a.std!r} is not one of population, sample")
     if a.overlong_buffer >= r.max_new_tokens and a.overlong_buffer > 0:

@@ -149,8 +149,8 @@ def evaluate_task(task_name: str, model_name: str, *, task_options: Optional[dic
     """
     import torch
 
-    from rlvr.models import load_policy
-    from rlvr.tasks import build_task
+    from rlvr.models.runs import load_model_for_inference
+    from rlvr.tasks import build_task, task_label
     from rlvr.utils import atomic_write_text, seed_everything, to_json
 
     options = dict(task_options or {})
@@ -165,9 +165,9 @@ def evaluate_task(task_name: str, model_name: str, *, task_options: Optional[dic
     if not examples:
         raise ValueError(f"task {task_name!r} has no eval examples")
     output = Path(output_dir) if output_dir else Path("runs") / (
-        f"eval-{task_name.replace(':', '_')}-{datetime.now():%Y%m%d-%H%M%S}")
+        f"eval-{task_label(task_name)}-{datetime.now():%Y%m%d-%H%M%S}")
     output.mkdir(parents=True, exist_ok=True)
-    loaded = load_policy(model_name, dtype=dtype, device=device, lora=None)
+    loaded = load_model_for_inference(model_name, dtype=dtype, device=device)  # a run folder too
     with torch.no_grad():
         summary = run_evaluation(loaded.policy, loaded.tokenizer, task, examples, settings=settings,
                                  use_chat_template=use_chat_template, output_path=output / "generations.jsonl",

@@ -52,7 +52,7 @@ def test_every_preset_resolves():
         (["algorithm.name=ppo2"], "unknown algorithm 'ppo2'; valid choices: dapo, dr_grpo, gr_reinforce, grpo"),
         (["algorithm.policy_loss=bogus"], "algorithm.policy_loss: unknown name 'bogus'; valid choices:"),
         (["algorithm.loss_aggregation=mean"], "valid choices: seq_mean_token_mean, seq_mean_token_sum_norm, token_mean"),
-        (["task.name=chess"], "task.name: unknown name 'chess'; valid choices: "),
+        (["task.name=chess"], "task.name: unknown task 'chess'; valid choices: "),
         (["optim.minibatch_size=5", "optim.grad_accum_steps=2"], "must equal rollout.batch_size * rollout.group_size = 32"),
         (["optim.grad_accum_steps=3", "optim.minibatch_size=null"], "optim.grad_accum_steps=3 must divide"),
         (["algorithm.std=biased"], "algorithm.std: 'biased' is not one of population, sample"),
@@ -82,6 +82,19 @@ def test_missing_and_broken_files(tmp_path):
     broken.write_text("rollout: [1, 2\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(broken)
+
+
+def test_one_entry_of_a_mapping_can_be_overridden(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("task:\n  name: gsm8k\n  options: {path: a.jsonl, eval_size: 4}\n")
+    config = load_config(path, ["task.options.eval_size=8", "task.options.prompt=question_only",
+                                "task.reward_weights.format=0.5"])
+    assert config.task.options == {"path": "a.jsonl", "eval_size": 8, "prompt": "question_only"}
+    assert config.task.reward_weights == {"format": 0.5}
+    with pytest.raises(ConfigError, match="task.reward_weights.format: expected a number"):
+        load_config(path, ["task.reward_weights.format=high"])
+    with pytest.raises(ConfigError, match="task.options is not a mapping"):
+        load_config(path, ["task.options=3", "task.options.x=1"])
 
 
 def test_shipped_configs_load():

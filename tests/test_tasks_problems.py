@@ -137,7 +137,7 @@ def test_math_verdicts_and_timeout(math_file):
 def test_colon_names_reach_the_family(gsm8k_file):
     with pytest.raises(ValueError, match="task 'format_copy:x': bad task.options"):
         build_task("format_copy:x")
-    with pytest.raises(KeyError, match="unknown task 'nope'"):
+    with pytest.raises(KeyError, match="unknown task 'nope:x': 'nope' is not a registered task family"):
         build_task("nope:x")
 
 

@@ -24,6 +24,7 @@ from rlvr.tasks.answers import (
     parse_rational,
     strip_number_decorations,
 )
+from rlvr.tasks.base import Verdict, weighted_total
 from rlvr.tasks.worker import call_with_timeout
 
 DEFAULT_TIMEOUT_SECONDS = 5.0  # per symbolic check; math-verify's own default
@@ -142,6 +143,16 @@ class Judgement:
     status: str = "ok"
     detail: str = ""
     extracted: Optional[str] = None
+
+
+def judgement_verdict(judgement: Judgement, weights: dict[str, float], verifier: str, version: str) -> Verdict:
+    """The verdict of a judgement: components `answer` and `format`, weighted total, the answer found."""
+    components = {"answer": judgement.answer, "format": judgement.format}
+    detail = judgement.detail
+    if judgement.extracted is not None:
+        detail = f"answer={judgement.extracted[:200]!r}" + (f"; {detail}" if detail else "")
+    return Verdict(components=components, total=weighted_total(components, weights), status=judgement.status,
+                   verifier=verifier, version=version, correct=judgement.answer == 1.0, detail=detail)
 
 
 def r1_zero_formatted(response: str) -> bool:

@@ -1,27 +1,26 @@
-"""What the question-answer tasks (`gsm8k`, `math`) share: data sources, splits, prompts, scoring.
+"""What the question-answer tasks (`gsm8k`, `math`, `dataset`) share: data sources, splits, prompts, scoring.
 
-Data comes from local jsonl files (`path` with a held-out slice, or `train_path` / `eval_path`;
-`train_path` alone is sliced like `path`) or, only when the user names one, a Hugging Face
-dataset (`dataset`). The eval split is held out: a training question that also appears in the
-eval split is dropped. A bad record is an error naming its file and line. Reward components:
+Data comes from local files (`path` with a held-out slice, or `train_path` / `eval_path`;
+`train_path` alone is sliced like `path`; jsonl, json, parquet or csv, see `rlvr.tasks.data_files`)
+or, only when the user names one, a Hugging Face dataset (`dataset`). A bad row is an error
+naming its file and position. The eval split is held out: a training question that also appears
+in the eval split is dropped. Reward components:
 `answer` (1 correct, 0 wrong, NaN when the check timed out) and `format` (1 when the prompt's
 format was followed); default weights answer 1, format 0, so the format alone earns nothing.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, resolve_weights,
-                             weighted_total)
-from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, Grader, judge_question_only, judge_r1_zero
+from rlvr.tasks.base import Example, Verdict, check_count_option, check_seconds_option, resolve_weights
+from rlvr.tasks.data_files import Row, hf_rows, read_rows
+from rlvr.tasks.grading import (DEFAULT_TIMEOUT_SECONDS, Grader, judge_question_only, judge_r1_zero,
+                                judgement_verdict)
 from rlvr.tasks.prompts import COMPLETION_PREFIX, STOP_STRINGS, check_prompt, render_question
-from rlvr.utils import read_jsonl_numbered
 
 
 @dataclass
@@ -31,54 +30,17 @@ class Problem:
     metadata: dict = field(default_factory=dict)
 
 
-def _offline_mode() -> str | None:
-    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
-        if os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on"):
-            return name
-    return None
-
-
-def load_hf_split(dataset: str, config: Optional[str], split: str) -> list[dict]:
-    """Only called when the user names a dataset; needs the `datasets` package and the hub or a cache."""
-    try:
-        import datasets
-    except ImportError:
-        raise ValueError("task.options.dataset needs the `datasets` package (pip install datasets)") from None
-    try:
-        return [dict(row) for row in datasets.load_dataset(dataset, config, split=split)]
-    except ConnectionError as exc:
-        offline = _offline_mode()
-        where = (f"{offline} is set, so only the local Hugging Face cache was searched, and the dataset is not "
-                 "there" if offline else "could not reach the Hugging Face hub, and the dataset is not in the local "
-                 "cache")
-        raise ValueError(
-            f"task.options.dataset={dataset!r} (split {split!r}): {where} ({exc}). Download it once on a machine "
-            "with network access, or point the task at local jsonl files instead: task.options.path=data.jsonl "
-            "(a slice held out for eval) or train_path / eval_path"
-        ) from None
-
-
-def _convert(records: list[tuple[str, dict]], to_problem: Callable[[dict], Optional[Problem]]) -> list[Problem]:
-    """Problems from (where, record) pairs; a record the task cannot read is an error naming where it is."""
+def _convert(rows: list[Row], to_problem: Callable[[dict], Optional[Problem]]) -> list[Problem]:
+    """Problems from rows; a record the task cannot read is an error naming where it is."""
     problems = []
-    for where, record in records:
+    for row in rows:
         try:
-            problem = to_problem(record)
+            problem = to_problem(row.record)
         except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+            raise ValueError(f"{row.where}: {exc}") from None
         if problem is not None:
             problems.append(problem)
     return problems
-
-
-def _file_records(task_name: str, path) -> list[tuple[str, dict]]:
-    return [(f"{Path(path).expanduser()}:{number}", record)
-            for number, record in read_jsonl_numbered(path, what=f"{task_name} data file")]
-
-
-def _hub_records(dataset: str, config: Optional[str], split: str) -> list[tuple[str, dict]]:
-    return [(f"dataset {dataset} split {split} row {index}", record)
-            for index, record in enumerate(load_hf_split(dataset, config, split))]
 
 
 def check_split_options(task_name: str, eval_size, split_seed) -> None:
@@ -110,23 +72,22 @@ def load_splits(task_name: str, to_problem: Callable[[dict], Optional[Problem]],
     sources = [bool(path), bool(train_path or eval_path), bool(dataset)]
     if sum(sources) != 1:
         raise ValueError(
-            f"{task_name}: give exactly one data source in task.options: `path` (one jsonl, a slice held out "
-            "for eval), `train_path` and/or `eval_path` (jsonl files), or `dataset` (a Hugging Face dataset name)"
+            f"{task_name}: give exactly one data source in task.options: `path` (one file, a slice held out "
+            "for eval), `train_path` and/or `eval_path` (data files), or `dataset` (a Hugging Face dataset name)"
         )
     one_file = bool(path) or (bool(train_path) and not eval_path)  # a slice of it is held out
     if dataset:
-        train = _convert(_hub_records(dataset, dataset_config, train_split), to_problem) if train_split else []
-        held_out = _convert(_hub_records(dataset, dataset_config, eval_split), to_problem) if eval_split else []
+        train = _convert(hf_rows(dataset, dataset_config, train_split), to_problem) if train_split else []
+        held_out = _convert(hf_rows(dataset, dataset_config, eval_split), to_problem) if eval_split else []
     elif one_file:
-        train, held_out = _hold_out(_convert(_file_records(task_name, path or train_path), to_problem),
-                                    eval_size, split_seed)
+        train, held_out = _hold_out(_convert(read_rows(path or train_path), to_problem), eval_size, split_seed)
         if not path:
             print(f"note: {task_name}: no eval_path given: {len(held_out)} problems of train_path are held out "
                   "for eval (task.options.eval_size sets how many; eval_path names a separate file)",
                   file=sys.stderr)
     else:
-        train = _convert(_file_records(task_name, train_path), to_problem) if train_path else []
-        held_out = _convert(_file_records(task_name, eval_path), to_problem)
+        train = _convert(read_rows(train_path), to_problem) if train_path else []
+        held_out = _convert(read_rows(eval_path), to_problem)
     if eval_size is not None and not one_file:
         held_out = held_out[:eval_size]
     eval_questions = {p.question for p in held_out}
@@ -186,11 +147,4 @@ class ProblemTask:
             return Verdict(components={"answer": float("nan"), "format": float("nan")}, total=float("nan"),
                            status="error", verifier=self.verifier, version=self.version,
                            detail=f"{type(exc).__name__}: {exc}")
-        components = {"answer": judgement.answer, "format": judgement.format}
-        detail = judgement.detail
-        if judgement.extracted is not None:
-            detail = f"answer={judgement.extracted[:200]!r}" + (f"; {detail}" if detail else "")
-        return Verdict(
-            components=components, total=weighted_total(components, self.weights), status=judgement.status,
-            verifier=self.verifier, version=self.version, correct=judgement.answer == 1.0, detail=detail,
-        )
+        return judgement_verdict(judgement, self.weights, self.verifier, self.version)

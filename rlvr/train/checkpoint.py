@@ -25,23 +25,19 @@ import torch
 from safetensors import SafetensorError
 
 from rlvr.models import load_trainable, save_trainable
+from rlvr.models.runs import LATEST, checkpoint_root, latest_checkpoint  # noqa: F401  (the run layout lives there)
 from rlvr.models.trainable_state import trainable_tensors
 from rlvr.train.distributed import SINGLE
 from rlvr.train.fsdp import full_optimizer_state, shard_optimizer_state
 from rlvr.storage_errors import storage_error
 from rlvr.utils import atomic_write_text, rng_state, set_rng_state
 
-LATEST = "latest"
 MANIFEST = "manifest.json"
 DAMAGED_PREFIX = "damaged-"  # a checkpoint that failed verification is renamed, never deleted
 REQUIRED = ("model", "optimizer.pt", "trainer_state.pt")
 # What reading a damaged file raises (truncated safetensors / zip / pickle, missing keys, bad JSON).
 LOAD_DAMAGE_ERRORS = (SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile,
                       OSError, KeyError, json.JSONDecodeError)
-
-
-def checkpoint_root(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints"
 
 
 def gather_checkpoint_state(loaded, optimizer) -> dict:
@@ -155,11 +151,6 @@ def _prune(root: Path, keep: int, newest: Path) -> None:
     folders = sorted(p for p in root.glob("iter_*") if p.is_dir() and p != newest)
     for old in folders[: max(0, len(folders) - max(1, keep) + 1)]:
         shutil.rmtree(old, ignore_errors=True)
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    candidates = checkpoint_candidates(run_dir)
-    return candidates[0] if candidates else None
 
 
 def checkpoint_candidates(run_dir: Path) -> list[Path]:

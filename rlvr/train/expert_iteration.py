@@ -18,6 +18,7 @@ import torch
 from rlvr.config import Config
 from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
+from rlvr.tasks import task_label
 from rlvr.train.checkpoint import save_checkpoint
 from rlvr.train.evaluate import evaluate
 from rlvr.train.generations import log_generations
@@ -80,7 +81,7 @@ def expert_iteration(config: Config) -> Path:
     """Run `expert_iteration.n_ei_steps` rounds; returns the run folder."""
     started_at = time.perf_counter()
     ei, s, train_cfg = config.expert_iteration, config.sft, config.train
-    run_dir = claim_run_folder(config, stem=f"ei-{config.task.name.replace(':', '_')}", command="rlvr expert-iter",
+    run_dir = claim_run_folder(config, stem=f"ei-{task_label(config.task.name)}", command="rlvr expert-iter",
                                resumable=False).path  # locked until expert_iteration returns
     writer = RunWriter(run_dir)
     loaded, task, params, optimizer, _ = setup(config)

@@ -19,7 +19,7 @@ import torch
 
 from rlvr.config import Config, load_run_config
 from rlvr.models import LoraSettings, load_policy, reference_context, trainable_parameters
-from rlvr.tasks import build_task
+from rlvr.tasks import build_task, task_label
 from rlvr.train.checkpoint import gather_checkpoint_state, restore_checkpoint, save_checkpoint
 from rlvr.train.collect import collect_rollout_batch
 from rlvr.train.distributed import (check_divisible, checkpoint_extra, init_distributed, rank_device,
@@ -98,7 +98,7 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
     require_sink_packages(config)  # sinks are built once the run folder is ready; their packages are checked now
     if dist.enabled and fsdp_requested(config):
         config.train.fsdp = True  # an Accelerate FSDP launch: recorded in config.yaml, so a resume shards too
-    run = claim_run_folder(config, dist, stem=f"{config.task.name.replace(':', '_')}-{config.algorithm.name}",
+    run = claim_run_folder(config, dist, stem=f"{task_label(config.task.name)}-{config.algorithm.name}",
                            command="rlvr train", resume_dir=resume_dir, force_config_change=force_config_change)
     run_dir = run.path  # locked by rank 0 until train returns
     config.model.device = rank_device(dist, config.model.device)

@@ -16,6 +16,7 @@ import torch
 
 from rlvr.config import Config, load_run_config
 from rlvr.core import get_response_log_probs, masked_normalize, tokenize_prompt_and_output
+from rlvr.tasks import task_label
 from rlvr.tasks.base import Example
 from rlvr.train.checkpoint import restore_checkpoint, save_checkpoint
 from rlvr.train.evaluate import evaluate
@@ -125,7 +126,7 @@ def train_sft(config: Config, resume_dir: str | Path | None = None, force_config
     started_at = time.perf_counter()
     s, train_cfg = config.sft, config.train
     pairs = read_pairs(config)
-    run = claim_run_folder(config, stem=f"sft-{config.task.name.replace(':', '_')}", command="rlvr sft",
+    run = claim_run_folder(config, stem=f"sft-{task_label(config.task.name)}", command="rlvr sft",
                            resume_dir=resume_dir, force_config_change=force_config_change)
     run_dir = run.path  # locked until train_sft returns
     writer = RunWriter(run_dir)
