@@ -54,6 +54,10 @@ class TaskConfig:
     options: dict[str, Any] = field(default_factory=dict)
     # Wrap prompts in the tokenizer's chat template (instruct models) or send raw text.
     use_chat_template: bool = True
+    # A verdict whose total or a component is infinite or larger than this in size is counted as
+    # an error (status `error`, reward NaN, advantage 0) instead of swamping its group: 1e38 already
+    # overflows float32 sums. Real rewards are O(1); see `rlvr.tasks.judging`.
+    max_abs_reward: float = 1e6
 
 
 @dataclass
@@ -435,6 +439,8 @@ def validate(config: Config) -> None:
         )
     if r.max_new_tokens < 1:
         raise ConfigError("rollout.max_new_tokens must be >= 1")
+    if not config.task.max_abs_reward > 0:  # also refuses NaN
+        raise ConfigError(f"task.max_abs_reward must be > 0, got {config.task.max_abs_reward!r}")
     if r.temperature <= 0:
         raise ConfigError("rollout.temperature must be > 0 (greedy decoding gives no group contrast)")
     if not 0 < r.top_p <= 1:

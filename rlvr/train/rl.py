@@ -75,7 +75,7 @@ def setup(config: Config):
     )
     task = build_task(config.task.name, reward_weights=config.task.reward_weights,
                       options=config.task.options, use_chat_template=config.task.use_chat_template,
-                      seed=config.train.seed)
+                      seed=config.train.seed, max_abs_reward=config.task.max_abs_reward)
     params, optimizer, scheduler = make_optimizer(loaded, config)
     return loaded, task, params, optimizer, scheduler
 
