@@ -7,6 +7,7 @@ import os
 import sys
 
 from rlvr.config import ConfigError, load_config
+from rlvr.storage_errors import StorageError
 
 
 def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
@@ -21,8 +22,10 @@ def _train_or_resume(args: argparse.Namespace, start, resume) -> int:
     if args.resume:
         if config_path is not None:
             raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
-        run_dir = resume(args.resume, overrides)
+        run_dir = resume(args.resume, overrides, force_config_change=args.force_config_change)
     else:
+        if args.force_config_change:
+            raise ConfigError("--force-config-change only applies with --resume RUN_DIR")
         run_dir = start(load_config(config_path, overrides))
     if os.environ.get("RANK", "0") == "0":  # one line from a data-parallel launch, not one per rank
         print(f"run folder: {run_dir}")
@@ -49,7 +52,12 @@ def _launch_train(args: argparse.Namespace) -> int:
         raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
     config = load_run_config(args.resume, overrides) if args.resume else load_config(config_path, overrides)
     check_divisible(Dist(world_size=args.num_processes), config.rollout.batch_size)  # fail before launching
-    rlvr_args = ["train", *args.items, *(["--resume", args.resume] if args.resume else [])]
+    if args.resume:
+        from rlvr.train.resume_policy import plan_resume
+
+        plan_resume(args.resume, config, args.force_config_change)  # a refused config change, before launching
+    rlvr_args = ["train", *args.items, *(["--resume", args.resume] if args.resume else []),
+                 *(["--force-config-change"] if args.force_config_change else [])]
     return launch(args.num_processes, rlvr_args)
 
 
@@ -157,6 +165,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+FORCE_HELP = ("with --resume: accept overrides that change more than the run's length, cadences and logging "
+              "(refused otherwise; see RESUME_MUTABLE_KEYS); the change is recorded in RUN_DIR/resumes.jsonl")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlvr", description="RL with verifiable rewards for causal LMs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -165,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="rlvr train [CONFIG.yaml] [key=value ...]   e.g. rlvr train configs/format_copy_grpo.yaml optim.lr=1e-4",
     )
     train.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
-    train.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last intact checkpoint")
+    train.add_argument("--force-config-change", action="store_true", help=FORCE_HELP)
     train.add_argument("--num-processes", type=int, default=None, metavar="N",
                        help="data-parallel over N local processes (runs `accelerate launch`; one per GPU, "
                             "or CPU processes with gloo); rollout.batch_size must be a multiple of N")
@@ -176,7 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "sft.data_path=data/pairs.jsonl sft.filter_correct=true",
     )
     sft.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
-    sft.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    sft.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last intact checkpoint")
+    sft.add_argument("--force-config-change", action="store_true", help=FORCE_HELP)
     sft.set_defaults(func=cmd_sft)
     expert = sub.add_parser(
         "expert-iter", help="expert iteration: sample, keep verified answers, fine-tune on them, repeat",
@@ -253,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         args.items += extra
     try:
         return args.func(args)
-    except (ConfigError, FileNotFoundError, FileExistsError, KeyError, ValueError) as exc:
+    except (ConfigError, FileNotFoundError, FileExistsError, KeyError, ValueError, StorageError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"rlvr {args.command}: error: {message}", file=sys.stderr)
         return 2

@@ -110,8 +110,9 @@ def test_the_limit_comes_from_the_task_or_the_call():
 def test_max_abs_reward_is_a_config_key_that_must_be_positive():
     assert load_config(None, []).task.max_abs_reward == 1e6
     assert load_config(None, ["task.max_abs_reward=5"]).task.max_abs_reward == 5.0
-    with pytest.raises(ConfigError, match="task.max_abs_reward must be > 0"):
-        load_config(None, ["task.max_abs_reward=0"])
+    for bad in ("0", "-1", "nan", "inf"):
+        with pytest.raises(ConfigError, match="task.max_abs_reward must be a finite number > 0"):
+            load_config(None, [f"task.max_abs_reward={bad}"])
 
 
 def test_training_goes_on_and_counts_verifier_errors(tiny_model_dir, tmp_path):

@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file, save_model
 
 from rlvr.models.policy import LoadedModel, dtype_name
 from rlvr.models.sharding import full_tensor, is_dtensor, slice_like
+from rlvr.utils import current_umask
 
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -31,6 +32,7 @@ def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(temporary)
+        os.chmod(temporary, 0o666 & ~current_umask())  # safetensors creates 0o600; make it a plain file's mode
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from rlvr.tasks.answers import first_answer_tag
-from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.base import Example, Verdict, check_count_option, resolve_weights, weighted_total
 
 PROMPT = "Copy the number {n} into <answer></answer> tags. Reply with only <answer>{n}</answer> and nothing else."
 VERSION = "1"
@@ -27,6 +27,10 @@ class FormatCopyTask:
 
     def __init__(self, reward_weights: dict | None = None, use_chat_template: bool = True,
                  eval_size: int = 256, seed: int = 0, low: int = LOW, high: int = HIGH):
+        check_count_option(self.name, "eval_size", eval_size)
+        for key, value in (("low", low), ("high", high)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"format_copy: task.options.{key}={value!r} must be an integer")
         if low > high:
             raise ValueError(f"format_copy: low={low} must be <= high={high}")
         self.weights = resolve_weights(self.default_weights, reward_weights or {})

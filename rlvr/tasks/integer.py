@@ -13,7 +13,7 @@ import random
 import re
 
 from rlvr.tasks.answers import extract_answer_tag
-from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.base import Example, Verdict, check_count_option, resolve_weights, weighted_total
 
 VERSION = "1"
 INTEGER_RE = re.compile(r"(?<![\d.])-?\d{1,40}(?![\d])")
@@ -34,6 +34,10 @@ class IntegerTask:
 
     def __init__(self, reward_weights=None, use_chat_template=True, seed=0, low=0, high=99,
                  operations=("+", "-", "*"), eval_size=200):
+        check_count_option(self.name, "eval_size", eval_size)
+        for key, value in (("low", low), ("high", high)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"integer: task.options.{key}={value!r} must be an integer")
         unknown = sorted(set(operations) - set(OPERATIONS))
         if unknown or low > high:
             raise ValueError(f"integer: operations must be among {', '.join(OPERATIONS)} and low <= high")

@@ -1,23 +1,27 @@
 """What the question-answer tasks (`gsm8k`, `math`) share: data sources, splits, prompts, scoring.
 
-Data comes from local jsonl files (`path` with a held-out slice, or `train_path` / `eval_path`)
-or, only when the user names one, a Hugging Face dataset (`dataset`). The eval split is held
-out: a training question that also appears in the eval split is dropped. Reward components:
+Data comes from local jsonl files (`path` with a held-out slice, or `train_path` / `eval_path`;
+`train_path` alone is sliced like `path`) or, only when the user names one, a Hugging Face
+dataset (`dataset`). The eval split is held out: a training question that also appears in the
+eval split is dropped. A bad record is an error naming its file and line. Reward components:
 `answer` (1 correct, 0 wrong, NaN when the check timed out) and `format` (1 when the prompt's
 format was followed); default weights answer 1, format 0, so the format alone earns nothing.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import random
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, resolve_weights,
+                             weighted_total)
 from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, Grader, judge_question_only, judge_r1_zero
 from rlvr.tasks.prompts import COMPLETION_PREFIX, STOP_STRINGS, check_prompt, render_question
+from rlvr.utils import read_jsonl_numbered
 
 
 @dataclass
@@ -27,19 +31,11 @@ class Problem:
     metadata: dict = field(default_factory=dict)
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"data file {str(path)!r} does not exist")
-    records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{number}: not valid JSON ({exc})") from None
-    return records
+def _offline_mode() -> str | None:
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+        if os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on"):
+            return name
+    return None
 
 
 def load_hf_split(dataset: str, config: Optional[str], split: str) -> list[dict]:
@@ -48,38 +44,90 @@ def load_hf_split(dataset: str, config: Optional[str], split: str) -> list[dict]
         import datasets
     except ImportError:
         raise ValueError("task.options.dataset needs the `datasets` package (pip install datasets)") from None
-    return [dict(row) for row in datasets.load_dataset(dataset, config, split=split)]
+    try:
+        return [dict(row) for row in datasets.load_dataset(dataset, config, split=split)]
+    except ConnectionError as exc:
+        offline = _offline_mode()
+        where = (f"{offline} is set, so only the local Hugging Face cache was searched, and the dataset is not "
+                 "there" if offline else "could not reach the Hugging Face hub, and the dataset is not in the local "
+                 "cache")
+        raise ValueError(
+            f"task.options.dataset={dataset!r} (split {split!r}): {where} ({exc}). Download it once on a machine "
+            "with network access, or point the task at local jsonl files instead: task.options.path=data.jsonl "
+            "(a slice held out for eval) or train_path / eval_path"
+        ) from None
+
+
+def _convert(records: list[tuple[str, dict]], to_problem: Callable[[dict], Optional[Problem]]) -> list[Problem]:
+    """Problems from (where, record) pairs; a record the task cannot read is an error naming where it is."""
+    problems = []
+    for where, record in records:
+        try:
+            problem = to_problem(record)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+def _file_records(task_name: str, path) -> list[tuple[str, dict]]:
+    return [(f"{Path(path).expanduser()}:{number}", record)
+            for number, record in read_jsonl_numbered(path, what=f"{task_name} data file")]
+
+
+def _hub_records(dataset: str, config: Optional[str], split: str) -> list[tuple[str, dict]]:
+    return [(f"dataset {dataset} split {split} row {index}", record)
+            for index, record in enumerate(load_hf_split(dataset, config, split))]
+
+
+def check_split_options(task_name: str, eval_size, split_seed) -> None:
+    """The split options' ranges, checked before any data or model is loaded."""
+    if eval_size is not None:  # null: 10% of `path` (or of a lone `train_path`), all of `eval_path`
+        check_count_option(task_name, "eval_size", eval_size)
+    check_count_option(task_name, "split_seed", split_seed)
+
+
+def _hold_out(problems: list[Problem], eval_size: Optional[int],
+              split_seed: int) -> tuple[list[Problem], list[Problem]]:
+    """(train, held out): a seeded `eval_size` slice (default 10%, at least 1) held out of one list."""
+    size = eval_size if eval_size is not None else max(1, len(problems) // 10)
+    order = list(range(len(problems)))
+    random.Random(split_seed).shuffle(order)
+    held = set(order[:size])
+    return [p for i, p in enumerate(problems) if i not in held], [problems[i] for i in sorted(held)]
 
 
 def load_splits(task_name: str, to_problem: Callable[[dict], Optional[Problem]], *, path=None, train_path=None,
                 eval_path=None, dataset=None, dataset_config=None, train_split="train", eval_split="test",
                 eval_size=None, split_seed=0) -> tuple[list[Problem], list[Problem]]:
-    """(train, eval) problems. With one `path`, a seeded `eval_size` slice (default 10%) is held out."""
+    """(train, eval) problems. With one `path`, a seeded `eval_size` slice (default 10%) is held out.
+
+    `train_path` without `eval_path` is read like `path`: a slice is held out (and a note says so),
+    so a run never evaluates on nothing or on its own training questions; `eval_size=0` keeps all.
+    """
+    check_split_options(task_name, eval_size, split_seed)
     sources = [bool(path), bool(train_path or eval_path), bool(dataset)]
     if sum(sources) != 1:
         raise ValueError(
             f"{task_name}: give exactly one data source in task.options: `path` (one jsonl, a slice held out "
             "for eval), `train_path` and/or `eval_path` (jsonl files), or `dataset` (a Hugging Face dataset name)"
         )
-
-    def convert(records):
-        return [p for p in (to_problem(r) for r in records) if p is not None]
-
+    one_file = bool(path) or (bool(train_path) and not eval_path)  # a slice of it is held out
     if dataset:
-        train = convert(load_hf_split(dataset, dataset_config, train_split)) if train_split else []
-        held_out = convert(load_hf_split(dataset, dataset_config, eval_split)) if eval_split else []
-    elif path:
-        problems = convert(read_jsonl(path))
-        size = eval_size if eval_size is not None else max(1, len(problems) // 10)
-        order = list(range(len(problems)))
-        random.Random(split_seed).shuffle(order)
-        held = set(order[:size])
-        held_out = [problems[i] for i in sorted(held)]
-        train = [p for i, p in enumerate(problems) if i not in held]
+        train = _convert(_hub_records(dataset, dataset_config, train_split), to_problem) if train_split else []
+        held_out = _convert(_hub_records(dataset, dataset_config, eval_split), to_problem) if eval_split else []
+    elif one_file:
+        train, held_out = _hold_out(_convert(_file_records(task_name, path or train_path), to_problem),
+                                    eval_size, split_seed)
+        if not path:
+            print(f"note: {task_name}: no eval_path given: {len(held_out)} problems of train_path are held out "
+                  "for eval (task.options.eval_size sets how many; eval_path names a separate file)",
+                  file=sys.stderr)
     else:
-        train = convert(read_jsonl(train_path)) if train_path else []
-        held_out = convert(read_jsonl(eval_path)) if eval_path else []
-    if eval_size is not None and not path:
+        train = _convert(_file_records(task_name, train_path), to_problem) if train_path else []
+        held_out = _convert(_file_records(task_name, eval_path), to_problem)
+    if eval_size is not None and not one_file:
         held_out = held_out[:eval_size]
     eval_questions = {p.question for p in held_out}
     train = [p for p in train if p.question not in eval_questions]
@@ -103,7 +151,7 @@ class ProblemTask:
         self.prompt = prompt
         self.stop_strings = STOP_STRINGS[prompt]
         self.completion_prefix = COMPLETION_PREFIX[prompt]
-        self.timeout_seconds = float(timeout_seconds)
+        self.timeout_seconds = check_seconds_option(self.name, "timeout_seconds", timeout_seconds)
         self.train, self.held_out = train, held_out
 
     def grader(self) -> Grader:

@@ -23,7 +23,8 @@ import random
 from typing import Iterator, Optional
 
 from rlvr.tasks.answers import extract_answer_tag
-from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, resolve_weights,
+                             weighted_total)
 from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, require_package
 from rlvr.tasks.prompts import COMPLETION_PREFIX, STOP_STRINGS, check_prompt, render_question
 from rlvr.tasks.reasoning_gym_answers import check_audited
@@ -64,14 +65,15 @@ class ReasoningGymTask:
             self.mix, self.configs = {dataset: 1.0}, {dataset: dict(config)}
         for name in self.mix:
             check_audited(name)
-        if any(w <= 0 for w in self.mix.values()):
-            raise ValueError(f"{self.name}: mixture weights must be > 0")
+        if not all(0 < w < math.inf for w in self.mix.values()):
+            raise ValueError(f"{self.name}: mixture weights must be finite and > 0, got {self.mix}")
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
         self.use_chat_template, self.prompt = use_chat_template, prompt
         self.stop_strings = STOP_STRINGS[prompt]
         self.completion_prefix = COMPLETION_PREFIX[prompt]
-        self.timeout_seconds = float(timeout_seconds)
-        self.size, self.seed = int(size), seed
+        self.timeout_seconds = check_seconds_option(self.name, "timeout_seconds", timeout_seconds)
+        self.size, self.seed = check_count_option(self.name, "size", size, minimum=1), seed
+        check_count_option(self.name, "eval_size", eval_size)
         self._train = {name: self._create(name, seed, self.size) for name in self.mix}
         self._held_out = self._draw_eval(int(eval_size))
         self._held_out_questions = {entry["question"] for _, entry in self._held_out}

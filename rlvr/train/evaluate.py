@@ -13,6 +13,14 @@ from rlvr.tasks.judging import judge
 from rlvr.train.distributed import SINGLE
 
 
+def check_held_out(task, config) -> None:
+    """With train.eval_size > 0 the task must have held-out examples: evaluating on none is an error."""
+    if config.train.eval_size > 0 and not task.examples("eval", 1, config.train.seed):
+        raise ValueError(f"task {config.task.name!r} has no held-out examples but train.eval_size="
+                         f"{config.train.eval_size}: give the task eval data (e.g. task.options.eval_path, or "
+                         "task.options.eval_size > 0) or set train.eval_size=0 to train without evaluation")
+
+
 def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: str = "decode_loop",
              use_chat_template: bool = True, batch_size: int = 32, keep_examples: int = 4, dist=SINGLE) -> dict:
     """Generate greedily for each example, score it, and return summary numbers plus a few examples.

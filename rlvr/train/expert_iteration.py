@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import datetime
 from pathlib import Path
 
 import torch
 
-from rlvr.config import Config, save_config
+from rlvr.config import Config
 from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
 from rlvr.tasks.judging import judge
@@ -25,6 +24,7 @@ from rlvr.train.evaluate import evaluate
 from rlvr.train.generations import log_generations
 from rlvr.train.metrics import RunWriter
 from rlvr.train.rl import make_scheduler, setup
+from rlvr.train.run_folder import claim_run_folder, releases_run_folders
 from rlvr.train.sft import epoch_order, sft_step
 from rlvr.utils import peak_rss_bytes
 
@@ -76,16 +76,13 @@ def sample_correct(policy, tokenizer, task, examples, config: Config) -> tuple[l
     return accepted, stats
 
 
+@releases_run_folders
 def expert_iteration(config: Config) -> Path:
     """Run `expert_iteration.n_ei_steps` rounds; returns the run folder."""
     started_at = time.perf_counter()
     ei, s, train_cfg = config.expert_iteration, config.sft, config.train
-    run_dir = Path(train_cfg.output_dir) / (train_cfg.run_name or f"ei-{config.task.name.replace(':', '_')}-"
-                                            f"{datetime.now():%Y%m%d-%H%M%S}")
-    if (run_dir / "metrics.jsonl").exists():
-        raise FileExistsError(f"{run_dir} already holds a run; choose another train.run_name")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / "config.yaml")
+    run_dir = claim_run_folder(config, stem=f"ei-{config.task.name.replace(':', '_')}", command="rlvr expert-iter",
+                               resumable=False).path  # locked until expert_iteration returns
     writer = RunWriter(run_dir)
     loaded, task, params, optimizer, _ = setup(config)
     policy, tokenizer = loaded.policy, loaded.tokenizer
