@@ -54,6 +54,10 @@ class TaskConfig:
     options: dict[str, Any] = field(default_factory=dict)
     # Wrap prompts in the tokenizer's chat template (instruct models) or send raw text.
     use_chat_template: bool = True
+    # A verdict whose total or a component is infinite or larger than this in size is counted as
+    # an error (status `error`, reward NaN, advantage 0) instead of swamping its group: 1e38 already
+    # overflows float32 sums. Real rewards are O(1); see `rlvr.tasks.judging`.
+    max_abs_reward: float = 1e6
 
 
 @dataclass

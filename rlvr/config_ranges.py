@@ -66,6 +66,7 @@ FIELD_BOUNDS: dict[str, Bounds] = {
     "model.lora_dropout": Bounds(0.0, 1.0, high_open=True),
     "model.num_threads": at_least(0, "0 keeps torch's default"),
     "task.reward_weights": FINITE,
+    "task.max_abs_reward": above(0, "a larger reward is counted as a verifier error"),
     "rollout.batch_size": at_least(1),
     "rollout.group_size": at_least(1),
     "rollout.max_new_tokens": at_least(1),

@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 from rlvr.rollout.base import cut_at_stop  # noqa: F401  (re-exported)
 from rlvr.tasks.base import Verdict
+from rlvr.tasks.judging import judge
 
 CATEGORIES = ("correct", "formatted_wrong", "unformatted", "unjudgeable", "timeout", "error")
 
@@ -103,7 +104,7 @@ def run_evaluation(model, tokenizer, task, examples, *, settings: EvalSettings, 
         with merged_adapter(model):
             generation = generate(model, tokenizer, prompts, 1, sampling)
         for offset, (example, prompt, text) in enumerate(zip(chunk, prompts, generation.completion_texts)):
-            verdict = task.score(text, example)
+            verdict = judge(task, text, example)
             records.append({
                 "index": start + offset, "prompt": prompt, "ground_truth": _jsonable(example.ground_truth),
                 "completion": text, "category": categorize(verdict),

@@ -23,6 +23,7 @@ from rlvr.tasks.external import (FORMS, ModuleMissing, accepts_keyword, check_ca
 from rlvr.tasks.format_copy import FormatCopyTask
 from rlvr.tasks.gsm8k import GSM8KTask
 from rlvr.tasks.integer import IntegerTask
+from rlvr.tasks.judging import DEFAULT_MAX_ABS_REWARD, judge
 from rlvr.tasks.math_problems import MathTask
 from rlvr.tasks.reasoning_gym_tasks import ReasoningGymTask
 from rlvr.tasks.verifiers import VERIFIERS
@@ -106,11 +107,13 @@ def check_task_interface(task, name: str) -> None:
                          f"A task has {INTERFACE} (see rlvr/tasks/base.py)")
 
 
-def build_task(name: str, *, reward_weights=None, options=None, use_chat_template=True, seed=0):
+def build_task(name: str, *, reward_weights=None, options=None, use_chat_template=True, seed=0,
+               max_abs_reward: float = DEFAULT_MAX_ABS_REWARD):
     """Instantiate a task; `options` are the task's own keyword arguments.
 
     `family:arg` builds the `family` task with `arg` as its first argument; `file.py:Name` and
-    `module:Name` build a task from outside rlvr (see the module docstring).
+    `module:Name` build a task from outside rlvr (see the module docstring). `max_abs_reward` is
+    recorded on the task for `judge` (`task.max_abs_reward` in the config).
     """
     factory, args = task_factory(name)
     if not is_registered(name):
@@ -119,12 +122,18 @@ def build_task(name: str, *, reward_weights=None, options=None, use_chat_templat
         check_call(factory, f"task.name {name!r} with task.options", **kwargs)
         task = factory(**kwargs)
         check_task_interface(task, name)
+        try:
+            task.max_abs_reward = float(max_abs_reward)
+        except AttributeError:  # a task with __slots__: judge() then uses the default limit
+            pass
         return task
     try:
-        return factory(*args, reward_weights=reward_weights or {}, use_chat_template=use_chat_template,
+        task = factory(*args, reward_weights=reward_weights or {}, use_chat_template=use_chat_template,
                        seed=seed, **(options or {}))
     except TypeError as exc:
         raise ValueError(f"task {name!r}: bad task.options ({exc})") from None
+    task.max_abs_reward = float(max_abs_reward)
+    return task
 
 
 def task_label(name: str) -> str:
@@ -138,5 +147,5 @@ def task_label(name: str) -> str:
 
 
 __all__ = ["TASKS", "VERIFIERS", "Example", "Task", "Verdict", "weighted_total", "resolve_weights", "build_task",
-           "check_task_name", "task_label", "FormatCopyTask", "GSM8KTask", "MathTask", "IntegerTask",
+           "check_task_name", "judge", "task_label", "FormatCopyTask", "GSM8KTask", "MathTask", "IntegerTask",
            "ReasoningGymTask", "DatasetTask"]

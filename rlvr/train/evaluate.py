@@ -9,6 +9,7 @@ import torch
 
 from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
+from rlvr.tasks.judging import judge
 from rlvr.train.distributed import SINGLE
 
 
@@ -45,7 +46,7 @@ def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: 
             generation = generate(model, tokenizer, prompts, 1, settings)
             for example, text, cut, length in zip(chunk, generation.completion_texts, generation.truncated.tolist(),
                                                   generation.completion_lengths.tolist()):
-                verdict = task.score(text, example)
+                verdict = judge(task, text, example)
                 correct.append(float(verdict.correct))
                 totals.append(verdict.total)
                 truncated.append(float(cut))

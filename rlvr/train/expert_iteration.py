@@ -19,6 +19,7 @@ from rlvr.config import Config
 from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
 from rlvr.tasks import task_label
+from rlvr.tasks.judging import judge
 from rlvr.train.checkpoint import save_checkpoint
 from rlvr.train.evaluate import evaluate
 from rlvr.train.generations import log_generations
@@ -51,7 +52,7 @@ def sample_correct(policy, tokenizer, task, examples, config: Config) -> tuple[l
         any_correct = False
         for row in range(index * group, (index + 1) * group):
             text = generation.completion_texts[row]
-            verdict = task.score(text, example)
+            verdict = judge(task, text, example)
             totals.append(verdict.total)
             # Accepted: correct, and with ei.min_reward set, a total reward at least that high
             # (e.g. format_copy's 1.3 also asks for nothing but the tags, so trailing text is not learned).

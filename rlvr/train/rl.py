@@ -59,7 +59,7 @@ def setup(config: Config):
     # The task first: a bad task option or data file fails before minutes of model loading.
     task = build_task(config.task.name, reward_weights=config.task.reward_weights,
                       options=config.task.options, use_chat_template=config.task.use_chat_template,
-                      seed=config.train.seed)
+                      seed=config.train.seed, max_abs_reward=config.task.max_abs_reward)
     check_held_out(task, config)
     lora = None
     if config.model.lora:

@@ -18,6 +18,7 @@ from rlvr.config import Config, load_run_config
 from rlvr.core import get_response_log_probs, masked_normalize, tokenize_prompt_and_output
 from rlvr.tasks import task_label
 from rlvr.tasks.base import Example
+from rlvr.tasks.judging import judge
 from rlvr.train.checkpoint import restore_checkpoint, save_checkpoint
 from rlvr.train.evaluate import evaluate
 from rlvr.train.generations import log_generations
@@ -71,7 +72,7 @@ def filter_correct(pairs: list[dict], task, eos_text: str | None = None) -> list
         response = pair["response"]
         if eos_text and response.endswith(eos_text):
             response = response[: -len(eos_text)]
-        if task.score(response, Example(prompt=pair["prompt"], ground_truth=pair["ground_truth"])).correct:
+        if judge(task, response, Example(prompt=pair["prompt"], ground_truth=pair["ground_truth"])).correct:
             kept.append(pair)
     return kept
 
