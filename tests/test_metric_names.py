@@ -17,12 +17,13 @@ from rlvr import metric_names
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "rlvr"
 
-# Modules that write metric records, and modules that only read them.
+# Modules that write metric records (resume_policy: resumes.jsonl, with the same field names), and
+# modules that only read them.
 PRODUCERS = ("rlvr/train/rollout_stats.py", "rlvr/train/update.py", "rlvr/train/rl.py", "rlvr/train/sft.py",
              "rlvr/train/expert_iteration.py", "rlvr/train/evaluation.py", "rlvr/train/generations.py",
-             "rlvr/train/session.py")
+             "rlvr/train/session.py", "rlvr/train/resume_policy.py")
 READERS = ("rlvr/train/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py", "rlvr/check.py",
-           "rlvr/check_mechanism.py", "rlvr/train/sinks.py", "rlvr/train/metrics.py")
+           "rlvr/check_mechanism.py", "rlvr/train/sinks.py", "rlvr/train/metrics.py", "rlvr/train/run_folder.py")
 # Family builders: a producer calling one writes names that start with its prefix.
 FAMILIES = {"reward_component": metric_names.REWARD_PREFIX, "status_count": metric_names.STATUS_PREFIX,
             "eval_reward_component": metric_names.EVAL_REWARD_PREFIX}
@@ -38,6 +39,9 @@ NOT_METRICS = {
     ("rlvr/train/session.py", "iteration"): "the key load_checkpoint returns",
     ("rlvr/train/generations.py", "entropy"): "a field of generations.jsonl lines",
     ("rlvr/train/evaluation.py", "examples"): "a field of rlvr eval's summary.json",
+    ("rlvr/tasks/__init__.py", "examples"): "the Task method",
+    ("rlvr/train/resume_policy.py", "iteration"): "the key restore_checkpoint returns",
+    ("rlvr/train/run_folder.py", "iteration"): "the key restore_checkpoint returns",
 }
 
 

@@ -130,22 +130,38 @@ def test_every_task_declares_its_stop_strings(tmp_path):
         "math": build_task("math", options={"path": str(data)}, use_chat_template=False),
         "reasoning_gym": build_task("reasoning_gym:spell_backward", use_chat_template=False,
                                     options={"size": 20, "eval_size": 2}),
+        "dataset": build_task("dataset", options={"path": str(data), "stop_strings": ["\n\n"]}),
     }
     assert set(built) == set(TASKS.names()) - {"char_count"}  # char_count is the tests' own toy task
     for name, task in built.items():
         assert isinstance(task.stop_strings, tuple), name
     assert built["format_copy"].stop_strings == () and built["gsm8k"].stop_strings == ("</answer>",)
+    assert built["dataset"].stop_strings == ("\n\n",)
+    # A task from outside rlvr that names no stop strings gets the protocol's default, ().
+    outside = tmp_path / "outside_task.py"
+    outside.write_text(
+        "from rlvr.tasks.base import Example, Verdict\n"
+        "class Plain:\n"
+        "    name = 'plain'\n    component_names = ('answer',)\n"
+        "    def examples(self, split, count, seed):\n        return [Example(prompt='p', ground_truth='x')] * count\n"
+        "    def iter_eval(self):\n        return iter(self.examples('eval', 1, 0))\n"
+        "    def score(self, completion, example):\n"
+        "        return Verdict(components={'answer': 0.0}, total=0.0, status='ok', verifier='v', version='1')\n")
+    assert build_task(f"{outside}:Plain").stop_strings == ()
 
 
-def _score_calls(path: Path) -> list[int]:
-    return [node.lineno for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "score"]
+def _calls(path: Path, name: str) -> list[int]:
+    """Lines calling `name(...)` or `<anything>.name(...)`."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+            and (getattr(node.func, "attr", None) == name or getattr(node.func, "id", None) == name)]
 
 
 def test_completions_are_judged_in_exactly_one_place():
-    calls = {path.relative_to(REPO).as_posix(): lines for path in sorted((REPO / "rlvr").rglob("*.py"))
-             if "rlvr/tasks" not in path.as_posix() and (lines := _score_calls(path))}
-    assert list(calls) == ["rlvr/rollout/sample.py"] and len(calls["rlvr/rollout/sample.py"]) == 1
+    outside_tasks = [path for path in sorted((REPO / "rlvr").rglob("*.py")) if "rlvr/tasks" not in path.as_posix()]
+    judged = {path.relative_to(REPO).as_posix(): lines for path in outside_tasks if (lines := _calls(path, "judge"))}
+    assert list(judged) == ["rlvr/rollout/sample.py"] and len(judged["rlvr/rollout/sample.py"]) == 1
+    # Nothing outside the tasks calls a verifier directly, past judge's guards.
+    assert [path for path in outside_tasks if _calls(path, "score")] == []
 
 
 def test_in_process_backends_share_one_sync():

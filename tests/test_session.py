@@ -18,9 +18,9 @@ from rlvr.train.session import (
     RL_RUN,
     SFT_RUN,
     eval_settings,
-    new_run_dir,
     open_run,
     rollout_backend,
+    run_stem,
 )
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
@@ -40,17 +40,22 @@ def reference_requests(monkeypatch) -> list[bool]:
     return asked
 
 
-def test_run_folders_are_named_per_loop(tmp_path):
+def test_run_folders_are_named_per_loop(tiny_model_dir, tmp_path):
     config = load_config(None, [f"train.output_dir={tmp_path}", "task.name=reasoning_gym:spell_backward"])
-    names = {kind.name: new_run_dir(config, kind).name for kind in (RL_RUN, SFT_RUN, EXPERT_ITERATION_RUN)}
-    assert re.fullmatch(r"reasoning_gym_spell_backward-grpo-\d{8}-\d{6}", names["rl"])
-    assert re.fullmatch(r"sft-reasoning_gym_spell_backward-\d{8}-\d{6}", names["sft"])
-    assert re.fullmatch(r"ei-reasoning_gym_spell_backward-\d{8}-\d{6}", names["expert_iteration"])
-    config.train.run_name = "mine"
-    assert new_run_dir(config, SFT_RUN) == tmp_path / "mine"
+    stems = {kind.name: run_stem(config, kind) for kind in (RL_RUN, SFT_RUN, EXPERT_ITERATION_RUN)}
+    assert stems == {"rl": "reasoning_gym_spell_backward-grpo", "sft": "sft-reasoning_gym_spell_backward",
+                     "expert_iteration": "ei-reasoning_gym_spell_backward"}
+    # A default-named new run: <stem>-<time>-<suffix>, locked until the session closes.
+    config = load_config(None, tiny_overrides(tiny_model_dir, tmp_path / "unused", **{"train.run_name": ""}))
+    with open_run(config, SFT_RUN) as session:
+        assert re.fullmatch(r"sft-char_count-\d{8}-\d{6}-[0-9a-f]{4}", session.run_dir.name)
+        assert (session.run_dir / "config.yaml").exists() and session.folder.lock is not None
+        with pytest.raises(Exception, match="in use|held|busy|lock"):
+            open_run(config, SFT_RUN, resume_dir=session.run_dir)
+    assert session.folder.lock._fd is None  # released on close
 
 
-@pytest.mark.parametrize("kind, hint", [(RL_RUN, "--resume"), (EXPERT_ITERATION_RUN, "another train.run_name")])
+@pytest.mark.parametrize("kind, hint", [(RL_RUN, "--resume"), (EXPERT_ITERATION_RUN, "delete it")])
 def test_an_existing_run_is_never_overwritten(tiny_model_dir, tmp_path, kind, hint):
     run_dir = tmp_path / "taken"
     run_dir.mkdir()

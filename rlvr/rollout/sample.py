@@ -2,7 +2,8 @@
 
 `sample_and_score` renders B examples' prompts, samples G completions each through a rollout
 backend (inside its `sync`), and scores every completion with `score_completions`, the only
-place in rlvr that calls a task's verifier on a completion. Training rollouts, expert
+place in rlvr that judges a completion (through `rlvr.tasks.judging.judge`, which guards the
+task's `score` against exceptions, wrong types and unusable rewards). Training rollouts, expert
 iteration, evaluation (in training and `rlvr eval`), `rlvr check` and the SFT data filter all
 come through here, so they sample with the same settings and judge the same way.
 """
@@ -16,6 +17,7 @@ from typing import Sequence
 from rlvr.rollout.backend import RolloutBackend
 from rlvr.rollout.base import Generation, SamplingSettings, render_prompts
 from rlvr.tasks.base import Example, Task, Verdict
+from rlvr.tasks.judging import judge
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ def score_completions(task: Task, completions: Sequence[str], examples: Sequence
     """One verdict per (completion, example) pair: every completion rlvr judges is judged here."""
     if len(completions) != len(examples):
         raise ValueError(f"{len(completions)} completions but {len(examples)} examples to judge them against")
-    return [task.score(completion, example) for completion, example in zip(completions, examples)]
+    return [judge(task, completion, example) for completion, example in zip(completions, examples)]
 
 
 def sample_and_score(backend: RolloutBackend, task: Task, examples: Sequence[Example], *, group_size: int,

@@ -30,6 +30,11 @@ STOP_STRINGS = {"r1_zero": ("</answer>",), "question_only": ()}
 COMPLETION_PREFIX = {"r1_zero": "<think>", "question_only": ""}
 
 
+def prompt_uses_chat_template(options: dict) -> bool:
+    """Whether `task.options` (its `prompt`, default `DEFAULT_PROMPT`) go through the chat template."""
+    return options.get("prompt", DEFAULT_PROMPT) not in RAW_TEXT_PROMPTS
+
+
 def check_prompt(task_name: str, prompt: str, use_chat_template: bool) -> None:
     if prompt not in PROMPTS:
         raise ValueError(f"{task_name}: unknown prompt {prompt!r}; valid prompts: {', '.join(PROMPTS)}")

@@ -40,6 +40,14 @@ TRAINING_EVAL_BATCH = 32  # prompts generated together by the in-training eval
 TRAINING_EVAL_EXAMPLES = 4  # judged completions copied into each eval.jsonl record
 
 
+def check_held_out(task, config) -> None:
+    """With train.eval_size > 0 the task must have held-out examples: evaluating on none is an error."""
+    if config.train.eval_size > 0 and not task.examples("eval", 1, config.train.seed):
+        raise ValueError(f"task {config.task.name!r} has no held-out examples but train.eval_size="
+                         f"{config.train.eval_size}: give the task eval data (e.g. task.options.eval_path, or "
+                         "task.options.eval_size > 0) or set train.eval_size=0 to train without evaluation")
+
+
 def categorize(verdict: Verdict) -> str:
     """One outcome per completion. "formatted" means the format component is at its maximum (1)."""
     if verdict.status in ("timeout", "error", "unjudgeable"):
@@ -202,9 +210,9 @@ def evaluate_task(task_name: str, model_name: str, *, task_options: Optional[dic
     import torch
 
     from rlvr.config import RolloutConfig
-    from rlvr.models import load_policy
+    from rlvr.models.runs import load_model_for_inference
     from rlvr.rollout import ROLLOUT_BACKENDS
-    from rlvr.tasks import build_task, default_use_chat_template
+    from rlvr.tasks import build_task, default_use_chat_template, task_label
     from rlvr.utils import seed_everything
 
     options = dict(task_options or {})
@@ -219,9 +227,9 @@ def evaluate_task(task_name: str, model_name: str, *, task_options: Optional[dic
     if not examples:
         raise ValueError(f"task {task_name!r} has no eval examples")
     output = Path(output_dir) if output_dir else Path("runs") / (
-        f"eval-{task_name.replace(':', '_')}-{datetime.now():%Y%m%d-%H%M%S}")
+        f"eval-{task_label(task_name)}-{datetime.now():%Y%m%d-%H%M%S}")
     output.mkdir(parents=True, exist_ok=True)
-    loaded = load_policy(model_name, dtype=dtype, device=device, lora=None)
+    loaded = load_model_for_inference(model_name, dtype=dtype, device=device)  # a run folder too
     rollout = RolloutConfig(max_new_tokens=settings.max_new_tokens, temperature=max(settings.temperature, 1e-6),
                             top_p=settings.top_p)
     sampling = SamplingSettings.for_task(rollout, task, do_sample=settings.temperature > 0)

@@ -105,6 +105,7 @@ def expert_iteration(config: Config) -> Path:
         max_steps = ei.n_ei_steps * ei.sft_epochs * math.ceil(ei.questions_per_step * ei.samples_per_question
                                                               / s.batch_size)
         scheduler = make_scheduler(optimizer, config.optim, max_steps)
+        session.start(optimizer, scheduler, {})  # a new run (expert iteration does not resume): opens the writers
         if train_cfg.eval_size > 0:
             initial = session.evaluate(0, generations=s.log_generations)
             print(f"expert-iter round 0: {EVAL_ACCURACY}={initial[EVAL_ACCURACY]:.3f}", flush=True)

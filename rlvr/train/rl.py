@@ -56,18 +56,22 @@ from rlvr.train.update import update_policy
 from rlvr.utils import peak_rss_bytes, read_jsonl
 
 
-def train(config: Config, resume_dir: str | Path | None = None) -> Path:
-    """Train according to `config` (or continue the run in `resume_dir`); returns the run folder."""
+def train(config: Config, resume_dir: str | Path | None = None, force_config_change: bool = False) -> Path:
+    """Train according to `config` (or continue the run in `resume_dir`); returns the run folder.
+
+    A resume refuses config changes outside `RESUME_MUTABLE_KEYS` unless `force_config_change`.
+    """
     dist = init_distributed(config.model.device)  # one process unless launched data-parallel
     check_divisible(dist, config.rollout.batch_size)
     algo, rollout, train_cfg = config.algorithm, config.rollout, config.train
-    with open_run(config, RL_RUN, resume_dir=resume_dir, dist=dist, need_reference=algo.kl_coef > 0) as session:
+    with open_run(config, RL_RUN, resume_dir=resume_dir, dist=dist, need_reference=algo.kl_coef > 0,
+                  force_config_change=force_config_change) as session:
         policy, tokenizer, task, backend = session.policy, session.tokenizer, session.task, session.backend
         params = trainable_parameters(policy)  # FSDP: the sharded parameters
         optimizer = make_optimizer(params, config.optim)
         scheduler = make_scheduler(optimizer, config.optim, train_cfg.iterations * algo.ppo_epochs)
         settings = SamplingSettings.for_task(rollout, task)  # the same for every iteration
-        start, state = session.resume(optimizer, scheduler, {OPTIMIZER_STEPS: 0, SKIPPED_NONFINITE_UPDATES: 0})
+        start, state = session.start(optimizer, scheduler, {OPTIMIZER_STEPS: 0, SKIPPED_NONFINITE_UPDATES: 0})
         if not session.resumed and train_cfg.eval_size > 0:
             session.evaluate(0)
         # Every rank sees the same globally reduced records, so every rank takes the same stop decision.
@@ -138,6 +142,6 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
     return session.run_dir
 
 
-def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Path:
+def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), force_config_change: bool = False) -> Path:
     """Continue the run in `run_dir` with its saved config (overrides may extend train.iterations)."""
-    return train(load_run_config(run_dir, overrides), resume_dir=Path(run_dir))
+    return train(load_run_config(run_dir, overrides), resume_dir=Path(run_dir), force_config_change=force_config_change)

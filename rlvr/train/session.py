@@ -1,64 +1,62 @@
 """A training run, whatever the loop (RL, SFT, expert iteration): everything around the loop itself.
 
-`open_run` names and creates the run folder (or reopens it to resume), saves the resolved
-config, opens the metric writers, loads the model and the task, places the model on each
-data-parallel rank (FSDP sharding included), sets up the rollout backend and the held-out
-evaluation. The loop then calls `resume`, `evaluate`, `save_checkpoint` and finally `close`
-(or uses the session as a context manager). Each loop keeps only what is its own: its
+`open_run` claims the run folder (a new one, or the resumed one: locked, the config change
+checked; rlvr/train/run_folder.py), loads the task and the model, places the model on each
+data-parallel rank (FSDP sharding included), and sets up the rollout backend and the held-out
+evaluation. The loop then calls `start` (resume from the newest intact checkpoint, then open the
+metric writers), `evaluate`, `save_checkpoint`, and finally `close` (or uses the session as a
+context manager), which releases the folder. Each loop keeps only what is its own: its
 optimizer and schedule size, its steps, its records.
 
-Run-level policies hook in here, once for every loop: a lock on the run folder belongs in
-`open_run` (taken before config.yaml is written) and `close`; a check of a resumed config against
-the saved one in `open_run`, before config.yaml is replaced; checkpoint manifests in
-`save_checkpoint` and `resume`.
+Run-level policies live here once for every loop: the folder lock and the resume config check
+(`claim_run_folder`, in `open_run`), the verified checkpoints and the resume's first writes
+(`restore_checkpoint` and `commit_resume`, in `start`), manifests (`save_checkpoint`).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 import torch
 
-from rlvr.config import Config, save_config
+from rlvr.config import Config
 from rlvr.metric_names import ELAPSED_S, ITERATION, UNIX_TIME
 from rlvr.models import LoadedModel, LoraSettings, load_policy, trainable_parameters
 from rlvr.rollout import ROLLOUT_BACKENDS, RolloutBackend, SamplingSettings
-from rlvr.tasks import Task, build_task
-from rlvr.train.checkpoint import gather_checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
+from rlvr.tasks import Task, build_task, task_label
+from rlvr.train.checkpoint import gather_checkpoint_state, restore_checkpoint, save_checkpoint
 from rlvr.train.distributed import SINGLE, Dist, checkpoint_extra, rank_device, restore_rank_state, start_ranks
-from rlvr.train.evaluation import evaluate_in_training
+from rlvr.train.evaluation import check_held_out, evaluate_in_training
 from rlvr.train.fsdp import fsdp_requested, shard_loaded_model
-from rlvr.train.generations import GENERATIONS_FILE, log_generations
+from rlvr.train.generations import log_generations
 from rlvr.train.metrics import RunWriter
-from rlvr.train.sinks import build_sinks
-from rlvr.utils import seed_everything, truncate_jsonl
+from rlvr.train.run_folder import RunFolder, claim_run_folder
+from rlvr.train.sinks import build_sinks, require_sink_packages
+from rlvr.utils import seed_everything
 
 
 @dataclass(frozen=True)
 class RunKind:
-    """How a loop's runs are named and what an existing folder means for it."""
+    """How a loop's runs are named and claimed."""
 
     name: str  # rl, sft, expert_iteration
+    command: str  # as the run lock and the resume log name it
     folder_prefix: str  # before <task>: "" for RL, whose default name ends in the algorithm instead
     with_algorithm: bool
-    exists_hint: str  # appended to the "already holds a run" error
+    resumable: bool
 
 
-RL_RUN = RunKind("rl", "", True, "resume it with --resume {run_dir}")
-SFT_RUN = RunKind("sft", "sft-", False, "resume it with --resume {run_dir}")
-EXPERT_ITERATION_RUN = RunKind("expert_iteration", "ei-", False, "choose another train.run_name")
+RL_RUN = RunKind("rl", "rlvr train", "", True, True)
+SFT_RUN = RunKind("sft", "rlvr sft", "sft-", False, True)
+EXPERT_ITERATION_RUN = RunKind("expert_iteration", "rlvr expert-iter", "ei-", False, False)
 
 
-def new_run_dir(config: Config, kind: RunKind) -> Path:
-    """`train.output_dir/train.run_name`, or a timestamped `<prefix><task>[-<algorithm>]-<time>`."""
-    task = config.task.name.replace(":", "_")
-    name = config.train.run_name or (
-        f"{kind.folder_prefix}{task}{'-' + config.algorithm.name if kind.with_algorithm else ''}"
-        f"-{datetime.now():%Y%m%d-%H%M%S}")
-    return Path(config.train.output_dir) / name
+def run_stem(config: Config, kind: RunKind) -> str:
+    """The start of a default run folder name: `<prefix><task>[-<algorithm>]` (time and a suffix follow)."""
+    stem = kind.folder_prefix + task_label(config.task.name)
+    return f"{stem}-{config.algorithm.name}" if kind.with_algorithm else stem
 
 
 def load_model_and_task(config: Config, *, need_reference: bool) -> tuple[LoadedModel, Task]:
@@ -66,6 +64,11 @@ def load_model_and_task(config: Config, *, need_reference: bool) -> tuple[Loaded
     if config.model.num_threads > 0:
         torch.set_num_threads(config.model.num_threads)
     seed_everything(config.train.seed)
+    # The task first: a bad task option or data file fails before minutes of model loading.
+    task = build_task(config.task.name, reward_weights=config.task.reward_weights, options=config.task.options,
+                      use_chat_template=config.task.use_chat_template, seed=config.train.seed,
+                      max_abs_reward=config.task.max_abs_reward)
+    check_held_out(task, config)
     lora = None
     if config.model.lora:
         lora = LoraSettings(rank=config.model.lora_rank, alpha=config.model.lora_alpha,
@@ -75,8 +78,6 @@ def load_model_and_task(config: Config, *, need_reference: bool) -> tuple[Loaded
         gradient_checkpointing=config.model.gradient_checkpointing, need_reference=need_reference,
         memory_kernels=config.model.memory_kernels,
     )
-    task = build_task(config.task.name, reward_weights=config.task.reward_weights, options=config.task.options,
-                      use_chat_template=config.task.use_chat_template, seed=config.train.seed)
     return loaded, task
 
 
@@ -94,19 +95,23 @@ def eval_settings(config: Config, task: Task) -> SamplingSettings:
 
 @dataclass
 class RunSession:
-    """An open run: its folder, writers, model, task, rollout backend and held-out evaluation."""
+    """An open run: its claimed folder, model, task, rollout backend and held-out evaluation."""
 
     config: Config
     kind: RunKind
-    run_dir: Path
+    folder: RunFolder
     dist: Dist
-    writer: RunWriter
     loaded: LoadedModel
     task: Task
     backend: RolloutBackend
     resume_dir: Path | None
     started_at: float
     eval_examples: list = field(default_factory=list)
+    writer: RunWriter | None = None  # opened by `start`, once a resume has made its first writes
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.path
 
     @property
     def resumed(self) -> bool:
@@ -123,24 +128,22 @@ class RunSession:
     def elapsed(self) -> float:
         return time.perf_counter() - self.started_at
 
-    def resume(self, optimizer, scheduler, fresh_state: dict) -> tuple[int, dict]:
-        """(iterations done, loop counters): restored from the last checkpoint when resuming, else (0, fresh_state).
+    def start(self, optimizer, scheduler, fresh_state: dict) -> tuple[int, dict]:
+        """(iterations done, loop counters), then the metric writers open.
 
-        Resuming restores weights, optimizer, scheduler and RNG states, and drops whatever a crashed
-        run logged after its last checkpoint, so the next iterations equal an uninterrupted run's.
+        Resuming loads the newest intact checkpoint (weights, optimizer, scheduler, RNG states) and
+        only then writes: logs after the checkpoint dropped, config.yaml, resumes.jsonl. So the
+        next iterations equal an uninterrupted run's. A new run returns (0, fresh_state).
         """
-        if self.resume_dir is None:
-            return 0, fresh_state
-        checkpoint = latest_checkpoint(self.run_dir)
-        if checkpoint is None:
-            raise FileNotFoundError(f"{self.run_dir} has no checkpoint to resume from")
-        restored = load_checkpoint(checkpoint, self.loaded, optimizer, scheduler)
-        restore_rank_state(self.dist, restored["distributed"], checkpoint)
-        done = restored["iteration"]
-        if self.dist.is_main:
-            for path in (*self.writer.paths(), self.run_dir / GENERATIONS_FILE):
-                truncate_jsonl(path, lambda record: record.get(ITERATION, -1) <= done)
-        return done, restored["state"]
+        done, state = 0, fresh_state
+        if self.resume_dir is not None:
+            restored = restore_checkpoint(self.run_dir, self.loaded, optimizer, scheduler, self.dist)
+            restore_rank_state(self.dist, restored["distributed"], restored["checkpoint"])
+            done, state = restored["iteration"], restored["state"]
+            self.folder.commit_resume(restored, self.dist)
+        main = self.dist.is_main
+        self.writer = RunWriter(self.run_dir, is_main=main, sinks=build_sinks(self.config, self.run_dir) if main else ())
+        return done, state
 
     def evaluate(self, iteration: int, generations: int = 0) -> dict:
         """Greedy eval on the held-out examples, written to eval.jsonl; returns the record.
@@ -168,9 +171,13 @@ class RunSession:
         self.dist.barrier()
 
     def close(self) -> None:
-        """Flush the metric sinks and release the rollout backend."""
-        self.writer.close()
-        self.backend.close()
+        """Flush the metric sinks, release the rollout backend and the run folder."""
+        try:
+            if self.writer is not None:
+                self.writer.close()
+            self.backend.close()
+        finally:
+            self.folder.release()
 
     def __enter__(self) -> "RunSession":
         return self
@@ -180,31 +187,31 @@ class RunSession:
 
 
 def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = None, dist: Dist = SINGLE,
-             need_reference: bool = False) -> RunSession:
-    """Create (or reopen) the run folder and set up everything a loop needs; see the module docstring."""
+             need_reference: bool = False, force_config_change: bool = False) -> RunSession:
+    """Claim the run folder and set up everything a loop needs; see the module docstring.
+
+    A resume refuses config changes outside `RESUME_MUTABLE_KEYS` unless `force_config_change`.
+    """
     started_at = time.perf_counter()
+    require_sink_packages(config)  # a missing sink package stops the run before any file or model
     if dist.enabled and fsdp_requested(config):
         config.train.fsdp = True  # an Accelerate FSDP launch: recorded in config.yaml, so a resume shards too
-    if resume_dir is not None:
-        run_dir = Path(resume_dir)
-    else:
-        run_dir = dist.broadcast(new_run_dir(config, kind))  # rank 0's timestamped name everywhere
-        if (run_dir / RunWriter.METRICS_FILE).exists():
-            raise FileExistsError(f"{run_dir} already holds a run; {kind.exists_hint.format(run_dir=run_dir)}")
-    if dist.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, run_dir / "config.yaml")
-    # Sinks first: a missing sink package stops the run before the model loads.
-    writer = RunWriter(run_dir, is_main=dist.is_main, sinks=build_sinks(config, run_dir) if dist.is_main else ())
-    config.model.device = rank_device(dist, config.model.device)
-    loaded, task = load_model_and_task(config, need_reference=need_reference)
-    start_ranks(dist, trainable_parameters(loaded.policy), config.train.seed)  # rank 0's weights, seed + rank
-    if dist.enabled and config.train.fsdp:
-        layers = shard_loaded_model(loaded, dist)  # decoder layers sharded; their parameters become DTensors
-        if dist.is_main:
-            print(f"fsdp: {layers} decoder layers sharded across {dist.world_size} processes")
-    return RunSession(
-        config=config, kind=kind, run_dir=run_dir, dist=dist, writer=writer, loaded=loaded, task=task,
-        backend=rollout_backend(config, loaded), resume_dir=None if resume_dir is None else Path(resume_dir),
-        started_at=started_at, eval_examples=task.examples("eval", config.train.eval_size, config.train.seed),
-    )
+    folder = claim_run_folder(config, dist, stem=run_stem(config, kind), command=kind.command,
+                              resume_dir=resume_dir, force_config_change=force_config_change,
+                              resumable=kind.resumable)  # locked by the main process until `close`
+    try:
+        config.model.device = rank_device(dist, config.model.device)
+        loaded, task = load_model_and_task(config, need_reference=need_reference)
+        start_ranks(dist, trainable_parameters(loaded.policy), config.train.seed)  # rank 0's weights, seed + rank
+        if dist.enabled and config.train.fsdp:
+            layers = shard_loaded_model(loaded, dist)  # decoder layers sharded; their parameters become DTensors
+            if dist.is_main:
+                print(f"fsdp: {layers} decoder layers sharded across {dist.world_size} processes")
+        return RunSession(
+            config=config, kind=kind, folder=folder, dist=dist, loaded=loaded, task=task,
+            backend=rollout_backend(config, loaded), resume_dir=None if resume_dir is None else Path(resume_dir),
+            started_at=started_at, eval_examples=task.examples("eval", config.train.eval_size, config.train.seed),
+        )
+    except BaseException:
+        folder.release()
+        raise

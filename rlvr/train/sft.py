@@ -43,7 +43,7 @@ from rlvr.tasks.base import Example
 from rlvr.train.metrics import MetricSums
 from rlvr.train.optim import make_optimizer, make_scheduler
 from rlvr.train.session import SFT_RUN, open_run
-from rlvr.utils import peak_rss_bytes, read_jsonl
+from rlvr.utils import peak_rss_bytes, read_jsonl_numbered
 
 
 def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, normalization: str,
@@ -72,7 +72,7 @@ def read_pairs(config: Config) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"sft.data_path {str(path)!r} does not exist")
     pairs = []
-    for number, row in enumerate(read_jsonl(path), start=1):
+    for number, row in read_jsonl_numbered(path, what="sft.data_path file"):
         for key in (s.prompt_field, s.response_field):
             if key not in row:
                 raise ValueError(f"{path} line {number}: no field {key!r} (fields: {', '.join(row)})")
@@ -137,11 +137,11 @@ def epoch_order(num_pairs: int, seed: int, epoch: int) -> list[int]:
     return torch.randperm(num_pairs, generator=generator).tolist()
 
 
-def train_sft(config: Config, resume_dir: str | Path | None = None) -> Path:
+def train_sft(config: Config, resume_dir: str | Path | None = None, force_config_change: bool = False) -> Path:
     """Fine-tune according to `config` (or continue the run in `resume_dir`); returns the run folder."""
     s, train_cfg = config.sft, config.train
     pairs = read_pairs(config)  # before the run folder is created: a bad data path leaves nothing behind
-    with open_run(config, SFT_RUN, resume_dir=resume_dir) as session:
+    with open_run(config, SFT_RUN, resume_dir=resume_dir, force_config_change=force_config_change) as session:
         size_before_filter = len(pairs)
         if s.filter_correct:
             pairs = filter_correct(pairs, session.task, session.tokenizer.eos_token)
@@ -153,7 +153,7 @@ def train_sft(config: Config, resume_dir: str | Path | None = None) -> Path:
         params = trainable_parameters(session.policy)
         optimizer = make_optimizer(params, config.optim)
         scheduler = make_scheduler(optimizer, config.optim, total_steps)
-        step, state = session.resume(optimizer, scheduler, {SKIPPED_NONFINITE_UPDATES: 0})
+        step, state = session.start(optimizer, scheduler, {SKIPPED_NONFINITE_UPDATES: 0})
         if not session.resumed and train_cfg.eval_size > 0:
             session.evaluate(0, generations=s.log_generations)
 
@@ -185,6 +185,8 @@ def train_sft(config: Config, resume_dir: str | Path | None = None) -> Path:
     return session.run_dir
 
 
-def resume_sft(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Path:
+def resume_sft(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (),
+               force_config_change: bool = False) -> Path:
     """Continue the sft run in `run_dir` with its saved config (overrides may add epochs)."""
-    return train_sft(load_run_config(run_dir, overrides), resume_dir=Path(run_dir))
+    return train_sft(load_run_config(run_dir, overrides), resume_dir=Path(run_dir),
+                     force_config_change=force_config_change)

@@ -48,6 +48,8 @@ def numeric_items(record: dict) -> dict[str, float]:
 class TensorBoardSink:
     """Scalars under RUN_DIR/tensorboard, one event per metric and iteration."""
 
+    packages = ("tensorboard", "torch.utils.tensorboard")  # the extra `rlvr[tensorboard]`
+
     def __init__(self, run_dir: Path, config) -> None:
         _require("tensorboard", "tensorboard", "tensorboard")
         tensorboard = _require("torch.utils.tensorboard", "tensorboard", "tensorboard")
@@ -67,6 +69,8 @@ class TensorBoardSink:
 class WandbSink:
     """One W&B run per rlvr run; `train.wandb_mode` offline (default) needs no network."""
 
+    packages = ("wandb",)  # the extra `rlvr[wandb]`
+
     def __init__(self, run_dir: Path, config) -> None:
         wandb = _require("wandb", "wandb", "wandb")
         train = config.train
@@ -81,6 +85,13 @@ class WandbSink:
 
     def close(self) -> None:
         self.run.finish()
+
+
+def require_sink_packages(config) -> None:
+    """Fail now, before any model loads or file is written, if a requested sink's package is missing."""
+    for name in config.train.loggers:
+        for module in SINKS.get(name).packages:
+            _require(module, name, name)
 
 
 def build_sinks(config, run_dir: Path) -> list:
