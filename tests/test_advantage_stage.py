@@ -62,9 +62,8 @@ def _token_level(rewards, group_size=None, group_ids=None, completion_mask=None,
     return compute_group_advantages(totals, group_ids=group_ids, scale="none")[:, None] * completion_mask  # [N, T]
 
 
-def test_per_token_rewards_go_through_a_token_level_estimator():
-    if "test_token_level" not in ADVANTAGE_ESTIMATORS:
-        ADVANTAGE_ESTIMATORS.add("test_token_level", _token_level)
+def test_per_token_rewards_go_through_a_token_level_estimator(monkeypatch):
+    monkeypatch.setitem(ADVANTAGE_ESTIMATORS._items, "test_token_level", _token_level)  # registered for this test only
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])  # [N, T]
     rewards = torch.zeros(4, 3)
     rewards[0, 1], rewards[1, 0], rewards[2, 2] = 1.0, 0.0, 2.0  # the reward sits on each row's last token
