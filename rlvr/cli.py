@@ -5,8 +5,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
+from rlvr import __version__
 from rlvr.config import ConfigError, load_config
+
+CONFIG_SHOW_HINT = "every key with its type, default and help: rlvr config show [CONFIG.yaml] [key=value ...]"
+
+
+def quiet_library_deprecations() -> None:
+    """Hide transformers' deprecation notices (raised by peft and others on every model load): they
+    speak to library authors, not to someone running rlvr. Other warnings still show."""
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category, module=r"transformers(\.|$)")
 
 
 def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
@@ -98,12 +109,31 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
     return 0
 
 
+def task_summary(name: str, task_class) -> tuple[str, str]:
+    """(name as used in task.name, one plain-text line) from the task module's docstring, whose
+    first line reads "`name`: what it is"."""
+    doc = (sys.modules[task_class.__module__].__doc__ or "").strip()
+    first = doc.splitlines()[0] if doc else ""
+    if first.startswith("`") and "`:" in first:
+        shown, first = first[1:].split("`:", 1)
+        name = shown if shown.split(":")[0] == name else name
+    return name, first.strip().replace("`", "")
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     from rlvr.tasks import TASKS
 
     for name in TASKS:
-        doc = (TASKS.get(name).__module__ and sys.modules[TASKS.get(name).__module__].__doc__ or "").strip()
-        print(f"{name:24s} {doc.splitlines()[0] if doc else ''}")
+        shown, summary = task_summary(name, TASKS.get(name))
+        print(f"{shown:24s} {summary}")
+    return 0
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    from rlvr.config import format_config
+
+    config_path, overrides = _split_config_and_overrides(args.items)
+    print(format_config(load_config(config_path, overrides)))
     return 0
 
 
@@ -159,6 +189,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlvr", description="RL with verifiable rewards for causal LMs.")
+    parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser(
         "train", help="train a policy (no arguments: GRPO on format_copy with the embedded SmolLM2)",
@@ -216,6 +247,15 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--output", default=None,
                        help="folder for the runs and report.html (default: <train.output_dir>/sweep-<config name>)")
     sweep.set_defaults(func=cmd_sweep)
+    config = sub.add_parser("config", help="show the resolved config", description=CONFIG_SHOW_HINT)
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    show = config_sub.add_parser(
+        "show", help="the resolved config: each key = value, its type, default and one line of help",
+        description="rlvr config show [CONFIG.yaml] [key=value ...]   e.g. rlvr config show configs/format_copy_dapo.yaml "
+                    "optim.lr=3e-4 (a * marks a value that differs from its default)",
+    )
+    show.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
+    show.set_defaults(func=cmd_config_show)
     sub.add_parser("algorithms", help="list the algorithm presets").set_defaults(func=cmd_algorithms)
     sub.add_parser("tasks", help="list the registered tasks").set_defaults(func=cmd_tasks)
     ev = sub.add_parser(
@@ -241,10 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--dtype", default="float32")
     ev.add_argument("--seed", type=int, default=0)
     ev.set_defaults(func=cmd_eval)
+    for name in ("train", "sft", "expert-iter", "check", "sweep"):  # the commands that take key=value overrides
+        sub.choices[name].epilog = CONFIG_SHOW_HINT
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_library_deprecations()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # `rlvr sweep CONFIG --grid k=a,b more=overrides`: overrides may follow the options
