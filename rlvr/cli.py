@@ -140,7 +140,12 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from rlvr.report import build_report, figures_dir
 
-    output = build_report(args.run_dirs, args.output)
+    from rlvr.report.interactive import plotly_available
+
+    output = build_report(args.run_dirs, args.output, x=args.x)
+    if not plotly_available():
+        print("rlvr report: plotly is not installed; the page shows static PNGs (pip install plotly for zoom and "
+              "hover)", file=sys.stderr)
     print(f"report: {output} (figures in {figures_dir(output)})")
     return 0
 
@@ -233,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (with metrics.jsonl)")
     report.add_argument("-o", "--output", default=None,
                         help="the HTML file (default: RUN_DIR/report.html for one run, ./report.html for several)")
+    report.add_argument("--x", choices=("iteration", "seconds"), default="iteration",
+                        help="x axis shown first: iterations or wall-clock seconds since the run started (the page "
+                             "switches between them; the PNGs use this one)")
     report.set_defaults(func=cmd_report)
     sweep = sub.add_parser(
         "sweep", help="train every point of a grid of overrides one after another, then write one report",
