@@ -220,8 +220,9 @@ def main(argv: list[str]) -> int:
         print(USAGE)
         return 0 if argv else 2
     command, args = argv[0], argv[1:]
-    if command not in COMMAND_EXTRAS:
-        say(f"unknown command {command!r}")
+    planned = args[0] if command == "plan" and args else command
+    if command not in COMMAND_EXTRAS or planned not in COMMAND_EXTRAS:
+        say(f"unknown command {planned if command == 'plan' else command!r}")
         print(USAGE, file=sys.stderr)
         return 2
     venv = Path(os.environ.get("RLVR_VENV") or REPO / ".venv").resolve()
@@ -230,7 +231,7 @@ def main(argv: list[str]) -> int:
         variant = torch_variant(os.environ.get("RLVR_TORCH") or "auto", gpu_present())
         key = setup_key((REPO / "pyproject.toml").read_bytes(), variant, version)
         stamp = read_stamp(venv)
-        wanted = COMMAND_EXTRAS[args[0] if command == "plan" and args else command]
+        wanted = COMMAND_EXTRAS[planned]
         extras = extras_to_install(stamp, key, wanted)
         if command == "plan":
             python = venv_python(venv)

@@ -146,5 +146,6 @@ def test_fake_nvidia_smi_on_path_selects_the_cuda_build(tmp_path):
     assert "torch: cpu build" in _run(["plan"], {**env, "RLVR_TORCH": "cpu"}, path_dirs=[bin_dir]).stdout
     bad = _run(["plan"], {**env, "RLVR_TORCH": "rocm"})
     assert bad.returncode == 1 and "RLVR_TORCH='rocm' is not one of auto, cpu, cuda" in bad.stderr
-    unknown = _run(["deploy"], env)
-    assert unknown.returncode == 2 and "unknown command 'deploy'" in unknown.stderr
+    for args in (["deploy"], ["plan", "deploy"]):
+        unknown = _run(args, env)
+        assert unknown.returncode == 2 and "unknown command 'deploy'" in unknown.stderr
