@@ -25,7 +25,8 @@ TORCH_CHOICES = ("auto", "cpu", "cuda")
 # Packages that only a GPU build of torch pulls in (about 20 of them, several GB together).
 GPU_ONLY_PREFIXES = ("nvidia-", "cuda-", "triton")
 # The rlvr extras each command installs: `tasks` for every task in the README, `test` for the suite.
-COMMAND_EXTRAS = {"train": ("tasks",), "rlvr": ("tasks",), "setup": ("tasks",), "plan": ("tasks",), "test": ("test",)}
+COMMAND_EXTRAS = {"train": ("tasks",), "rlvr": ("tasks",), "setup": ("tasks",), "plan": ("tasks",),
+                  "test": ("tasks", "test")}
 STAMP_NAME = "rlvr-setup.json"
 
 USAGE = """usage: ./run COMMAND [ARGS ...]

@@ -143,6 +143,7 @@ def test_fake_nvidia_smi_on_path_selects_the_cuda_build(tmp_path):
     assert with_gpu.returncode == 0, with_gpu.stderr
     assert "torch: cuda build, version 2.13.0" in with_gpu.stdout
     assert "set-up: install rlvr with extras ['tasks']" in with_gpu.stdout
+    assert "extras ['tasks', 'test']" in _run(["plan", "test"], env, path_dirs=[bin_dir]).stdout
     assert "torch: cpu build" in _run(["plan"], {**env, "RLVR_TORCH": "cpu"}, path_dirs=[bin_dir]).stdout
     bad = _run(["plan"], {**env, "RLVR_TORCH": "rocm"})
     assert bad.returncode == 1 and "RLVR_TORCH='rocm' is not one of auto, cpu, cuda" in bad.stderr
