@@ -236,7 +236,10 @@ def main(argv: list[str]) -> int:
         extras = extras_to_install(stamp, key, wanted)
         if command == "plan":
             python = venv_python(venv)
-            if variant == "cpu" and python.exists():  # the dry run needs the venv's pip
+            installed = installed_torch(python) if python.exists() else None
+            if installed is not None:
+                print(f"torch: {installed} is installed in the virtual environment and is kept")
+            elif variant == "cpu" and python.exists():  # the dry run needs the venv's pip
                 args = torch_install_args(variant, version, plain_pin_report(python, version))
                 print(f"torch: {variant} build, version {version}: pip install {' '.join(args)}")
             else:
