@@ -27,6 +27,7 @@ from rlvr.core import (
 from rlvr.models import reference_context
 from rlvr.registry import Registry
 from rlvr.rollout import render_prompts
+from rlvr.tasks.judging import judge
 from rlvr.utils import peak_rss_bytes
 
 CANDIDATE_LABELS = ("correct", "wrong", "badly formatted", "no answer")
@@ -115,7 +116,7 @@ def run_mechanism_check(config) -> tuple[list[CheckRow], list[CheckRow]]:
     responses = [text for example in examples for text in builder(example)]
     group = len(CANDIDATE_LABELS)
     prompts = [p for p in render_prompts(tokenizer, examples, config.task.use_chat_template) for _ in range(group)]
-    verdicts = [task.score(text, examples[i // group]) for i, text in enumerate(responses)]
+    verdicts = [judge(task, text, examples[i // group]) for i, text in enumerate(responses)]
 
     ids, attention, prompt_len = _encode(tokenizer, prompts, responses)
     ids, attention = ids.to(device), attention.to(device)

@@ -9,6 +9,7 @@ import warnings
 
 from rlvr import __version__
 from rlvr.config import ConfigError, load_config
+from rlvr.storage_errors import StorageError
 
 CONFIG_SHOW_HINT = "every key with its type, default and help: rlvr config show [CONFIG.yaml] [key=value ...]"
 
@@ -32,8 +33,10 @@ def _train_or_resume(args: argparse.Namespace, start, resume) -> int:
     if args.resume:
         if config_path is not None:
             raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
-        run_dir = resume(args.resume, overrides)
+        run_dir = resume(args.resume, overrides, force_config_change=args.force_config_change)
     else:
+        if args.force_config_change:
+            raise ConfigError("--force-config-change only applies with --resume RUN_DIR")
         run_dir = start(load_config(config_path, overrides))
     if os.environ.get("RANK", "0") == "0":  # one line from a data-parallel launch, not one per rank
         print(f"run folder: {run_dir}")
@@ -60,7 +63,12 @@ def _launch_train(args: argparse.Namespace) -> int:
         raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
     config = load_run_config(args.resume, overrides) if args.resume else load_config(config_path, overrides)
     check_divisible(Dist(world_size=args.num_processes), config.rollout.batch_size)  # fail before launching
-    rlvr_args = ["train", *args.items, *(["--resume", args.resume] if args.resume else [])]
+    if args.resume:
+        from rlvr.train.resume_policy import plan_resume
+
+        plan_resume(args.resume, config, args.force_config_change)  # a refused config change, before launching
+    rlvr_args = ["train", *args.items, *(["--resume", args.resume] if args.resume else []),
+                 *(["--force-config-change"] if args.force_config_change else [])]
     return launch(args.num_processes, rlvr_args)
 
 
@@ -126,6 +134,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     for name in TASKS:
         shown, summary = task_summary(name, TASKS.get(name))
         print(f"{shown:24s} {summary}")
+    print(f"{'FILE.py:NAME':24s} your own task class or factory (or package.module:NAME; see rlvr/tasks/base.py)")
     return 0
 
 
@@ -156,6 +165,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     config_path, overrides = _split_config_and_overrides(args.items)
     run_dirs, report = sweep(config_path, overrides, args.grid, args.output)
     print(f"sweep: {len(run_dirs)} runs in {report.parent}; report: {report}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from rlvr.models.export import export_run
+
+    result = export_run(args.run, args.out, checkpoint=args.checkpoint, merge=args.merge, base_model=args.base_model)
+    print(f"exported {result.checkpoint} ({result.mode}) to {result.folder}")
+    if result.mode == "adapter":
+        print(f"load it: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({result.base_model!r}), "
+              f"{str(result.folder)!r})")
+    else:
+        print(f"load it: AutoModelForCausalLM.from_pretrained({str(result.folder)!r})")
     return 0
 
 
@@ -192,6 +214,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+FORCE_HELP = ("with --resume: accept overrides that change more than the run's length, cadences and logging "
+              "(refused otherwise; see RESUME_MUTABLE_KEYS); the change is recorded in RUN_DIR/resumes.jsonl")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlvr", description="RL with verifiable rewards for causal LMs.")
     parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
@@ -201,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="rlvr train [CONFIG.yaml] [key=value ...]   e.g. rlvr train configs/format_copy_grpo.yaml optim.lr=1e-4",
     )
     train.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
-    train.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last intact checkpoint")
+    train.add_argument("--force-config-change", action="store_true", help=FORCE_HELP)
     train.add_argument("--num-processes", type=int, default=None, metavar="N",
                        help="data-parallel over N local processes (runs `accelerate launch`; one per GPU, "
                             "or CPU processes with gloo); rollout.batch_size must be a multiple of N")
@@ -212,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "sft.data_path=data/pairs.jsonl sft.filter_correct=true",
     )
     sft.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
-    sft.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    sft.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last intact checkpoint")
+    sft.add_argument("--force-config-change", action="store_true", help=FORCE_HELP)
     sft.set_defaults(func=cmd_sft)
     expert = sub.add_parser(
         "expert-iter", help="expert iteration: sample, keep verified answers, fine-tune on them, repeat",
@@ -271,8 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="rlvr eval --task gsm8k --model smollm2-135m-instruct --prompt r1_zero "
                     "--task-option eval_path=data/gsm8k/test.jsonl --limit 200",
     )
-    ev.add_argument("--task", required=True, help="a registered task, e.g. gsm8k, math, reasoning_gym:spell_backward")
-    ev.add_argument("--model", default="smollm2-135m-instruct", help="embedded name, folder, .gguf or cached hub id")
+    ev.add_argument("--task", required=True, help="a registered task (gsm8k, math, dataset, reasoning_gym:NAME, "
+                                                   "...) or your own as path/to/file.py:Name or package.module:Name")
+    ev.add_argument("--model", default="smollm2-135m-instruct",
+                    help="embedded name, model folder, .gguf, cached hub id, or a run folder (its latest checkpoint) "
+                         "or checkpoint folder")
     ev.add_argument("--prompt", choices=("r1_zero", "question_only"), default=None,
                     help="prompt template (default: the task's own, r1_zero for gsm8k/math/reasoning_gym)")
     ev.add_argument("--limit", type=int, default=None, help="evaluate only the first N held-out examples")
@@ -289,6 +320,20 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--dtype", default="float32")
     ev.add_argument("--seed", type=int, default=0)
     ev.set_defaults(func=cmd_eval)
+    export = sub.add_parser(
+        "export", help="write a run's checkpoint as a Hugging Face folder (a merged model or a PEFT adapter)",
+        description="rlvr export RUN_DIR --out DIR [--checkpoint iter_N] [--merge]   LoRA runs give a PEFT adapter "
+                    "folder unless --merge folds the adapter into the weights; full fine-tuning gives the model. "
+                    "DIR has config.json, generation_config.json, safetensors and the tokenizer with its chat "
+                    "template.",
+    )
+    export.add_argument("run", metavar="RUN_DIR", help="a run folder, or one of its checkpoint folders")
+    export.add_argument("--out", required=True, metavar="DIR", help="the new folder (must not exist, or be empty)")
+    export.add_argument("--checkpoint", default=None, metavar="iter_N", help="which checkpoint (default: the latest)")
+    export.add_argument("--merge", action="store_true", help="merge a LoRA adapter into the weights")
+    export.add_argument("--base-model", default=None, metavar="SPEC",
+                        help="load the base model from here instead of the run's model.name (if it moved)")
+    export.set_defaults(func=cmd_export)
     for name in ("train", "sft", "expert-iter", "check", "sweep"):  # the commands that take key=value overrides
         sub.choices[name].epilog = CONFIG_SHOW_HINT
     return parser
@@ -304,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         args.items += extra
     try:
         return args.func(args)
-    except (ConfigError, FileNotFoundError, FileExistsError, KeyError, ValueError) as exc:
+    except (ConfigError, FileNotFoundError, FileExistsError, KeyError, ValueError, StorageError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"rlvr {args.command}: error: {message}", file=sys.stderr)
         return 2

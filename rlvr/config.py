@@ -69,6 +69,9 @@ class TaskConfig:
                                      factory=dict)
     use_chat_template: bool = option(True, "wrap prompts in the tokenizer's chat template (instruct models) or send "
                                      "raw text (the r1_zero prompt)")
+    # 1e38 already overflows float32 sums; real rewards are O(1) (see rlvr.tasks.judging).
+    max_abs_reward: float = option(1e6, "a verdict whose total or a component is infinite or larger than this in size "
+                                   "is counted as an error (reward NaN, advantage 0) instead of swamping its group")
 
 
 @dataclass
@@ -356,7 +359,11 @@ def _parse_scalar(text: str) -> Any:
 
 
 def apply_override(data: dict, dotted: str) -> None:
-    """Apply one `a.b.c=value` override to a nested dict of raw config values."""
+    """Apply one `a.b.c=value` override to a nested dict of raw config values.
+
+    Inside a mapping field (`task.options`, `task.reward_weights`) the rest of the key is one
+    entry of it: `task.options.verifier=math` sets that option and keeps the others.
+    """
     if "=" not in dotted:
         raise ConfigError(f"override {dotted!r} is not of the form key=value (e.g. optim.lr=1e-4)")
     key, text = dotted.split("=", 1)
@@ -376,6 +383,12 @@ def apply_override(data: dict, dotted: str) -> None:
             if typing.get_origin(tp) is list and isinstance(value, str):
                 value = [v.strip() for v in value.split(",") if v.strip()]
             node[part] = value
+        elif typing.get_origin(tp) is dict:  # `task.options.path=x`: one key of a mapping
+            mapping = node.setdefault(part, {})
+            if not isinstance(mapping, dict):
+                raise ConfigError(f"{'.'.join(parts[: depth + 1])} is not a mapping: {mapping!r}")
+            mapping[".".join(parts[depth + 1:])] = _parse_scalar(text)
+            return
         else:
             if not dataclasses.is_dataclass(tp):
                 raise ConfigError(f"{'.'.join(parts[: depth + 1])} is a value, not a section")
@@ -409,9 +422,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     return resolve(config)
 
 
-def resolve(config: Config) -> Config:
-    """Fill algorithm fields from the preset, derive batch sizes, and check invariants."""
+def resolve(config: Config, check: bool = True) -> Config:
+    """Fill algorithm fields from the preset, check value ranges, derive batch sizes, check invariants.
+
+    `check=False` only fills and derives (to compare a saved config as it was, right or wrong).
+    """
     from rlvr.algorithms import ALGORITHMS  # late import: presets depend on the core registries
+    from rlvr.config_ranges import first_range_error
 
     try:
         preset = ALGORITHMS.get(config.algorithm.name)
@@ -422,6 +439,12 @@ def resolve(config: Config) -> Config:
             continue
         if getattr(config.algorithm, f.name) is None:
             setattr(config.algorithm, f.name, getattr(preset, f.name))
+    if not check:
+        _derive_batch(config)
+        return config
+    message = first_range_error(config)
+    if message:
+        raise ConfigError(message)
     _derive_batch(config)
     validate(config)
     return config
@@ -449,59 +472,57 @@ def _derive_batch(config: Config) -> None:
 
 
 def validate(config: Config) -> None:
-    """Cross-field invariants; each message names the keys involved."""
+    """Cross-field invariants and names (value ranges: `rlvr/config_ranges.py`); messages name the keys."""
     from rlvr.core import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS, KL_ESTIMATORS
+    from rlvr.core.advantages import GROUP_BASELINE_ESTIMATORS
     from rlvr.rollout import ROLLOUT_BACKENDS
-    from rlvr.tasks import TASKS
+    from rlvr.tasks import check_task_name
 
     r, a, o, t = config.rollout, config.algorithm, config.optim, config.train
-    if r.batch_size < 1 or r.group_size < 1:
-        raise ConfigError("rollout.batch_size and rollout.group_size must be >= 1")
     if o.minibatch_size * o.grad_accum_steps != config.rollout_size:
         raise ConfigError(
             f"optim.minibatch_size * optim.grad_accum_steps = {o.minibatch_size} * {o.grad_accum_steps} "
             f"= {o.minibatch_size * o.grad_accum_steps} must equal rollout.batch_size * rollout.group_size "
             f"= {config.rollout_size}, so that each epoch is exactly one optimizer step"
         )
-    if r.max_new_tokens < 1:
-        raise ConfigError("rollout.max_new_tokens must be >= 1")
-    if r.temperature <= 0:
-        raise ConfigError("rollout.temperature must be > 0 (greedy decoding gives no group contrast)")
-    if not 0 < r.top_p <= 1:
-        raise ConfigError("rollout.top_p must be in (0, 1]")
     for key, registry, value in (
         ("algorithm.advantage_estimator", ADVANTAGE_ESTIMATORS, a.advantage_estimator),
         ("algorithm.policy_loss", POLICY_LOSSES, a.policy_loss),
         ("algorithm.loss_aggregation", LOSS_AGGREGATIONS, a.loss_aggregation),
         ("algorithm.kl_estimator", KL_ESTIMATORS, a.kl_estimator),
         ("rollout.backend", ROLLOUT_BACKENDS, r.backend),
-        ("task.name", TASKS, config.task.name.split(":")[0] if ":" in config.task.name else config.task.name),
     ):
         if value not in registry:
             raise ConfigError(f"{key}: unknown name {value!r}; valid choices: {', '.join(registry.names())}")
+    try:  # a task of your own is imported here, so a wrong path fails before any model loads
+        check_task_name(config.task.name, options=config.task.options, reward_weights=config.task.reward_weights)
+    except (KeyError, ValueError, FileNotFoundError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise ConfigError(message if message.startswith("task.name") else f"task.name: {message}") from None
     if a.std not in ("population", "sample"):
         raise ConfigError(f"algorithm.std: {a.std!r} is not one of population, sample")
-    if a.ppo_epochs < 1:
-        raise ConfigError("algorithm.ppo_epochs must be >= 1")
-    if not (0 <= a.clip_low < 1) or a.clip_high < 0:
-        raise ConfigError("algorithm.clip_low must be in [0, 1) and algorithm.clip_high >= 0")
-    if a.kl_coef < 0 or a.entropy_coef < 0:
-        raise ConfigError("algorithm.kl_coef and algorithm.entropy_coef must be >= 0")
-    if a.overlong_buffer < 0 or a.overlong_buffer >= r.max_new_tokens and a.overlong_buffer > 0:
+    if a.overlong_buffer >= r.max_new_tokens and a.overlong_buffer > 0:
         raise ConfigError(
             f"algorithm.overlong_buffer={a.overlong_buffer} must be in [0, rollout.max_new_tokens={r.max_new_tokens})"
         )
     if a.dynamic_sampling and r.group_size < 2:
         raise ConfigError("algorithm.dynamic_sampling needs rollout.group_size >= 2")
-    if o.lr <= 0 or o.max_grad_norm <= 0:
-        raise ConfigError("optim.lr and optim.max_grad_norm must be > 0")
+    if a.advantage_estimator in GROUP_BASELINE_ESTIMATORS and r.group_size < 2:
+        raise ConfigError(
+            f"algorithm.advantage_estimator={a.advantage_estimator!r} compares each completion with the rest of "
+            f"its group, so rollout.group_size={r.group_size} gives every advantage 0 and nothing is learned; "
+            "use rollout.group_size >= 2, or an estimator without a group baseline (algorithm.name=no_baseline)"
+        )
     if o.schedule not in ("constant", "linear", "cosine"):
         raise ConfigError(f"optim.schedule: {o.schedule!r} is not one of constant, linear, cosine")
-    if t.iterations < 1 or t.eval_size < 0 or t.save_every < 1:
-        raise ConfigError("train.iterations and train.save_every must be >= 1, train.eval_size >= 0")
-    _validate_health(config)
+    _validate_names(config)
+    from rlvr.train.health import HEALTH_CHECKS
     from rlvr.train.sinks import SINKS
 
+    for name in t.stop_on:
+        if name not in HEALTH_CHECKS:
+            raise ConfigError(f"train.stop_on: unknown warning {name!r}; "
+                              f"valid choices: {', '.join(HEALTH_CHECKS.names())}")
     for name in t.loggers:
         if name not in SINKS:
             raise ConfigError(f"train.loggers: unknown logger {name!r}; valid choices: {', '.join(SINKS.names())}")
@@ -510,23 +531,10 @@ def validate(config: Config) -> None:
     if t.wandb_mode not in ("online", "offline", "disabled"):
         raise ConfigError(f"train.wandb_mode: {t.wandb_mode!r} is not one of online, offline, disabled")
     s, e = config.sft, config.expert_iteration
-    if s.epochs < 1 or s.batch_size < 1 or s.microbatch_size < 1 or s.batch_size % s.microbatch_size:
-        raise ConfigError(
-            f"sft.epochs, sft.batch_size and sft.microbatch_size must be >= 1 and sft.microbatch_size="
-            f"{s.microbatch_size} must divide sft.batch_size={s.batch_size}"
-        )
-    if s.loss_normalization not in ("token_mean", "constant") or s.normalize_constant <= 0:
-        raise ConfigError(
-            f"sft.loss_normalization: {s.loss_normalization!r} must be one of token_mean, constant "
-            "and sft.normalize_constant > 0"
-        )
-    if s.eval_every < 0 or s.save_every < 1 or s.max_examples < 0 or s.log_generations < 0:
-        raise ConfigError("sft.eval_every, sft.max_examples, sft.log_generations must be >= 0, sft.save_every >= 1")
-    if min(e.n_ei_steps, e.questions_per_step, e.samples_per_question, e.sft_epochs) < 1 or e.min_new_tokens < 0:
-        raise ConfigError(
-            "expert_iteration.n_ei_steps, questions_per_step, samples_per_question and sft_epochs must be >= 1, "
-            "expert_iteration.min_new_tokens >= 0"
-        )
+    if s.batch_size % s.microbatch_size:
+        raise ConfigError(f"sft.microbatch_size={s.microbatch_size} must divide sft.batch_size={s.batch_size}")
+    if s.loss_normalization not in ("token_mean", "constant"):
+        raise ConfigError(f"sft.loss_normalization: {s.loss_normalization!r} must be one of token_mean, constant")
     if e.min_new_tokens > r.max_new_tokens:
         raise ConfigError(
             f"expert_iteration.min_new_tokens={e.min_new_tokens} must be <= rollout.max_new_tokens={r.max_new_tokens}"
@@ -537,22 +545,21 @@ def validate(config: Config) -> None:
         )
 
 
-def _validate_health(config: Config) -> None:
-    from rlvr.train.health import HEALTH_CHECKS
-
-    h, t = config.health, config.train
-    for name in t.stop_on:
-        if name not in HEALTH_CHECKS:
-            raise ConfigError(f"train.stop_on: unknown warning {name!r}; valid choices: {', '.join(HEALTH_CHECKS.names())}")
-    if t.stop_after < 1 or t.stop_if_dead_for < 0:
-        raise ConfigError("train.stop_after must be >= 1 and train.stop_if_dead_for >= 0")
-    if h.window < 1 or h.kl_window < 2 or h.entropy_collapse_within < 1:
-        raise ConfigError("health.window and health.entropy_collapse_within must be >= 1, health.kl_window >= 2")
-    for key in ("truncation_frac", "zero_variance_frac", "clip_frac", "entropy_collapse_frac"):
-        if not 0 <= getattr(h, key) <= 1:
-            raise ConfigError(f"health.{key}={getattr(h, key)} must be in [0, 1]")
-    if h.kl_max < 0:
-        raise ConfigError("health.kl_max must be >= 0")
+def _validate_names(config: Config) -> None:
+    """Text values that must not be empty, and a run name that stays inside train.output_dir."""
+    for key in ("model.name", "model.device", "task.name", "rollout.storage_device", "train.output_dir",
+                "train.wandb_project", "sft.prompt_field", "sft.response_field", "sft.ground_truth_field"):
+        section, name = key.split(".")
+        if not getattr(getattr(config, section), name).strip():
+            raise ConfigError(f"{key} must not be empty")
+    if config.model.lora and not config.model.lora_target_modules:
+        raise ConfigError("model.lora_target_modules must name at least one module when model.lora is true")
+    if any(not text for text in config.rollout.stop_strings):
+        raise ConfigError(f"rollout.stop_strings must not contain an empty string, got {config.rollout.stop_strings}")
+    run_name = config.train.run_name
+    if run_name and (Path(run_name).is_absolute() or ".." in Path(run_name).parts or not run_name.strip(" ./")):
+        raise ConfigError(f"train.run_name={run_name!r} must be a folder name inside train.output_dir "
+                          "(not absolute, no '..'; empty: a unique name from the task, algorithm and time)")
 
 
 def config_to_dict(config: Config) -> dict:
@@ -565,8 +572,9 @@ def save_config(config: Config, path: str | Path) -> None:
     atomic_write_text(Path(path), yaml.safe_dump(config_to_dict(config), sort_keys=False))
 
 
-def config_from_dict(data: dict) -> Config:
-    return resolve(_build(Config, data, ""))
+def config_from_dict(data: dict, check: bool = True) -> Config:
+    """A Config from plain data (a saved config.yaml); `check=False` skips the range and invariant checks."""
+    return resolve(_build(Config, data, ""), check=check)
 
 
 def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 from rlvr.rollout.base import cut_at_stop  # noqa: F401  (re-exported)
 from rlvr.tasks.base import Verdict
+from rlvr.tasks.judging import judge
 
 CATEGORIES = ("correct", "formatted_wrong", "unformatted", "unjudgeable", "timeout", "error")
 
@@ -103,7 +104,7 @@ def run_evaluation(model, tokenizer, task, examples, *, settings: EvalSettings, 
         with merged_adapter(model):
             generation = generate(model, tokenizer, prompts, 1, sampling)
         for offset, (example, prompt, text) in enumerate(zip(chunk, prompts, generation.completion_texts)):
-            verdict = task.score(text, example)
+            verdict = judge(task, text, example)
             records.append({
                 "index": start + offset, "prompt": prompt, "ground_truth": _jsonable(example.ground_truth),
                 "completion": text, "category": categorize(verdict),
@@ -149,8 +150,8 @@ def evaluate_task(task_name: str, model_name: str, *, task_options: Optional[dic
     """
     import torch
 
-    from rlvr.models import load_policy
-    from rlvr.tasks import build_task
+    from rlvr.models.runs import load_model_for_inference
+    from rlvr.tasks import build_task, task_label
     from rlvr.utils import atomic_write_text, seed_everything, to_json
 
     options = dict(task_options or {})
@@ -165,9 +166,9 @@ def evaluate_task(task_name: str, model_name: str, *, task_options: Optional[dic
     if not examples:
         raise ValueError(f"task {task_name!r} has no eval examples")
     output = Path(output_dir) if output_dir else Path("runs") / (
-        f"eval-{task_name.replace(':', '_')}-{datetime.now():%Y%m%d-%H%M%S}")
+        f"eval-{task_label(task_name)}-{datetime.now():%Y%m%d-%H%M%S}")
     output.mkdir(parents=True, exist_ok=True)
-    loaded = load_policy(model_name, dtype=dtype, device=device, lora=None)
+    loaded = load_model_for_inference(model_name, dtype=dtype, device=device)  # a run folder too
     with torch.no_grad():
         summary = run_evaluation(loaded.policy, loaded.tokenizer, task, examples, settings=settings,
                                  use_chat_template=use_chat_template, output_path=output / "generations.jsonl",

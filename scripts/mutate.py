@@ -208,8 +208,8 @@ MUTATIONS = [
     mutation(
         "head_gradient_without_softmax_term", "rlvr/core/completion_logprobs.py",
         "frozen LM head: d log p(t) / d h taken as w_t / T, forgetting the -sum_v p_v w_v of the normalizer",
-        ("jacobian_parts.append((weight[chunk_targets].to(compute_dtype) - expected) / temperature)",
-         "jacobian_parts.append(weight[chunk_targets].to(compute_dtype) / temperature)"),
+        ("jacobian_parts.append((weight_c[chunk_targets] - expected) / temperature)",
+         "jacobian_parts.append(weight_c[chunk_targets] / temperature)"),
     ),
 ]
 
@@ -232,6 +232,27 @@ def _mutated_text(mutation: Mutation, original: str) -> str:
             raise LookupError(f"{mutation.name}: search text found {count} times in {mutation.path}: {old!r}")
         text = text.replace(old, new)
     return text
+
+
+def stranded_mutations(mutations: list[Mutation], repo: str = REPO) -> list[str]:
+    """One line per mutation whose search text does not occur exactly once in its file.
+
+    A refactor that renames a line a mutation edits strands that mutation; this is checked by
+    the default test suite (tests/test_mutations_current.py) so it fails at once, not months later.
+    """
+    problems = []
+    for mutation in mutations:
+        path = os.path.join(repo, mutation.path)
+        if not os.path.isfile(path):
+            problems.append(f"{mutation.name}: file {mutation.path} does not exist")
+            continue
+        with open(path, encoding="utf-8") as handle:
+            original = handle.read()
+        try:
+            _mutated_text(mutation, original)
+        except LookupError as error:
+            problems.append(str(error))
+    return problems
 
 
 def _pytest_args(workdir: str, report: str) -> list[str]:
@@ -367,12 +388,7 @@ def main() -> int:
         return 2
     selected = [m for m in MUTATIONS if not args.only or m.name in args.only]
 
-    missing = []
-    for mutation in selected:
-        try:
-            _mutated_text(mutation, open(os.path.join(REPO, mutation.path)).read())
-        except LookupError as error:
-            missing.append(str(error))
+    missing = stranded_mutations(selected)
     if missing:
         print("\n".join(missing), file=sys.stderr)
         return 1

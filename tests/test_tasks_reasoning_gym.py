@@ -1,5 +1,5 @@
 """reasoning_gym tasks: round trips through each dataset's own answers, format reward, mixtures,
-the answer screen that keeps model output away from `eval`, and the time limit."""
+refused answers, and the time limit. (Escape attempts: tests/test_verifier_escapes.py.)"""
 
 import math
 import time
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from rlvr.tasks import build_task
-from rlvr.tasks.reasoning_gym_tasks import refusal, tag_format_score
+from rlvr.tasks.reasoning_gym_tasks import tag_format_score
 from rlvr.tasks.worker import WORKER
 
 SHORT_WORDS = {"min_word_len": 3, "max_word_len": 5}
@@ -95,41 +95,27 @@ def test_bad_names_and_options():
         build_task("reasoning_gym:mix", use_chat_template=False)
 
 
-@pytest.mark.parametrize("answer, refused", [
-    ("ainomma", False),
-    ("94*4 - 61 - 6", False),
-    ("42*(30 - 4 - 23)", False),
-    ("sqrt(2) + 2(3)", False),
-    ("['a', 'b']", False),
-    ("Mr. Smith went home", False),
-    ("__import__('os').system('true')", True),
-    ("open('/etc/passwd').read()", True),
-    ("exec ('1')", True),
-    ("(lambda: 1)()", True),
-    ("[print][0]('x')", True),
-    ("open\\\n('x')", True),  # backslash continuation
-    ("(open #c\n('x'))", True),  # a comment between name and call
-    ("ｏｐｅｎ('x')", True),  # fullwidth letters normalise to `open`
-    ("x.sqrt(2)", True),  # a method call, even of a safe name
-    ("f'{1}'", False),
-    ("f'{open(1)}'", True),
-])
-def test_answer_screen(answer, refused):
-    assert (refusal(answer) is not None) is refused, answer
-
-
-def test_refused_answer_is_unjudgeable_not_wrong(spell):
-    example = spell.examples("eval", 1, 0)[0]
-    verdict = spell.score(formatted("__import__('os').getcwd()"), example)
+def test_refused_answer_is_unjudgeable_not_wrong():
+    """A countdown answer that is not arithmetic is refused before the scorer (which would
+    `parse_expr` it): NaN answer, the format still counts."""
+    task = build_task("reasoning_gym:countdown", options={"eval_size": 1, "size": 10}, use_chat_template=False)
+    example = task.examples("eval", 1, 0)[0]
+    verdict = task.score(formatted("__import__('os').getcwd()"), example)
     assert verdict.status == "unjudgeable" and math.isnan(verdict.components["answer"])
+    assert verdict.detail.startswith("refused: ")
     assert verdict.components["format"] == 1.0 and verdict.total == pytest.approx(0.1)
 
 
+def test_unaudited_dataset_is_refused_when_the_task_is_built():
+    with pytest.raises(ValueError, match="'composite' is not among the audited scorers.*reasoning_gym:mix"):
+        build_task("reasoning_gym:composite", use_chat_template=False)
+
+
 def test_scorer_hang_becomes_timeout_within_twice_the_limit():
-    """countdown parses the answer with sympy; `9**9**9**9` would compute for hours."""
+    """simple_integration parses the answer with sympy; `9**9**9**9` would compute for hours."""
     limit = 1.0
-    task = build_task("reasoning_gym:countdown", options={"eval_size": 1, "size": 10, "timeout_seconds": limit},
-                      use_chat_template=False)
+    task = build_task("reasoning_gym:simple_integration", options={"eval_size": 1, "size": 10,
+                                                                   "timeout_seconds": limit}, use_chat_template=False)
     example = task.examples("eval", 1, 0)[0]
     WORKER.warm_up("reasoning_gym")
     started = time.monotonic()

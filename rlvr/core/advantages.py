@@ -195,6 +195,10 @@ def no_baseline_advantages(
 ADVANTAGE_ESTIMATORS.add("none", no_baseline_advantages)
 ADVANTAGE_ESTIMATORS.add("no_baseline", no_baseline_advantages)
 
+# The estimators whose baseline comes from the other members of the group: a group of one
+# (group_size 1) gives every completion advantage 0, so a run with them could never learn.
+GROUP_BASELINE_ESTIMATORS = frozenset({"grpo", "dr_grpo", "rloo"})
+
 
 def get_advantage_estimator(name: str) -> AdvantageFn:
     """The registered estimator; an unknown name raises KeyError listing the valid ones."""

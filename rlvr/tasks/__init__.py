@@ -1,16 +1,32 @@
-"""Tasks: a registry of task families, each yielding examples and scoring completions.
+"""Tasks: a registry of task families, each yielding examples and scoring completions, plus tasks of your own.
 
-A name may carry an argument after a colon (`reasoning_gym:spell_backward`): the part before
-the colon picks the family, the part after is passed to the family's factory.
+`task.name` is read in this order:
+  1. a registered family, with an optional argument after the first colon
+     (`gsm8k`, `dataset`, `reasoning_gym:spell_backward`): the part before the colon decides;
+  2. otherwise `path/to/file.py:Name` (a Python file) or `package.module:Name` (an importable
+     module): `Name` is a class or factory following `rlvr.tasks.base.Task`, called with
+     `task.options` as keywords (and `reward_weights`, `use_chat_template`, `seed` when it takes them).
+A module whose first part is a registered family name (`math:Foo`) is reached as a file path.
 """
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable
 
 from rlvr.registry import Registry
 from rlvr.tasks.base import Example, Task, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.dataset_task import DatasetTask
+from rlvr.tasks.external import (FORMS, ModuleMissing, accepts_keyword, check_call, load_reference,
+                                 split_reference)
 from rlvr.tasks.format_copy import FormatCopyTask
 from rlvr.tasks.gsm8k import GSM8KTask
 from rlvr.tasks.integer import IntegerTask
+from rlvr.tasks.judging import DEFAULT_MAX_ABS_REWARD, judge
 from rlvr.tasks.math_problems import MathTask
 from rlvr.tasks.reasoning_gym_tasks import ReasoningGymTask
+from rlvr.tasks.verifiers import VERIFIERS
 
 TASKS: Registry = Registry("task")
 TASKS.add("format_copy", FormatCopyTask)
@@ -18,22 +34,118 @@ TASKS.add("gsm8k", GSM8KTask)
 TASKS.add("math", MathTask)
 TASKS.add("integer", IntegerTask)
 TASKS.add("reasoning_gym", ReasoningGymTask)
+TASKS.add("dataset", DatasetTask)
+
+# What `rlvr.tasks.base.Task` asks of a task, checked on tasks from outside rlvr when they are built.
+INTERFACE = ("name (str), component_names (tuple of str), examples(split, count, seed), score(completion, example), "
+             "iter_eval()")
+STANDARD_KEYWORDS = ("reward_weights", "use_chat_template", "seed")
 
 
-def build_task(name: str, *, reward_weights=None, options=None, use_chat_template=True, seed=0):
-    """Instantiate a registered task; `options` are the task's own keyword arguments.
+def is_registered(name: str) -> bool:
+    return name.partition(":")[0] in TASKS
 
-    `family:arg` builds the `family` task with `arg` as its first argument.
-    """
+
+def task_factory(name: str) -> tuple[Callable, tuple]:
+    """`(factory, positional arguments)` for a task name (see the module docstring for the order)."""
     family, _, argument = name.partition(":")
-    factory = TASKS.get(family)
-    args = (argument,) if argument else ()
+    if family in TASKS:
+        return TASKS.get(family), ((argument,) if argument else ())
+    parts = split_reference(name)
+    if parts is None:
+        raise KeyError(f"unknown task {family!r}; valid choices: {', '.join(TASKS.names())}, "
+                       f"or a task of your own as {FORMS}")
     try:
-        return factory(*args, reward_weights=reward_weights or {}, use_chat_template=use_chat_template,
+        return load_reference(name, f"task.name {name!r}"), ()
+    except ModuleMissing as exc:
+        raise KeyError(f"unknown task {name!r}: {family!r} is not a registered task family (valid choices: "
+                       f"{', '.join(TASKS.names())}) and there is no module named {exc.module!r} (looked in the "
+                       f"current directory and on the Python path); a file is written path/to/file.py:Name") from None
+
+
+def _external_keywords(factory: Callable, name: str, options: dict, reward_weights: dict, use_chat_template: bool,
+                       seed: int) -> dict:
+    clash = sorted(set(options) & set(STANDARD_KEYWORDS))
+    if clash:
+        raise ValueError(f"task.name {name!r}: task.options must not set {clash[0]!r}; it comes from the config")
+    if reward_weights and not accepts_keyword(factory, "reward_weights"):
+        raise ValueError(f"task.name {name!r}: task.reward_weights is set but the task takes no `reward_weights` "
+                         "argument")
+    standard = {"reward_weights": reward_weights, "use_chat_template": use_chat_template, "seed": seed}
+    return {**{k: v for k, v in standard.items() if accepts_keyword(factory, k)}, **options}
+
+
+def check_task_name(name: str, *, options=None, reward_weights=None) -> None:
+    """Fail now, before any model loads, if `name` or its options cannot make a task."""
+    factory, args = task_factory(name)
+    if is_registered(name):
+        return  # the registered factories check their own options when built
+    check_call(factory, f"task.name {name!r} with task.options", *args,
+               **_external_keywords(factory, name, dict(options or {}), dict(reward_weights or {}), True, 0))
+
+
+def check_task_interface(task, name: str) -> None:
+    """Raise naming what is missing when an outside task does not follow `rlvr.tasks.base.Task`."""
+    problems = []
+    if not isinstance(getattr(task, "name", None), str):
+        problems.append("a `name` string")
+    components = getattr(task, "component_names", None)
+    if not isinstance(components, (tuple, list)) or not components or not all(isinstance(c, str) for c in components):
+        problems.append("`component_names` (a non-empty tuple of str)")
+    for method, args in (("examples", ("train", 1, 0)), ("score", ("", Example(prompt="", ground_truth=None))),
+                         ("iter_eval", ())):
+        function = getattr(task, method, None)
+        if not callable(function):
+            problems.append(f"a `{method}` method")
+            continue
+        try:
+            check_call(function, method, *args)
+        except ValueError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ValueError(f"task.name {name!r} built a {type(task).__name__} that lacks {'; '.join(problems)}. "
+                         f"A task has {INTERFACE} (see rlvr/tasks/base.py)")
+
+
+def build_task(name: str, *, reward_weights=None, options=None, use_chat_template=True, seed=0,
+               max_abs_reward: float = DEFAULT_MAX_ABS_REWARD):
+    """Instantiate a task; `options` are the task's own keyword arguments.
+
+    `family:arg` builds the `family` task with `arg` as its first argument; `file.py:Name` and
+    `module:Name` build a task from outside rlvr (see the module docstring). `max_abs_reward` is
+    recorded on the task for `judge` (`task.max_abs_reward` in the config).
+    """
+    factory, args = task_factory(name)
+    if not is_registered(name):
+        kwargs = _external_keywords(factory, name, dict(options or {}), dict(reward_weights or {}),
+                                    use_chat_template, seed)
+        check_call(factory, f"task.name {name!r} with task.options", **kwargs)
+        task = factory(**kwargs)
+        check_task_interface(task, name)
+        try:
+            task.max_abs_reward = float(max_abs_reward)
+        except AttributeError:  # a task with __slots__: judge() then uses the default limit
+            pass
+        return task
+    try:
+        task = factory(*args, reward_weights=reward_weights or {}, use_chat_template=use_chat_template,
                        seed=seed, **(options or {}))
     except TypeError as exc:
         raise ValueError(f"task {name!r}: bad task.options ({exc})") from None
+    task.max_abs_reward = float(max_abs_reward)
+    return task
 
 
-__all__ = ["TASKS", "Example", "Task", "Verdict", "weighted_total", "resolve_weights", "build_task",
-           "FormatCopyTask", "GSM8KTask", "MathTask", "IntegerTask", "ReasoningGymTask"]
+def task_label(name: str) -> str:
+    """`task.name` as a piece of a folder name: `reasoning_gym_spell_backward`, `my_task_MyTask`."""
+    parts = None if is_registered(name) else split_reference(name)
+    if parts is not None:
+        source, attribute = parts
+        stem = Path(source).stem if source.endswith(".py") else source.rsplit(".", 1)[-1]
+        name = f"{stem}_{attribute}"
+    return re.sub(r"[^\w.-]+", "_", name)
+
+
+__all__ = ["TASKS", "VERIFIERS", "Example", "Task", "Verdict", "weighted_total", "resolve_weights", "build_task",
+           "check_task_name", "judge", "task_label", "FormatCopyTask", "GSM8KTask", "MathTask", "IntegerTask",
+           "ReasoningGymTask", "DatasetTask"]

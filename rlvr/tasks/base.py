@@ -68,6 +68,20 @@ def resolve_weights(defaults: dict[str, float], overrides: dict[str, float]) -> 
     return {**defaults, **overrides}
 
 
+def check_count_option(task_name: str, key: str, value: Any, minimum: int = 0) -> int:
+    """A task option that counts something: an integer >= `minimum`, checked when the task is built."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{task_name}: task.options.{key}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+def check_seconds_option(task_name: str, key: str, value: Any) -> float:
+    """A task option in seconds: a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"{task_name}: task.options.{key}={value!r} must be a finite number of seconds > 0")
+    return float(value)
+
+
 class Task(Protocol):
     name: str
     component_names: tuple[str, ...]

@@ -9,11 +9,13 @@ is only an integer; weight 0.2). A completion with no integer at all is `unjudge
 
 from __future__ import annotations
 
+import math
 import random
 import re
 
 from rlvr.tasks.answers import extract_answer_tag
-from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.base import Example, Verdict, check_count_option, resolve_weights
+from rlvr.tasks.grading import Judgement, judgement_verdict
 
 VERSION = "1"
 INTEGER_RE = re.compile(r"(?<![\d.])-?\d{1,40}(?![\d])")
@@ -27,6 +29,26 @@ def find_integers(text: str) -> list[int]:
     return [int(match) for match in INTEGER_RE.findall(text.replace(",", ""))]
 
 
+def parse_integer_truth(ground_truth) -> int:
+    """The ground truth as an integer (`42`, `"-7"`, `"1,000"`); ValueError for anything else."""
+    text = str(ground_truth).strip().replace(",", "")
+    if not ONLY_INTEGER_RE.fullmatch(text):
+        raise ValueError(f"ground truth {ground_truth!r} is not an integer")
+    return int(text)
+
+
+def judge_integer(completion: str, ground_truth) -> Judgement:
+    """`answer`: the last integer (in the `<answer>` span when there is one) equals the truth;
+    `format`: the completion is only an integer. No integer at all is `unjudgeable`."""
+    tagged = extract_answer_tag(completion)
+    integers = find_integers(tagged if tagged is not None else completion)
+    formatted = float(ONLY_INTEGER_RE.fullmatch(completion) is not None)
+    if not integers:
+        return Judgement(format=formatted, answer=math.nan, status="unjudgeable", detail="no integer")
+    correct = integers[-1] == parse_integer_truth(ground_truth)
+    return Judgement(format=formatted, answer=float(correct), extracted=str(integers[-1]))
+
+
 class IntegerTask:
     name = "integer"
     component_names = ("answer", "format")
@@ -34,6 +56,10 @@ class IntegerTask:
 
     def __init__(self, reward_weights=None, use_chat_template=True, seed=0, low=0, high=99,
                  operations=("+", "-", "*"), eval_size=200):
+        check_count_option(self.name, "eval_size", eval_size)
+        for key, value in (("low", low), ("high", high)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"integer: task.options.{key}={value!r} must be an integer")
         unknown = sorted(set(operations) - set(OPERATIONS))
         if unknown or low > high:
             raise ValueError(f"integer: operations must be among {', '.join(OPERATIONS)} and low <= high")
@@ -73,14 +99,4 @@ class IntegerTask:
         return iter(self.examples("eval", len(self._eval), 0))
 
     def score(self, completion: str, example: Example) -> Verdict:
-        tagged = extract_answer_tag(completion)
-        integers = find_integers(tagged if tagged is not None else completion)
-        formatted = float(ONLY_INTEGER_RE.fullmatch(completion) is not None)
-        if not integers:
-            components = {"answer": float("nan"), "format": formatted}
-            return Verdict(components=components, total=weighted_total(components, self.weights),
-                           status="unjudgeable", verifier="integer", version=VERSION, detail="no integer")
-        correct = integers[-1] == int(example.ground_truth)
-        components = {"answer": float(correct), "format": formatted}
-        return Verdict(components=components, total=weighted_total(components, self.weights), status="ok",
-                       verifier="integer", version=VERSION, correct=correct, detail=f"answer={integers[-1]}")
+        return judgement_verdict(judge_integer(completion, example.ground_truth), self.weights, "integer", VERSION)

@@ -8,58 +8,31 @@
 `<think>`, `</think>`, `<answer>`, `</answer>`; its weight is the format weight) and `binary`
 (1 when correct and fully formatted). Defaults: answer 1, format 0.1, binary 0.
 
-Some `score_answer` functions pass the answer to Python's `eval` or sympy's `parse_expr`. So an
-answer is screened first: without a function call an expression can do nothing but compute,
-so an answer that calls anything other than a short list of math functions, or names a dunder,
-is refused (`unjudgeable`); what passes is scored in the worker process under a time and
-memory limit, so `9**9**9**9` becomes `timeout`.
+Nine `score_answer` functions pass the answer to Python's `eval` or sympy's `parse_expr`. So
+the worker first parses the answer into data of the shape that dataset's scorer expects and
+hands the scorer only the canonical re-rendering of that data
+(`rlvr.tasks.reasoning_gym_answers`); an answer that does not parse is `unjudgeable`. Scoring
+runs in the sandboxed worker process under a time and memory limit, so `9**9**9**9` in an
+antiderivative becomes `timeout`. Only datasets whose scorers have been audited can be used.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import re
-import unicodedata
 from typing import Iterator, Optional
 
 from rlvr.tasks.answers import extract_answer_tag
-from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, resolve_weights,
+                             weighted_total)
 from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, require_package
 from rlvr.tasks.prompts import COMPLETION_PREFIX, STOP_STRINGS, check_prompt, render_question
+from rlvr.tasks.reasoning_gym_answers import check_audited
 from rlvr.tasks.worker import call_with_timeout
 
-VERSION = "1"
+VERSION = "2"  # 2: answers parsed and re-rendered before any scorer that evaluates text
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 EVAL_SEED_OFFSET = 1_000_003
-# Calls an answer may contain: pure math, nothing with side effects.
-SAFE_CALLS = frozenset(
-    "sqrt cbrt sin cos tan asin acos atan sinh cosh tanh log ln exp abs Abs floor ceiling ceil "
-    "factorial binomial gcd lcm min max round Rational Integer Float".split()
-)
-# A `(` right after one of these opens a group, it does not call anything.
-OPENING_CONTEXT = set("+-*/%=<>,([{:|&^~!@")
-
-
-def refusal(answer: str) -> Optional[str]:
-    """Why `answer` must not reach a scorer that may evaluate it, or None when it is safe.
-
-    Python identifiers are NFKC-normalised, so the check runs on the normalised text (fullwidth
-    letters cannot sneak a name past it). Backslash continuations and comments before a `(` are
-    seen through: the character that decides is the last one before the `(` that is not blank.
-    """
-    text = unicodedata.normalize("NFKC", answer)
-    if "__" in text:
-        return "refused: contains '__'"
-    for match in re.finditer(r"\(", text):
-        before = re.sub(r"[\s\\]+$", "", text[: match.start()])
-        if not before or before[-1] in OPENING_CONTEXT:
-            continue
-        token = re.search(r"(?<![\w.])\w+$", before)
-        if token and (token.group(0)[0].isdigit() or token.group(0) in SAFE_CALLS):
-            continue
-        return f"refused: looks like a call ({before[-20:]}()"
-    return None
 
 
 def tag_format_score(text: str) -> float:
@@ -90,14 +63,17 @@ class ReasoningGymTask:
             if datasets or configs:
                 raise ValueError(f"{self.name}: `datasets` and `configs` are for reasoning_gym:mix")
             self.mix, self.configs = {dataset: 1.0}, {dataset: dict(config)}
-        if any(w <= 0 for w in self.mix.values()):
-            raise ValueError(f"{self.name}: mixture weights must be > 0")
+        for name in self.mix:
+            check_audited(name)
+        if not all(0 < w < math.inf for w in self.mix.values()):
+            raise ValueError(f"{self.name}: mixture weights must be finite and > 0, got {self.mix}")
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
         self.use_chat_template, self.prompt = use_chat_template, prompt
         self.stop_strings = STOP_STRINGS[prompt]
         self.completion_prefix = COMPLETION_PREFIX[prompt]
-        self.timeout_seconds = float(timeout_seconds)
-        self.size, self.seed = int(size), seed
+        self.timeout_seconds = check_seconds_option(self.name, "timeout_seconds", timeout_seconds)
+        self.size, self.seed = check_count_option(self.name, "size", size, minimum=1), seed
+        check_count_option(self.name, "eval_size", eval_size)
         self._train = {name: self._create(name, seed, self.size) for name in self.mix}
         self._held_out = self._draw_eval(int(eval_size))
         self._held_out_questions = {entry["question"] for _, entry in self._held_out}
@@ -156,20 +132,20 @@ class ReasoningGymTask:
         if answer is None:
             components = {"answer": 0.0, "format": format_score, "binary": 0.0}
             status, detail, correct = "ok", "no <answer>...</answer> span", False
-        elif (reason := refusal(answer)) is not None:
-            components = {"answer": math.nan, "format": format_score, "binary": math.nan}
-            status, detail, correct = "unjudgeable", reason, False
         else:
             result = call_with_timeout("reasoning_gym_score", name, self.configs[name], answer,
                                        example.metadata["entry"], timeout=self.timeout_seconds)
-            if result.status != "ok":
+            refused = result.status == "ok" and "refused" in result.value
+            if result.status != "ok" or refused:
                 components = {"answer": math.nan, "format": format_score, "binary": math.nan}
-                status, detail, correct = result.status, result.detail, False
+                status = "unjudgeable" if refused else result.status
+                detail = f"refused: {result.value['refused']}" if refused else result.detail
+                correct = False
             else:
-                value = float(result.value)
+                value = float(result.value["score"])
                 correct = value >= 1.0
                 components = {"answer": value, "format": format_score,
                               "binary": float(correct and format_score == 1.0)}
-                status, detail = "ok", f"answer={answer[:200]!r}"
+                status, detail = "ok", f"answer={result.value['text']!r}"
         return Verdict(components=components, total=weighted_total(components, self.weights), status=status,
                        verifier=verifier, version=VERSION, correct=correct, detail=detail)

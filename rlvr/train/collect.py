@@ -23,6 +23,7 @@ from rlvr.core.completion_logprobs import compute_completion_logprobs
 from rlvr.models.merge import merged_adapter
 from rlvr.models.sharding import unsharded
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
+from rlvr.tasks.judging import judge
 from rlvr.train.distributed import SINGLE, check_divisible, normalize_advantages_global
 
 
@@ -86,7 +87,7 @@ def sample_round(policy, tokenizer, task, examples, config, timings: dict) -> Sc
         scored.attention_mask.append(generation.attention_mask[rows])
         scored.prompt_len.append(generation.prompt_len)
         scored.texts.append(texts)
-        scored.verdicts.append([task.score(text, example) for text in texts])
+        scored.verdicts.append([judge(task, text, example) for text in texts])
         scored.lengths.append(generation.completion_lengths[rows])
         scored.truncated.append(generation.truncated[rows])
     timings["scoring"] = timings.get("scoring", 0.0) + time.perf_counter() - started

@@ -9,7 +9,16 @@ import torch
 
 from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
+from rlvr.tasks.judging import judge
 from rlvr.train.distributed import SINGLE
+
+
+def check_held_out(task, config) -> None:
+    """With train.eval_size > 0 the task must have held-out examples: evaluating on none is an error."""
+    if config.train.eval_size > 0 and not task.examples("eval", 1, config.train.seed):
+        raise ValueError(f"task {config.task.name!r} has no held-out examples but train.eval_size="
+                         f"{config.train.eval_size}: give the task eval data (e.g. task.options.eval_path, or "
+                         "task.options.eval_size > 0) or set train.eval_size=0 to train without evaluation")
 
 
 def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: str = "decode_loop",
@@ -37,7 +46,7 @@ def evaluate(model, tokenizer, task, examples, *, max_new_tokens: int, backend: 
             generation = generate(model, tokenizer, prompts, 1, settings)
             for example, text, cut, length in zip(chunk, generation.completion_texts, generation.truncated.tolist(),
                                                   generation.completion_lengths.tolist()):
-                verdict = task.score(text, example)
+                verdict = judge(task, text, example)
                 correct.append(float(verdict.correct))
                 totals.append(verdict.total)
                 truncated.append(float(cut))

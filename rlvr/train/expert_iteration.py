@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import datetime
 from pathlib import Path
 
 import torch
 
-from rlvr.config import Config, save_config
+from rlvr.config import Config
 from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
+from rlvr.tasks import task_label
+from rlvr.tasks.judging import judge
 from rlvr.train.checkpoint import save_checkpoint
 from rlvr.train.evaluate import evaluate
 from rlvr.train.generations import log_generations
 from rlvr.train.metrics import RunWriter
 from rlvr.train.rl import make_scheduler, setup
+from rlvr.train.run_folder import claim_run_folder, releases_run_folders
 from rlvr.train.sft import epoch_order, sft_step
 from rlvr.utils import peak_rss_bytes
 
@@ -50,7 +52,7 @@ def sample_correct(policy, tokenizer, task, examples, config: Config) -> tuple[l
         any_correct = False
         for row in range(index * group, (index + 1) * group):
             text = generation.completion_texts[row]
-            verdict = task.score(text, example)
+            verdict = judge(task, text, example)
             totals.append(verdict.total)
             # Accepted: correct, and with ei.min_reward set, a total reward at least that high
             # (e.g. format_copy's 1.3 also asks for nothing but the tags, so trailing text is not learned).
@@ -75,16 +77,13 @@ def sample_correct(policy, tokenizer, task, examples, config: Config) -> tuple[l
     return accepted, stats
 
 
+@releases_run_folders
 def expert_iteration(config: Config) -> Path:
     """Run `expert_iteration.n_ei_steps` rounds; returns the run folder."""
     started_at = time.perf_counter()
     ei, s, train_cfg = config.expert_iteration, config.sft, config.train
-    run_dir = Path(train_cfg.output_dir) / (train_cfg.run_name or f"ei-{config.task.name.replace(':', '_')}-"
-                                            f"{datetime.now():%Y%m%d-%H%M%S}")
-    if (run_dir / "metrics.jsonl").exists():
-        raise FileExistsError(f"{run_dir} already holds a run; choose another train.run_name")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / "config.yaml")
+    run_dir = claim_run_folder(config, stem=f"ei-{task_label(config.task.name)}", command="rlvr expert-iter",
+                               resumable=False).path  # locked until expert_iteration returns
     writer = RunWriter(run_dir)
     loaded, task, params, optimizer, _ = setup(config)
     policy, tokenizer = loaded.policy, loaded.tokenizer

@@ -15,6 +15,7 @@ import torch
 from rlvr.core import get_response_log_probs, masked_mean, tokenize_prompt_and_output
 from rlvr.models.merge import merged_adapter
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
+from rlvr.tasks.judging import judge
 from rlvr.utils import append_jsonl
 
 
@@ -62,7 +63,7 @@ def log_generations(model, tokenizer, task, examples, *, iteration: int, run_dir
     entropies = response_entropy(model, tokenizer, prompts, responses)
     records = []
     for example, prompt, response, length, entropy in zip(examples, prompts, responses, lengths, entropies):
-        verdict = task.score(response, example)
+        verdict = judge(task, response, example)
         records.append({"iteration": iteration, "prompt": prompt, "response": response,
                         "ground_truth": example.ground_truth, "components": verdict.components,
                         "total": verdict.total, "correct": verdict.correct, "entropy": entropy,

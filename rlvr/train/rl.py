@@ -13,25 +13,25 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import datetime
 from pathlib import Path
 
 import torch
 
-from rlvr.config import Config, load_run_config, save_config
+from rlvr.config import Config, load_run_config
 from rlvr.models import LoraSettings, load_policy, reference_context, trainable_parameters
-from rlvr.tasks import build_task
-from rlvr.train.checkpoint import gather_checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
+from rlvr.tasks import build_task, task_label
+from rlvr.train.checkpoint import gather_checkpoint_state, restore_checkpoint, save_checkpoint
 from rlvr.train.collect import collect_rollout_batch
 from rlvr.train.distributed import (check_divisible, checkpoint_extra, init_distributed, rank_device,
                                     restore_rank_state, start_ranks)
-from rlvr.train.evaluate import evaluate
+from rlvr.train.evaluate import check_held_out, evaluate
 from rlvr.train.fsdp import fsdp_requested, shard_loaded_model
 from rlvr.train.health import HealthMonitor
 from rlvr.train.metrics import RunWriter
-from rlvr.train.sinks import build_sinks
+from rlvr.train.run_folder import claim_run_folder, releases_run_folders
+from rlvr.train.sinks import build_sinks, require_sink_packages
 from rlvr.train.update import update_policy
-from rlvr.utils import peak_rss_bytes, read_jsonl, seed_everything, truncate_jsonl
+from rlvr.utils import peak_rss_bytes, read_jsonl, seed_everything
 
 
 def make_scheduler(optimizer, config: Config, total_steps: int):
@@ -51,18 +51,16 @@ def make_scheduler(optimizer, config: Config, total_steps: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def _run_dir(config: Config) -> Path:
-    name = config.train.run_name or (
-        f"{config.task.name.replace(':', '_')}-{config.algorithm.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    )
-    return Path(config.train.output_dir) / name
-
-
 def setup(config: Config):
     """Model, task, optimizer and scheduler for a config (shared by train, check and benchmarks)."""
     if config.model.num_threads > 0:
         torch.set_num_threads(config.model.num_threads)
     seed_everything(config.train.seed)
+    # The task first: a bad task option or data file fails before minutes of model loading.
+    task = build_task(config.task.name, reward_weights=config.task.reward_weights,
+                      options=config.task.options, use_chat_template=config.task.use_chat_template,
+                      seed=config.train.seed, max_abs_reward=config.task.max_abs_reward)
+    check_held_out(task, config)
     lora = None
     if config.model.lora:
         lora = LoraSettings(rank=config.model.lora_rank, alpha=config.model.lora_alpha,
@@ -73,9 +71,6 @@ def setup(config: Config):
         gradient_checkpointing=config.model.gradient_checkpointing,
         need_reference=config.algorithm.kl_coef > 0, memory_kernels=config.model.memory_kernels,
     )
-    task = build_task(config.task.name, reward_weights=config.task.reward_weights,
-                      options=config.task.options, use_chat_template=config.task.use_chat_template,
-                      seed=config.train.seed)
     params, optimizer, scheduler = make_optimizer(loaded, config)
     return loaded, task, params, optimizer, scheduler
 
@@ -91,23 +86,21 @@ def make_optimizer(loaded, config: Config):
     return params, optimizer, scheduler
 
 
-def train(config: Config, resume_dir: str | Path | None = None) -> Path:
-    """Train according to `config` (or continue the run in `resume_dir`); returns the run folder."""
+@releases_run_folders
+def train(config: Config, resume_dir: str | Path | None = None, force_config_change: bool = False) -> Path:
+    """Train according to `config` (or continue the run in `resume_dir`); returns the run folder.
+
+    A resume refuses config changes outside `RESUME_MUTABLE_KEYS` unless `force_config_change`.
+    """
     started_at = time.perf_counter()
     dist = init_distributed(config.model.device)  # one process unless launched data-parallel
     check_divisible(dist, config.rollout.batch_size)
+    require_sink_packages(config)  # sinks are built once the run folder is ready; their packages are checked now
     if dist.enabled and fsdp_requested(config):
         config.train.fsdp = True  # an Accelerate FSDP launch: recorded in config.yaml, so a resume shards too
-    if resume_dir is not None:
-        run_dir = Path(resume_dir)
-    else:
-        run_dir = dist.broadcast(_run_dir(config))  # rank 0's timestamped name everywhere
-        if (run_dir / "metrics.jsonl").exists():
-            raise FileExistsError(f"{run_dir} already holds a run; resume it with --resume {run_dir}")
-    if dist.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, run_dir / "config.yaml")
-    writer = RunWriter(run_dir, is_main=dist.is_main, sinks=build_sinks(config, run_dir) if dist.is_main else ())
+    run = claim_run_folder(config, dist, stem=f"{task_label(config.task.name)}-{config.algorithm.name}",
+                           command="rlvr train", resume_dir=resume_dir, force_config_change=force_config_change)
+    run_dir = run.path  # locked by rank 0 until train returns
     config.model.device = rank_device(dist, config.model.device)
     loaded, task, params, optimizer, scheduler = setup(config)
     start_ranks(dist, params, config.train.seed)  # rank 0's initial weights, seed + rank for sampling
@@ -130,16 +123,12 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
 
     start_iteration, state = 0, {"skipped_nonfinite_updates": 0, "optimizer_steps": 0, "dead_iterations": 0}
     if resume_dir is not None:
-        checkpoint = latest_checkpoint(run_dir)
-        if checkpoint is None:
-            raise FileNotFoundError(f"{run_dir} has no checkpoint to resume from")
-        restored = load_checkpoint(checkpoint, loaded, optimizer, scheduler)
-        restore_rank_state(dist, restored["distributed"], checkpoint)
+        restored = restore_checkpoint(run_dir, loaded, optimizer, scheduler, dist)  # the newest intact one
+        restore_rank_state(dist, restored["distributed"], restored["checkpoint"])
         start_iteration, state = restored["iteration"], restored["state"]
-        # Drop whatever a crashed run logged after its last checkpoint.
-        for path in (writer.metrics_path, writer.samples_path, writer.eval_path) if dist.is_main else ():
-            truncate_jsonl(path, lambda r: r.get("iteration", -1) <= start_iteration)
-    elif train_cfg.eval_size > 0:
+        run.commit_resume(restored, dist)  # first writes: logs after the checkpoint dropped, config.yaml
+    writer = RunWriter(run_dir, is_main=dist.is_main, sinks=build_sinks(config, run_dir) if dist.is_main else ())
+    if resume_dir is None and train_cfg.eval_size > 0:
         run_eval(0)
 
     def save(iteration: int) -> None:
@@ -217,6 +206,6 @@ def train(config: Config, resume_dir: str | Path | None = None) -> Path:
     return run_dir
 
 
-def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Path:
+def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), force_config_change: bool = False) -> Path:
     """Continue the run in `run_dir` with its saved config (overrides may extend train.iterations)."""
-    return train(load_run_config(run_dir, overrides), resume_dir=Path(run_dir))
+    return train(load_run_config(run_dir, overrides), resume_dir=Path(run_dir), force_config_change=force_config_change)

@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import datetime
 from pathlib import Path
 
 import torch
 
-from rlvr.config import Config, load_run_config, save_config
+from rlvr.config import Config, load_run_config
 from rlvr.core import get_response_log_probs, masked_normalize, tokenize_prompt_and_output
+from rlvr.tasks import task_label
 from rlvr.tasks.base import Example
-from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rlvr.tasks.judging import judge
+from rlvr.train.checkpoint import restore_checkpoint, save_checkpoint
 from rlvr.train.evaluate import evaluate
 from rlvr.train.generations import log_generations
 from rlvr.train.metrics import MetricSums, RunWriter
 from rlvr.train.rl import make_scheduler, setup
-from rlvr.utils import peak_rss_bytes, read_jsonl, truncate_jsonl
+from rlvr.train.run_folder import claim_run_folder, releases_run_folders
+from rlvr.utils import peak_rss_bytes, read_jsonl_numbered
 
 
 def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, normalization: str,
@@ -52,7 +54,7 @@ def read_pairs(config: Config) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"sft.data_path {str(path)!r} does not exist")
     pairs = []
-    for number, row in enumerate(read_jsonl(path), start=1):
+    for number, row in read_jsonl_numbered(path, what="sft.data_path file"):
         for key in (s.prompt_field, s.response_field):
             if key not in row:
                 raise ValueError(f"{path} line {number}: no field {key!r} (fields: {', '.join(row)})")
@@ -70,7 +72,7 @@ def filter_correct(pairs: list[dict], task, eos_text: str | None = None) -> list
         response = pair["response"]
         if eos_text and response.endswith(eos_text):
             response = response[: -len(eos_text)]
-        if task.score(response, Example(prompt=pair["prompt"], ground_truth=pair["ground_truth"])).correct:
+        if judge(task, response, Example(prompt=pair["prompt"], ground_truth=pair["ground_truth"])).correct:
             kept.append(pair)
     return kept
 
@@ -119,20 +121,15 @@ def epoch_order(num_pairs: int, seed: int, epoch: int) -> list[int]:
     return torch.randperm(num_pairs, generator=generator).tolist()
 
 
-def train_sft(config: Config, resume_dir: str | Path | None = None) -> Path:
+@releases_run_folders
+def train_sft(config: Config, resume_dir: str | Path | None = None, force_config_change: bool = False) -> Path:
     """Fine-tune according to `config` (or continue the run in `resume_dir`); returns the run folder."""
     started_at = time.perf_counter()
     s, train_cfg = config.sft, config.train
-    if resume_dir is not None:
-        run_dir = Path(resume_dir)
-    else:
-        run_dir = Path(train_cfg.output_dir) / (train_cfg.run_name or f"sft-{config.task.name.replace(':', '_')}-"
-                                                f"{datetime.now():%Y%m%d-%H%M%S}")
-        if (run_dir / "metrics.jsonl").exists():
-            raise FileExistsError(f"{run_dir} already holds a run; resume it with --resume {run_dir}")
     pairs = read_pairs(config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / "config.yaml")
+    run = claim_run_folder(config, stem=f"sft-{task_label(config.task.name)}", command="rlvr sft",
+                           resume_dir=resume_dir, force_config_change=force_config_change)
+    run_dir = run.path  # locked until train_sft returns
     writer = RunWriter(run_dir)
     loaded, task, params, optimizer, _ = setup(config)
     size_before_filter = len(pairs)
@@ -161,13 +158,9 @@ def train_sft(config: Config, resume_dir: str | Path | None = None) -> Path:
 
     step, state = 0, {"skipped_nonfinite_updates": 0}
     if resume_dir is not None:
-        checkpoint = latest_checkpoint(run_dir)
-        if checkpoint is None:
-            raise FileNotFoundError(f"{run_dir} has no checkpoint to resume from")
-        restored = load_checkpoint(checkpoint, loaded, optimizer, scheduler)
+        restored = restore_checkpoint(run_dir, loaded, optimizer, scheduler)  # the newest intact one
         step, state = restored["iteration"], restored["state"]
-        for path in (writer.metrics_path, writer.eval_path, run_dir / "generations.jsonl"):
-            truncate_jsonl(path, lambda r: r.get("iteration", -1) <= step)
+        run.commit_resume(restored)  # first writes: logs after the checkpoint dropped, config.yaml
     elif train_cfg.eval_size > 0:
         run_eval(0)
 
@@ -200,6 +193,8 @@ def train_sft(config: Config, resume_dir: str | Path | None = None) -> Path:
     return run_dir
 
 
-def resume_sft(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Path:
+def resume_sft(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (),
+               force_config_change: bool = False) -> Path:
     """Continue the sft run in `run_dir` with its saved config (overrides may add epochs)."""
-    return train_sft(load_run_config(run_dir, overrides), resume_dir=Path(run_dir))
+    return train_sft(load_run_config(run_dir, overrides), resume_dir=Path(run_dir),
+                     force_config_change=force_config_change)

@@ -114,8 +114,8 @@ def _require(spec: SinkSpec, name: str) -> None:
             ) from None
 
 
-def check_sink_packages(config) -> None:
-    """Fail now, naming the install command, if a requested sink's package is missing."""
+def require_sink_packages(config) -> None:
+    """Fail now, before any model loads or file is written, if a requested sink's package is missing."""
     for name in config.train.loggers:
         _require(SINKS.get(name), name)
 
@@ -128,7 +128,7 @@ def build_sinks(config, run_dir: Path) -> list[TrackerSink]:
     """
     if not config.train.loggers:
         return []
-    check_sink_packages(config)
+    require_sink_packages(config)
     from accelerate import PartialState
 
     PartialState()  # accelerate's trackers and their logging read the process layout from it

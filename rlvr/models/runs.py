@@ -1,0 +1,141 @@
+"""From a run folder (or one of its checkpoints) back to the policy it trained, without exporting.
+
+A run folder holds `config.yaml` (its `model` section names the base model, the dtype and whether
+LoRA was on) and `checkpoints/iter_NNNNNN/model/` (the trainable weights, `trainable.json` says
+which kind) with a `latest` pointer. `load_policy_from_run` accepts the run folder (latest
+checkpoint, or `checkpoint=`), a checkpoint folder or its `model/` folder, loads the base model
+and puts the trained weights in: the same policy `rlvr train --resume` continues from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from rlvr.models.policy import LoadedModel, LoraSettings, load_policy, resolve_dtype
+from rlvr.models.trainable_state import TRAINABLE_INFO_FILE, load_trainable, read_adapter_config
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"
+RUN_CONFIG = "config.yaml"
+
+
+def checkpoint_root(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint the `latest` pointer names, else the highest `iter_*` folder, else None."""
+    root = checkpoint_root(run_dir)
+    pointer = root / LATEST
+    if pointer.exists():
+        folder = root / pointer.read_text().strip()
+        if folder.is_dir():
+            return folder
+    folders = sorted(p for p in root.glob("iter_*") if p.is_dir())
+    return folders[-1] if folders else None
+
+
+@dataclass
+class RunCheckpoint:
+    """Where a trained policy lives: its run, the checkpoint, and the weights folder in it."""
+
+    run_dir: Path
+    checkpoint_dir: Path
+    model_dir: Path
+    model_settings: dict  # the `model` section of the run's config.yaml
+
+    @property
+    def kind(self) -> str:
+        return json.loads((self.model_dir / TRAINABLE_INFO_FILE).read_text())["kind"]
+
+
+def is_run_path(path: str | os.PathLike) -> bool:
+    """True for a run folder, a checkpoint folder or a checkpoint's `model/` folder."""
+    path = Path(path).expanduser()
+    return path.is_dir() and ((path / RUN_CONFIG).is_file() and (path / CHECKPOINTS).is_dir()
+                              or (path / TRAINABLE_INFO_FILE).is_file()
+                              or (path / "model" / TRAINABLE_INFO_FILE).is_file())
+
+
+def _named_checkpoint(run_dir: Path, checkpoint: str) -> Path:
+    folders = sorted(p for p in checkpoint_root(run_dir).glob("iter_*") if p.is_dir())
+    match = re.fullmatch(r"(?:iter_)?0*(\d+)", str(checkpoint))
+    for folder in folders:
+        if folder.name == checkpoint or match and int(folder.name.removeprefix("iter_")) == int(match.group(1)):
+            return folder
+    raise FileNotFoundError(f"{run_dir} has no checkpoint {checkpoint!r}; valid choices: "
+                            f"{', '.join(f.name for f in folders) or '(none)'}")
+
+
+def find_checkpoint(path: str | os.PathLike, checkpoint: Optional[str] = None) -> RunCheckpoint:
+    """Resolve a run folder (latest checkpoint unless `checkpoint`, e.g. `iter_4`), a checkpoint
+    folder, or a checkpoint's `model/` folder."""
+    path = Path(path).expanduser()
+    if (path / TRAINABLE_INFO_FILE).is_file():
+        path = path.parent
+    if (path / "model" / TRAINABLE_INFO_FILE).is_file():
+        if checkpoint is not None:
+            raise ValueError(f"{path} is a checkpoint already; pass its run folder to choose another checkpoint")
+        checkpoint_dir, run_dir = path, path.parent.parent
+    elif (path / RUN_CONFIG).is_file():
+        run_dir = path
+        checkpoint_dir = _named_checkpoint(path, checkpoint) if checkpoint is not None else latest_checkpoint(path)
+        if checkpoint_dir is None:
+            raise FileNotFoundError(f"run {path} has no checkpoint yet ({CHECKPOINTS}/ is empty)")
+    else:
+        raise FileNotFoundError(f"{path} is neither a run folder (with {RUN_CONFIG} and {CHECKPOINTS}/) nor a "
+                                f"checkpoint folder (with model/{TRAINABLE_INFO_FILE})")
+    config_path = run_dir / RUN_CONFIG
+    if not config_path.is_file():
+        raise FileNotFoundError(f"checkpoint {checkpoint_dir} is not inside a run folder: {config_path} is missing "
+                                "(it names the base model)")
+    settings = (yaml.safe_load(config_path.read_text()) or {}).get("model") or {}
+    if not settings.get("name"):
+        raise ValueError(f"{config_path} names no base model (model.name)")
+    model_dir = checkpoint_dir / "model"
+    if not (model_dir / TRAINABLE_INFO_FILE).is_file():
+        raise FileNotFoundError(f"checkpoint {checkpoint_dir} is incomplete: model/{TRAINABLE_INFO_FILE} is missing")
+    return RunCheckpoint(run_dir=run_dir, checkpoint_dir=checkpoint_dir, model_dir=model_dir, model_settings=settings)
+
+
+def lora_settings_from_checkpoint(model_dir: Path) -> LoraSettings:
+    """The adapter shape saved with a LoRA checkpoint (older string-form `target_modules` included)."""
+    config = read_adapter_config(model_dir)
+    return LoraSettings(rank=int(config["r"]), alpha=config["lora_alpha"], dropout=float(config.get("lora_dropout", 0)),
+                        target_modules=tuple(config["target_modules"]))
+
+
+def load_policy_from_run(path: str | os.PathLike, *, checkpoint: Optional[str] = None, dtype: Optional[str] = None,
+                         device: str = "cpu", base_model: Optional[str] = None, memory_kernels: bool = True,
+                         ) -> LoadedModel:
+    """The policy a run trained, ready to sample from: base model (the run's `model.name`, or
+    `base_model`) with the checkpoint's weights, in eval mode. LoRA stays an unmerged adapter.
+
+    dtype: the run's `model.dtype` by default; another dtype casts the loaded weights.
+    """
+    found = find_checkpoint(path, checkpoint)
+    run_dtype = found.model_settings.get("dtype", "float32")
+    lora = lora_settings_from_checkpoint(found.model_dir) if found.kind == "lora" else None
+    loaded = load_policy(base_model or found.model_settings["name"], dtype=run_dtype, device=device, lora=lora,
+                         memory_kernels=memory_kernels)
+    load_trainable(loaded, found.model_dir)
+    if dtype is not None and resolve_dtype(dtype) != loaded.dtype:
+        loaded.policy.to(resolve_dtype(dtype))
+        loaded.dtype = resolve_dtype(dtype)
+    loaded.policy.eval().requires_grad_(False)
+    return loaded
+
+
+def load_model_for_inference(spec: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
+    """`spec` as `rlvr eval --model` takes it: a run or checkpoint folder gives its trained policy,
+    anything else (embedded name, model folder, .gguf, cached hub id) goes to `load_policy`."""
+    if is_run_path(spec):
+        return load_policy_from_run(spec, dtype=dtype, device=device)
+    return load_policy(spec, dtype=dtype, device=device, lora=None)

@@ -1,0 +1,58 @@
+"""Every mutation in `scripts/mutate.py` still applies to the current code.
+
+The mutation script edits source files by exact text replacement. A refactor that renames the
+line a mutation targets strands it: the script then stops before running anything, and the
+guarantee that each injected bug is caught silently lapses. This check runs in seconds (no
+mutant is executed) so such a refactor fails the default suite at once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def mutate():
+    spec = importlib.util.spec_from_file_location("rlvr_mutate_script", REPO / "scripts" / "mutate.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses need the module registered while it executes
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(spec.name, None)
+    return module
+
+
+def test_every_mutation_search_text_occurs_exactly_once(mutate):
+    assert mutate.MUTATIONS, "the mutation script lists no mutations"
+    assert mutate.stranded_mutations(mutate.MUTATIONS) == []
+
+
+def test_mutation_names_unique_and_each_changes_the_code(mutate):
+    names = [m.name for m in mutate.MUTATIONS]
+    assert len(names) == len(set(names))
+    for mutation in mutate.MUTATIONS:
+        assert mutation.replacements, mutation.name
+        for old, new in mutation.replacements:
+            assert old and old != new, mutation.name
+
+
+def test_the_check_reports_a_stranded_or_ambiguous_mutation(mutate, tmp_path):
+    # The same check must fail on a mutation whose text is gone, occurs twice, or whose file moved.
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("x = a + b\ny = a + b\nz = c * d\n")
+    good = mutate.mutation("good", "pkg/mod.py", "ok", ("z = c * d", "z = c / d"))
+    gone = mutate.mutation("gone", "pkg/mod.py", "renamed line", ("w = c * d", "w = c / d"))
+    twice = mutate.mutation("twice", "pkg/mod.py", "ambiguous", ("a + b", "a - b"))
+    moved = mutate.mutation("moved", "pkg/other.py", "file moved", ("z = c * d", "z = c / d"))
+    problems = mutate.stranded_mutations([good, gone, twice, moved], repo=str(tmp_path))
+    assert len(problems) == 3
+    assert "gone: search text found 0 times" in problems[0]
+    assert "twice: search text found 2 times" in problems[1]
+    assert "moved: file pkg/other.py does not exist" in problems[2]
