@@ -5,9 +5,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
+from rlvr import __version__
 from rlvr.config import ConfigError, load_config
 from rlvr.storage_errors import StorageError
+
+CONFIG_SHOW_HINT = "every key with its type, default and help: rlvr config show [CONFIG.yaml] [key=value ...]"
+
+
+def quiet_library_deprecations() -> None:
+    """Hide transformers' deprecation notices (raised by peft and others on every model load): they
+    speak to library authors, not to someone running rlvr. Other warnings still show."""
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category, module=r"transformers(\.|$)")
 
 
 def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
@@ -106,20 +117,44 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
     return 0
 
 
+def task_summary(name: str, task_class) -> tuple[str, str]:
+    """(name as used in task.name, one plain-text line) from the task module's docstring, whose
+    first line reads "`name`: what it is"."""
+    doc = (sys.modules[task_class.__module__].__doc__ or "").strip()
+    first = doc.splitlines()[0] if doc else ""
+    if first.startswith("`") and "`:" in first:
+        shown, first = first[1:].split("`:", 1)
+        name = shown if shown.split(":")[0] == name else name
+    return name, first.strip().replace("`", "")
+
+
 def cmd_tasks(args: argparse.Namespace) -> int:
     from rlvr.tasks import TASKS
 
     for name in TASKS:
-        doc = (TASKS.get(name).__module__ and sys.modules[TASKS.get(name).__module__].__doc__ or "").strip()
-        print(f"{name:24s} {doc.splitlines()[0] if doc else ''}")
+        shown, summary = task_summary(name, TASKS.get(name))
+        print(f"{shown:24s} {summary}")
     print(f"{'FILE.py:NAME':24s} your own task class or factory (or package.module:NAME; see rlvr/tasks/base.py)")
+    return 0
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    from rlvr.config import format_config
+
+    config_path, overrides = _split_config_and_overrides(args.items)
+    print(format_config(load_config(config_path, overrides)))
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from rlvr.report import build_report, figures_dir
 
-    output = build_report(args.run_dirs, args.output)
+    from rlvr.report.interactive import plotly_available
+
+    output = build_report(args.run_dirs, args.output, x=args.x)
+    if not plotly_available():
+        print("rlvr report: plotly is not installed; the page shows static PNGs (pip install plotly for zoom and "
+              "hover)", file=sys.stderr)
     print(f"report: {output} (figures in {figures_dir(output)})")
     return 0
 
@@ -185,6 +220,7 @@ FORCE_HELP = ("with --resume: accept overrides that change more than the run's l
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlvr", description="RL with verifiable rewards for causal LMs.")
+    parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser(
         "train", help="train a policy (no arguments: GRPO on format_copy with the embedded SmolLM2)",
@@ -230,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (with metrics.jsonl)")
     report.add_argument("-o", "--output", default=None,
                         help="the HTML file (default: RUN_DIR/report.html for one run, ./report.html for several)")
+    report.add_argument("--x", choices=("iteration", "seconds"), default="iteration",
+                        help="x axis shown first: iterations or wall-clock seconds since the run started (the page "
+                             "switches between them; the PNGs use this one)")
     report.set_defaults(func=cmd_report)
     sweep = sub.add_parser(
         "sweep", help="train every point of a grid of overrides one after another, then write one report",
@@ -244,6 +283,15 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--output", default=None,
                        help="folder for the runs and report.html (default: <train.output_dir>/sweep-<config name>)")
     sweep.set_defaults(func=cmd_sweep)
+    config = sub.add_parser("config", help="show the resolved config", description=CONFIG_SHOW_HINT)
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    show = config_sub.add_parser(
+        "show", help="the resolved config: each key = value, its type, default and one line of help",
+        description="rlvr config show [CONFIG.yaml] [key=value ...]   e.g. rlvr config show configs/format_copy_dapo.yaml "
+                    "optim.lr=3e-4 (a * marks a value that differs from its default)",
+    )
+    show.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
+    show.set_defaults(func=cmd_config_show)
     sub.add_parser("algorithms", help="list the algorithm presets").set_defaults(func=cmd_algorithms)
     sub.add_parser("tasks", help="list the registered tasks").set_defaults(func=cmd_tasks)
     ev = sub.add_parser(
@@ -286,10 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--base-model", default=None, metavar="SPEC",
                         help="load the base model from here instead of the run's model.name (if it moved)")
     export.set_defaults(func=cmd_export)
+    for name in ("train", "sft", "expert-iter", "check", "sweep"):  # the commands that take key=value overrides
+        sub.choices[name].epilog = CONFIG_SHOW_HINT
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_library_deprecations()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # `rlvr sweep CONFIG --grid k=a,b more=overrides`: overrides may follow the options

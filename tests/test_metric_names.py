@@ -42,6 +42,7 @@ NOT_METRICS = {
     ("rlvr/tasks/__init__.py", "examples"): "the Task method",
     ("rlvr/train/resume_policy.py", "iteration"): "the key restore_checkpoint returns",
     ("rlvr/train/run_folder.py", "iteration"): "the key restore_checkpoint returns",
+    ("rlvr/cli.py", "iteration"): "a value of `rlvr report --x` (the x axis)",
 }
 
 
