@@ -40,7 +40,7 @@ def main() -> int:
     parser.add_argument("--json", default="benchmarks/results/gsm8k_zero_shot.json")
     args = parser.parse_args()
 
-    from rlvr.evaluation import CATEGORIES, EvalSettings, evaluate_task
+    from rlvr.train.evaluation import CATEGORIES, EvalSettings, evaluate_task
 
     rows = []
     for prompt in args.prompts:

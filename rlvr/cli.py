@@ -197,7 +197,7 @@ def _parse_task_options(items: list[str]) -> dict:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from rlvr.evaluation import EvalSettings, evaluate_task
+    from rlvr.train.evaluation import EvalSettings, evaluate_task
 
     options = _parse_task_options(args.task_option)
     if args.prompt is not None:

@@ -269,6 +269,14 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     expert_iteration: ExpertIterationConfig = field(default_factory=ExpertIterationConfig)
 
+    def as_dict(self) -> dict:
+        """The config as nested plain dicts (`config_to_dict`)."""
+        return config_to_dict(self)
+
+    def flat(self) -> dict[str, Any]:
+        """The config as one level of dotted keys (`flatten`): what a sink logs as the run's parameters."""
+        return flatten(config_to_dict(self))
+
     @property
     def rollout_size(self) -> int:
         return self.rollout.batch_size * self.rollout.group_size

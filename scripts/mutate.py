@@ -1,5 +1,8 @@
 #!/usr/bin/env python
-"""Mutation testing for rlvr.core: inject realistic bugs one at a time, show the tests catch each.
+"""Mutation testing of the math: inject realistic bugs one at a time, show the tests catch each.
+
+The math is `rlvr/core`, the completion log-prob path in `rlvr/models/completion_logprobs.py`
+and the CS336 functions in `rlvr/compat/cs336.py`; the tests are `tests/core`.
 
 Usage (from the repository root or anywhere):
 
@@ -8,9 +11,9 @@ Usage (from the repository root or anywhere):
     python scripts/mutate.py --only kl_sign_reversed --only clip_removed
     python scripts/mutate.py --jobs 1        # one run at a time (default: 2)
 
-How it works: `rlvr/__init__.py`, `rlvr/registry.py`, `rlvr/core/` and `tests/core/` are copied
-into one temporary directory per worker, so the working tree is never modified. Torch,
-transformers and TRL are imported once here; each run forks a child that applies one mutation
+How it works: `rlvr/__init__.py`, `rlvr/registry.py`, `rlvr/core/`, `rlvr/models/`, `rlvr/compat/`
+and `tests/core/` are copied into one temporary directory per worker, so the working tree is
+never modified. Torch, transformers and TRL are imported once here; each run forks a child that applies one mutation
 (exact text replacement) to its copy, imports rlvr from there and runs pytest on `tests/core`
 with a JUnit XML report, from which the failing tests are read. Without `os.fork` (or with
 `--subprocess`) each run is a fresh `python -m pytest` instead, which is slower.
@@ -34,7 +37,7 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COPIED = ["rlvr/__init__.py", "rlvr/registry.py", "rlvr/core", "tests/core"]
+COPIED = ["rlvr/__init__.py", "rlvr/registry.py", "rlvr/core", "rlvr/models", "rlvr/compat", "tests/core"]
 RUN_TIMEOUT_S = 300
 
 
@@ -115,7 +118,7 @@ MUTATIONS = [
          "return torch.arange(num_samples, device=device) % (num_samples // group_size), num_samples // group_size"),
     ),
     mutation(
-        "cs336_rewards_reshaped_transposed", "rlvr/core/advantages.py",
+        "cs336_rewards_reshaped_transposed", "rlvr/compat/cs336.py",
         "CS336 group normalization reshapes the wrong way round",
         ("grouped = raw_rewards.view(-1, group_size)",
          "grouped = raw_rewards.view(group_size, -1).T"),
@@ -160,7 +163,7 @@ MUTATIONS = [
     mutation(
         "clip_removed", "rlvr/core/policy_losses.py",
         "ratio never clipped",
-        ("clipped_ratio = ratio.clamp(1.0 - cliprange, 1.0 + clip_high)  # [B, T]",
+        ("clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # [B, T]",
          "clipped_ratio = ratio  # [B, T]"),
     ),
     mutation(
@@ -182,10 +185,10 @@ MUTATIONS = [
          "sequence_log_ratio = (log_ratio * mask).sum(-1, keepdim=True)  # [B, 1]"),
     ),
     mutation(
-        "loss_not_divided_by_accumulation", "rlvr/core/train_steps.py",
-        "GRPO microbatch loss not divided by the accumulation steps",
-        ("    loss = batch_loss / gradient_accumulation_steps\n    loss.backward()\n    return loss, {**metadata",
-         "    loss = batch_loss\n    loss.backward()\n    return loss, {**metadata"),
+        "loss_not_divided_by_accumulation", "rlvr/compat/cs336.py",
+        "microbatch loss not divided by the accumulation steps",
+        ("    loss = batch_loss / gradient_accumulation_steps\n    loss.backward()\n    return loss\n",
+         "    loss = batch_loss\n    loss.backward()\n    return loss\n"),
     ),
     mutation(
         "token_mean_ignores_global_count", "rlvr/core/aggregation.py",
@@ -194,19 +197,19 @@ MUTATIONS = [
          "    return values.sum() / weights.sum()"),
     ),
     mutation(
-        "shared_prompt_cache_detached", "rlvr/core/completion_logprobs.py",
+        "shared_prompt_cache_detached", "rlvr/models/completion_logprobs.py",
         "the prompt run once per group is cut out of the graph: no gradient through the prompt",
         ("cache.batch_repeat_interleave(group_size)  # keys/values",
          "[setattr(layer, k, getattr(layer, k).detach()) for layer in cache.layers for k in ('keys', 'values')]; cache.batch_repeat_interleave(group_size)  # keys/values"),
     ),
     mutation(
-        "completion_scored_from_own_position", "rlvr/core/completion_logprobs.py",
+        "completion_scored_from_own_position", "rlvr/models/completion_logprobs.py",
         "completion token t scored from the hidden state at t instead of t-1 (off by one)",
         ("scoring_hidden = torch.cat([last_prompt_hidden, completion_hidden[:, :-1]], dim=1)",
          "scoring_hidden = completion_hidden"),
     ),
     mutation(
-        "head_gradient_without_softmax_term", "rlvr/core/completion_logprobs.py",
+        "head_gradient_without_softmax_term", "rlvr/core/head_logprobs.py",
         "frozen LM head: d log p(t) / d h taken as w_t / T, forgetting the -sum_v p_v w_v of the normalizer",
         ("jacobian_parts.append((weight_c[chunk_targets] - expected) / temperature)",
          "jacobian_parts.append(weight_c[chunk_targets] / temperature)"),
@@ -277,11 +280,14 @@ def _start_fork(workdir: str, report: str, log: str, threads: int) -> int:
         import torch
 
         torch.set_num_threads(threads)
+        import rlvr.compat.cs336
         import rlvr.core
+        import rlvr.models.completion_logprobs
 
-        if not os.path.abspath(rlvr.core.__file__).startswith(workdir):
-            print(f"rlvr.core imported from {rlvr.core.__file__}, not from {workdir}", flush=True)
-            os._exit(3)
+        for module in (rlvr.core, rlvr.models.completion_logprobs, rlvr.compat.cs336):
+            if not os.path.abspath(module.__file__).startswith(workdir):
+                print(f"{module.__name__} imported from {module.__file__}, not from {workdir}", flush=True)
+                os._exit(3)
         code = int(pytest.main(_pytest_args(workdir, report)))
     finally:
         sys.stdout.flush()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+import rlvr.train.advantages as advantages_stage
 import rlvr.train.collect as collect
 from rlvr.check import expected_completion_mask, run_check
 from rlvr.check_mechanism import run_mechanism_check
@@ -89,7 +90,7 @@ def test_advantages_without_centring_fail_the_advantage_row(tiny_model_dir, monk
             return rewards / rewards.std().clamp(min=1e-6)  # forgot to subtract the group mean
         return scaled_only
 
-    monkeypatch.setattr(collect, "get_advantage_estimator", uncentred)
+    monkeypatch.setattr(advantages_stage, "get_advantage_estimator", uncentred)
     results = _results(run_check(load_config(None, _overrides(tiny_model_dir))))
     assert results["advantages centred"] == "FAIL"
     assert results["completion mask"] == "PASS"

@@ -20,7 +20,7 @@ from rlvr.models import LoraSettings, load_policy, trainable_parameters
 from rlvr.train.distributed import (Dist, _free_port, check_divisible, init_distributed, normalize_advantages_global,
                                     reduce_metric_sums, restore_rank_state)
 from rlvr.train.metrics import MetricSums
-from rlvr.train.rl import make_scheduler
+from rlvr.train.optim import make_scheduler
 from rlvr.train.update import update_policy
 
 PROMPT_LEN, COMPLETION_WIDTH, GROUP = 3, 8, 2
@@ -51,7 +51,7 @@ def _full_batch() -> RolloutBatch:
     completion_mask = build_completion_mask(input_ids, attention_mask, PROMPT_LEN)  # [8, L-1]
     ref_logprobs = -0.5 - 2 * torch.rand(completion_mask.shape, generator=generator, dtype=torch.float64)
     return RolloutBatch(
-        input_ids=input_ids, attention_mask=attention_mask, completion_mask=completion_mask.double(),
+        input_ids=input_ids, attention_mask=attention_mask, prompt_len=PROMPT_LEN, completion_mask=completion_mask.double(),
         old_logprobs=None, ref_logprobs=ref_logprobs * completion_mask, rewards=torch.tensor(ADVANTAGES).double(),
         advantages=torch.tensor(ADVANTAGES, dtype=torch.float64), group_ids=torch.arange(rows) // GROUP,
     )
@@ -65,11 +65,13 @@ def _one_update(preset: str, lora: bool, model_dir: str, rows, dist) -> tuple[di
                          lora=LoraSettings(rank=4, alpha=8) if lora else None)
     params = trainable_parameters(loaded.policy)
     optimizer = torch.optim.SGD(params, lr=LR)
-    scheduler = make_scheduler(optimizer, config, 10)
+    scheduler = make_scheduler(optimizer, config.optim, 10)
     batch = _full_batch().select(rows)
-    metrics, counters = update_policy(loaded.policy, optimizer, scheduler, batch, PROMPT_LEN, config, params, dist=dist)
+    update = update_policy(loaded.policy, optimizer, scheduler, batch, config, params, dist=dist)
+    assert batch.old_logprobs is None  # the update leaves its input batch as it was
     weights = {name: p.detach().clone() for name, p in loaded.policy.named_parameters() if p.requires_grad}
-    return weights, {**metrics, **counters}
+    return weights, {**update.metrics, "optimizer_steps": update.optimizer_steps,
+                     "skipped_nonfinite_updates": update.skipped_nonfinite_updates}
 
 
 class NaiveDist(Dist):

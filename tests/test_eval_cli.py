@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from rlvr.cli import main
-from rlvr.evaluation import CATEGORIES, categorize, cut_at_stop, summarize, wilson_interval
+from rlvr.rollout import cut_at_stop
+from rlvr.train.evaluation import CATEGORIES, categorize, summarize, wilson_interval
 from rlvr.tasks.base import Verdict
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
@@ -110,6 +111,7 @@ class HalfUnscorableTask:
 
     name = "half_unscorable"
     component_names = ("answer", "format")
+    stop_strings = ()
 
     def __init__(self):
         self.calls = 0
@@ -132,14 +134,22 @@ class HalfUnscorableTask:
 def test_unscorable_completions_get_zero_advantage_and_are_counted(tiny_model_dir, tmp_path):
     from rlvr.config import load_config
     from rlvr.models import load_policy
-    from rlvr.train.collect import collect_rollout_batch
+    from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings
+    from rlvr.train.advantages import compute_advantages
+    from rlvr.train.collect import collect_groups, rollout_batch
+    from rlvr.train.rollout_stats import gather_rollout, rollout_stats
 
     config = load_config(None, tiny_overrides(tiny_model_dir, tmp_path / "r", **{
         "algorithm.name": "gr_reinforce", "algorithm.kl_coef": 0, "rollout.max_new_tokens": 5}))
     loaded = load_policy(str(tiny_model_dir))
     task = HalfUnscorableTask()
-    batch, _, stats, _, samples = collect_rollout_batch(loaded.policy, loaded.tokenizer, task, config, 1)
-    unscorable = [s["reward"] != s["reward"] for s in samples]  # NaN != NaN
+    backend = ROLLOUT_BACKENDS.get(config.rollout.backend)(loaded.policy, loaded.tokenizer)
+    collected = collect_groups(backend, task, SamplingSettings.for_task(config.rollout, task), config, 1)
+    advantages = compute_advantages(collected.rewards, collected.group_ids, config.algorithm)
+    batch = rollout_batch(collected, advantages, loaded.tokenizer, task.name)
+    rows = gather_rollout(collected, batch)
+    stats = rollout_stats(rows, dynamic_sampling=False)
+    unscorable = [s["reward"] != s["reward"] for s in rows.samples]  # NaN != NaN
     assert sum(unscorable) == 4 == stats["unscorable"] and stats["status/timeout"] == 4
     assert all(batch.advantages[i] == 0 for i, bad in enumerate(unscorable) if bad)
     assert torch.isfinite(batch.rewards).all()

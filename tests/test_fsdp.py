@@ -22,9 +22,9 @@ from rlvr.rollout.decode_loop import decode_loop
 from rlvr.train.checkpoint import gather_checkpoint_state, load_checkpoint, save_checkpoint
 from rlvr.train.distributed import Dist, init_distributed
 from rlvr.train.fsdp import device_mesh, fsdp_requested
-from rlvr.train.rl import make_scheduler
+from rlvr.train.optim import make_scheduler
 from rlvr.train.update import update_policy
-from tests.test_distributed import LR, PROMPT_LEN, _config, _full_batch, spawn_two_ranks
+from tests.test_distributed import LR, _config, _full_batch, spawn_two_ranks
 
 # (preset, LoRA?, optim.max_grad_norm): sequence- and token-mean, adapter and full weights; the
 # last case clips (the norm must then be the global one over sharded and replicated gradients).
@@ -58,10 +58,11 @@ def _update(preset, lora, clip, model_dir, rows, dist, mesh=None, optimizer_name
     assert any(is_dtensor(p) for p in params) == (mesh is not None)
     optimizer = (torch.optim.SGD(params, lr=LR) if optimizer_name == "sgd"
                  else torch.optim.AdamW(params, lr=1e-2, weight_decay=0.0))
-    scheduler = make_scheduler(optimizer, config, 10)
+    scheduler = make_scheduler(optimizer, config.optim, 10)
     batch = _full_batch().select(rows)
-    metrics, counters = update_policy(loaded.policy, optimizer, scheduler, batch, PROMPT_LEN, config, params, dist=dist)
-    return loaded, optimizer, scheduler, {**metrics, **counters}
+    update = update_policy(loaded.policy, optimizer, scheduler, batch, config, params, dist=dist)
+    return loaded, optimizer, scheduler, {**update.metrics, "optimizer_steps": update.optimizer_steps,
+                                          "skipped_nonfinite_updates": update.skipped_nonfinite_updates}
 
 
 def _worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str) -> None:
@@ -102,7 +103,7 @@ def _worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str)
         fresh = _load(model_dir, lora, seed=1)  # a different LoRA init: loading must overwrite it
         shard_decoder_layers(fresh.policy, mesh)
         fresh_optimizer = torch.optim.AdamW(trainable_parameters(fresh.policy), lr=1e-2, weight_decay=0.0)
-        fresh_scheduler = make_scheduler(fresh_optimizer, _config("dapo", model_dir), 10)
+        fresh_scheduler = make_scheduler(fresh_optimizer, _config("dapo", model_dir).optim, 10)
         load_checkpoint(os.path.join(folder, "checkpoints", "iter_000001"), fresh, fresh_optimizer, fresh_scheduler)
         results[f"resume/{lora}"] = (_full_weights(loaded.policy), _full_weights(fresh.policy),
                                      gathered["optimizer_state"], gather_checkpoint_state(fresh, fresh_optimizer))

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from peft import LoraConfig, get_peft_model
 from torch import nn
 
-from rlvr.core import compute_completion_logprobs
+from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.models.kernels import GQA_ATTENTION, SiluMul, apply_memory_kernels, install_fused_mlp, silu_mul
 from rlvr.testing import build_tiny_model
 from tests.core.test_completion_logprobs import GROUP, _batch

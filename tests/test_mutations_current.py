@@ -56,3 +56,9 @@ def test_the_check_reports_a_stranded_or_ambiguous_mutation(mutate, tmp_path):
     assert "gone: search text found 0 times" in problems[0]
     assert "twice: search text found 2 times" in problems[1]
     assert "moved: file pkg/other.py does not exist" in problems[2]
+
+
+def test_every_mutated_file_is_copied_into_the_sandbox(mutate):
+    # A mutation of a file the script does not copy would run the unmutated tests against the real tree.
+    for mutation in mutate.MUTATIONS:
+        assert any(mutation.path == c or mutation.path.startswith(c + "/") for c in mutate.COPIED), mutation.path

@@ -13,6 +13,7 @@ from rlvr.models import LoraSettings, load_policy, load_trainable
 from rlvr.rollout import SamplingSettings, hf_generate
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
+from tests.test_metric_names import PREFIXES, REPO, names_used
 
 REQUIRED_METRICS = [
     "reward/mean", "reward/std", "reward/share", "frac_zero_variance_groups", "frac_nonzero_advantages",
@@ -44,6 +45,11 @@ def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
         assert record["optimizer_steps"] == 2  # grpo: 2 epochs, one optimizer step each
         assert record["frac_zero_variance_groups"] < 1.0  # the toy task has contrast
         assert record["kl"] >= 0
+    # Every metric the health checks and the report read is in this run's records.
+    written = {key for record in records + read_jsonl(run_dir / "eval.jsonl") for key in record}
+    for reader in ("rlvr/train/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py"):
+        for name in names_used((REPO / reader).read_text()):
+            assert name in written or (name in PREFIXES and any(key.startswith(name) for key in written)), (reader, name)
     assert records[0]["kl"] == 0.0  # the policy starts equal to the reference (LoRA B = 0)
     assert records[1]["kl"] > 0  # and moves away from it
     # First epoch is on-policy: the ratio is exactly 1 there.
@@ -139,19 +145,23 @@ def test_nonfinite_updates_are_skipped_and_counted(tiny_model_dir, tmp_path):
 
 def test_rollouts_stop_at_the_tasks_stop_string(tiny_model_dir, tmp_path):
     """With rollout.stop_strings empty, generation ends at the task's own stop string (kept)."""
+    from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings
     from rlvr.tasks import build_task
-    from rlvr.train.collect import sample_round
+    from rlvr.train.collect import collect_groups
 
     config = load_config(None, tiny_overrides(tiny_model_dir, tmp_path / "run", **{
         "rollout.max_new_tokens": 40, "rollout.group_size": 8}))
     loaded = load_policy(str(tiny_model_dir))
     task = build_task("char_count", use_chat_template=False)
     task.stop_strings = ("a",)
+    backend = ROLLOUT_BACKENDS.get(config.rollout.backend)(loaded.policy, loaded.tokenizer)
+    settings = SamplingSettings.for_task(config.rollout, task)
+    assert settings.stop_strings == ("a",)
     torch.manual_seed(0)
-    scored = sample_round(loaded.policy, loaded.tokenizer, task, task.examples("train", 2, 0), config, {})
-    texts = [t for group in scored.texts for t in group]
-    lengths = torch.cat(scored.lengths).tolist()
-    completions = torch.cat(scored.input_ids)[:, scored.prompt_len[0]:]  # [N, C]
+    collected = collect_groups(backend, task, settings, config, 0)
+    texts = [t for group in collected.groups for t in group.texts]
+    lengths = torch.cat([group.lengths for group in collected.groups]).tolist()
+    completions = torch.cat([group.input_ids[:, group.prompt_len:] for group in collected.groups])  # [N, C]
     stopped = [t for t in texts if t.endswith("a")]
     assert stopped, "no completion reached the stop string: the test would not see a missing stop"
     assert all("a" not in t[:-1] for t in texts)  # nothing generated past the stop string
@@ -160,3 +170,6 @@ def test_rollouts_stop_at_the_tasks_stop_string(tiny_model_dir, tmp_path):
         if text.endswith("a"):  # the mask ends exactly with the token that completed the stop string
             assert decode(completions[row, :length], skip_special_tokens=True).endswith("a")
             assert "a" not in decode(completions[row, : length - 1], skip_special_tokens=True)
+    # rollout.stop_strings, when set, replaces the task's.
+    config.rollout.stop_strings = ["b"]
+    assert SamplingSettings.for_task(config.rollout, task).stop_strings == ("b",)

@@ -7,6 +7,7 @@ log-probs of one sample with the advantages of another.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -27,16 +28,19 @@ def _move(tensor: torch.Tensor | None, device: torch.device | str) -> torch.Tens
 
 @dataclass
 class RolloutBatch:
-    """N sampled sequences, prompt left-padded and completion right-padded to length L.
+    """N sampled sequences, prompt left-padded to width `prompt_len`, completion right-padded after it.
 
-    input_ids [N, L] long, attention_mask [N, L] long, completion_mask [N, L-1] float (column t
-    refers to token t+1, see `build_completion_mask`), old_logprobs / ref_logprobs [N, L-1] or None,
-    rewards [N] float, advantages [N] float, group_ids [N] long (which prompt each sample answers),
-    task_names / completion_texts: optional lists of N strings, for logging.
+    input_ids [N, L] long, attention_mask [N, L] long, prompt_len P (completions start at column
+    P), completion_mask [N, L-1] float (column t refers to token t+1, see `build_completion_mask`),
+    old_logprobs / ref_logprobs [N, L-1] or None, rewards [N] float, advantages [N] (one per
+    sequence) or [N, L-1] (per token, laid out like the log-probs) float, group_ids [N] long
+    (which prompt each sample answers), task_names / completion_texts: optional lists of N
+    strings, for logging. Batches are not changed in place: `replace` makes a new one.
     """
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
+    prompt_len: int
     completion_mask: torch.Tensor
     old_logprobs: torch.Tensor | None
     ref_logprobs: torch.Tensor | None
@@ -50,19 +54,23 @@ class RolloutBatch:
         if self.input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [N, L], got {tuple(self.input_ids.shape)}")
         num_samples, seq_len = self.input_ids.shape
+        if isinstance(self.prompt_len, bool) or not isinstance(self.prompt_len, int) or not 1 <= self.prompt_len <= seq_len:
+            raise ValueError(f"prompt_len must be an int in [1, L={seq_len}], got {self.prompt_len!r}")
         expected = {
             "attention_mask": (num_samples, seq_len),
             "completion_mask": (num_samples, seq_len - 1),
             "old_logprobs": (num_samples, seq_len - 1),
             "ref_logprobs": (num_samples, seq_len - 1),
             "rewards": (num_samples,),
-            "advantages": (num_samples,),
             "group_ids": (num_samples,),
         }
         for name, shape in expected.items():
             value = getattr(self, name)
             if value is not None and tuple(value.shape) != shape:
                 raise ValueError(f"{name} must have shape {shape}, got {tuple(value.shape)}")
+        if tuple(self.advantages.shape) not in ((num_samples,), (num_samples, seq_len - 1)):
+            raise ValueError(f"advantages must have shape ({num_samples},) or ({num_samples}, {seq_len - 1}), "
+                             f"got {tuple(self.advantages.shape)}")
         for name in ("task_names", "completion_texts"):
             value = getattr(self, name)
             if value is not None and len(value) != num_samples:
@@ -71,11 +79,16 @@ class RolloutBatch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def replace(self, **changes) -> RolloutBatch:
+        """A new batch with `changes` applied (validated like a fresh one); this one is left as it is."""
+        return dataclasses.replace(self, **changes)
+
     def to(self, device: torch.device | str) -> RolloutBatch:
         """A new batch with every tensor on `device` (lists are copied)."""
         return RolloutBatch(
             input_ids=_move(self.input_ids, device),
             attention_mask=_move(self.attention_mask, device),
+            prompt_len=self.prompt_len,
             completion_mask=_move(self.completion_mask, device),
             old_logprobs=_move(self.old_logprobs, device),
             ref_logprobs=_move(self.ref_logprobs, device),
@@ -93,6 +106,7 @@ class RolloutBatch:
         return RolloutBatch(
             input_ids=_take_tensor(self.input_ids, index),
             attention_mask=_take_tensor(self.attention_mask, index),
+            prompt_len=self.prompt_len,
             completion_mask=_take_tensor(self.completion_mask, index),
             old_logprobs=_take_tensor(self.old_logprobs, index),
             ref_logprobs=_take_tensor(self.ref_logprobs, index),

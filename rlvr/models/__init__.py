@@ -6,6 +6,7 @@ safetensors in the cache. `load_policy` returns the policy, its tokenizer and it
 `load_policy_from_run` the policy a run trained (`rlvr.models.export` writes it out).
 """
 
+from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.models.conversion import (
     cache_dir,
     compare_state_dicts,
@@ -43,6 +44,7 @@ __all__ = [
     "LoadedModel",
     "LoraSettings",
     "cache_dir",
+    "compute_completion_logprobs",
     "compare_state_dicts",
     "convert_gguf_to_safetensors",
     "converted_model_dir",

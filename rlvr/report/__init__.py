@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlvr.report.figures import FIGURES, X_AXES, select_figures
+from rlvr.report.figures import FIGURES, ITERATION_AXIS, X_AXES, select_figures
 from rlvr.report.html import render_html
 from rlvr.report.interactive import plotly_available
 from rlvr.report.png import render_png
@@ -30,7 +30,7 @@ def figures_dir(output: Path) -> Path:
     return output.with_name(f"{output.stem}_figures")
 
 
-def build_report(run_dirs: list[str | Path], output: str | Path | None = None, x: str = "iteration",
+def build_report(run_dirs: list[str | Path], output: str | Path | None = None, x: str = ITERATION_AXIS,
                  interactive: bool | None = None) -> Path:
     """Write the report page and its figures; returns the page's path.
 

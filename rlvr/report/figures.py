@@ -14,15 +14,34 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from rlvr.metric_names import (
+    CLIP_FRAC_HIGH,
+    CLIP_FRAC_LOW,
+    COMPLETION_LEN_MEAN,
+    ELAPSED_S,
+    ENTROPY,
+    EVAL_ACCURACY,
+    EVAL_SECONDS,
+    FRAC_NONZERO_ADVANTAGES,
+    FRAC_ZERO_VARIANCE_GROUPS,
+    GRAD_NORM,
+    ITERATION,
+    KL,
+    REWARD_MEAN,
+    REWARD_PREFIX,
+    REWARD_SUMMARIES,
+    TIME_ITERATION,
+    TIME_PARTS,
+    TIME_PREFIX,
+    TRUNCATED_FRAC,
+)
 from rlvr.report.runs import RunData
 
-X_AXES = ("iteration", "seconds")
-X_LABELS = {"iteration": "iteration", "seconds": "wall-clock seconds since the run started"}
-# Time parts stacked in the time figure; whatever time/iteration holds beyond them is "other".
-TIME_PARTS = ("time/generation", "time/scoring", "time/logprobs", "time/update")
-# The eval runs after an iteration's clock stops, so its time is stacked on top as its own part.
-EVAL_SECONDS = "eval/seconds"
-REWARD_SUMMARY_KEYS = {"reward/mean", "reward/std", "reward/max"}
+ITERATION_AXIS = ITERATION  # the x axis of iterations is the records' ITERATION field
+X_AXES = (ITERATION_AXIS, "seconds")
+X_LABELS = {ITERATION_AXIS: ITERATION, "seconds": "wall-clock seconds since the run started"}
+# TIME_PARTS are stacked in the time figure; whatever time/iteration holds beyond them is "other".
+# The eval (EVAL_SECONDS) runs after an iteration's clock stops, so its time is stacked on top as its own part.
 TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
@@ -80,8 +99,8 @@ def key_series(run: RunData, key: str, source: str, label: str, color: str, styl
         value = _number(record.get(key))
         if value is None:
             continue
-        iterations.append(record.get("iteration", len(iterations)))
-        seconds.append(_number(record.get("elapsed_s")))
+        iterations.append(record.get(ITERATION, len(iterations)))
+        seconds.append(_number(record.get(ELAPSED_S)))
         values.append(value)
         durations.append(_number(record.get(EVAL_SECONDS)) or 0.0)
     if not values:
@@ -107,21 +126,22 @@ def _line_figure(runs: list[RunData], spec: FigureSpec) -> FigureData | None:
 
 
 def _reward_components(runs: list[RunData], spec: FigureSpec) -> FigureData | None:
-    keys = sorted({k for run in runs for k in run.keys() if k.startswith("reward/")} - REWARD_SUMMARY_KEYS)
+    keys = sorted({k for run in runs for k in run.keys() if k.startswith(REWARD_PREFIX)} - set(REWARD_SUMMARIES))
     return lines(runs, keys, spec) if keys else None
 
 
 def _eval_accuracy(runs: list[RunData], spec: FigureSpec) -> FigureData | None:
     # eval.jsonl holds the step-0 eval and each eval's own time; runs without it fall back to metrics.jsonl.
-    if any(run.series("eval/accuracy", source="evals")[1] for run in runs):
-        return lines(runs, ["eval/accuracy"], spec, source="evals")
-    return lines(runs, ["eval/accuracy"], spec)
+    if any(run.series(EVAL_ACCURACY, source="evals")[1] for run in runs):
+        return lines(runs, [EVAL_ACCURACY], spec, source="evals")
+    return lines(runs, [EVAL_ACCURACY], spec)
 
 
 def time_parts(record: dict) -> dict[str, float]:
     """Seconds per part of one iteration; "other" is time/iteration minus the named parts."""
-    parts = {key.split("/", 1)[1]: float(record[key]) for key in TIME_PARTS if isinstance(record.get(key), (int, float))}
-    total = record.get("time/iteration")
+    parts = {key.removeprefix(TIME_PREFIX): float(record[key]) for key in TIME_PARTS
+             if isinstance(record.get(key), (int, float))}
+    total = record.get(TIME_ITERATION)
     if isinstance(total, (int, float)):
         parts["other"] = max(0.0, float(total) - sum(parts.values()))
     return parts
@@ -129,46 +149,46 @@ def time_parts(record: dict) -> dict[str, float]:
 
 def _time_stacked(runs: list[RunData], spec: FigureSpec) -> FigureData | None:
     """Per run, one stacked bar per iteration: the iteration's parts, then the eval that followed it."""
-    names = [key.split("/", 1)[1] for key in TIME_PARTS] + ["other", "eval"]
+    names = [key.removeprefix(TIME_PREFIX) for key in TIME_PARTS] + ["other", "eval"]
     panels = []
     for run in runs:
         by_iteration: dict[int, dict] = {}
         for record in run.metrics:
             parts = time_parts(record)
-            if parts and isinstance(record.get("iteration"), int):
-                by_iteration[record["iteration"]] = {"parts": parts, "elapsed_s": _number(record.get("elapsed_s"))}
+            if parts and isinstance(record.get(ITERATION), int):
+                by_iteration[record[ITERATION]] = {"parts": parts, ELAPSED_S: _number(record.get(ELAPSED_S))}
         if not by_iteration:
             continue
         for record in run.evals:  # the eval's own clock: it ends at its elapsed_s
             seconds = _number(record.get(EVAL_SECONDS))
-            if seconds is not None and isinstance(record.get("iteration"), int):
-                slot = by_iteration.setdefault(record["iteration"], {"parts": {}, "elapsed_s": None})
+            if seconds is not None and isinstance(record.get(ITERATION), int):
+                slot = by_iteration.setdefault(record[ITERATION], {"parts": {}, ELAPSED_S: None})
                 slot["parts"]["eval"] = seconds
-                if slot["elapsed_s"] is None:  # the step-0 eval: no iteration before it, placed where it ended
-                    slot["elapsed_s"] = _number(record.get("elapsed_s"))
+                if slot[ELAPSED_S] is None:  # the step-0 eval: no iteration before it, placed where it ended
+                    slot[ELAPSED_S] = _number(record.get(ELAPSED_S))
         iterations = sorted(by_iteration)
         series = []
         for style_index, name in enumerate(names):
             heights = [by_iteration[i]["parts"].get(name, 0.0) for i in iterations]
             if any(heights):
                 series.append(Series(name, run_colors(len(names))[style_index], style_index, list(iterations),
-                                     [by_iteration[i]["elapsed_s"] for i in iterations], heights))
+                                     [by_iteration[i][ELAPSED_S] for i in iterations], heights))
         panels.append((run.label, series))
     return FigureData(spec.name, spec.title, spec.ylabel, panels=panels, kind="stacked") if panels else None
 
 
 FIGURES: list[FigureSpec] = [
-    FigureSpec("reward", "Rollout reward (mean over the batch)", _line_figure, ("reward/mean",), "reward"),
+    FigureSpec("reward", "Rollout reward (mean over the batch)", _line_figure, (REWARD_MEAN,), "reward"),
     FigureSpec("reward_components", "Reward components", _reward_components, (), "mean component"),
-    FigureSpec("eval_accuracy", "Eval accuracy (greedy, held-out)", _eval_accuracy, ("eval/accuracy",), "accuracy"),
+    FigureSpec("eval_accuracy", "Eval accuracy (greedy, held-out)", _eval_accuracy, (EVAL_ACCURACY,), "accuracy"),
     FigureSpec("advantage_signal", "Groups without contrast and rows with a learning signal", _line_figure,
-               ("frac_zero_variance_groups", "frac_nonzero_advantages"), "fraction"),
-    FigureSpec("kl", "KL to the reference policy", _line_figure, ("kl",), "KL (per token)"),
-    FigureSpec("clip_frac", "Clipped token fraction", _line_figure, ("clip_frac/low", "clip_frac/high"), "fraction"),
-    FigureSpec("entropy", "Policy entropy", _line_figure, ("entropy",), "nats / token"),
-    FigureSpec("grad_norm", "Gradient norm (before clipping)", _line_figure, ("grad_norm",), "norm"),
-    FigureSpec("truncated_frac", "Completions that hit max_new_tokens", _line_figure, ("truncated_frac",), "fraction"),
-    FigureSpec("completion_len", "Completion length", _line_figure, ("completion_len/mean",), "tokens"),
+               (FRAC_ZERO_VARIANCE_GROUPS, FRAC_NONZERO_ADVANTAGES), "fraction"),
+    FigureSpec("kl", "KL to the reference policy", _line_figure, (KL,), "KL (per token)"),
+    FigureSpec("clip_frac", "Clipped token fraction", _line_figure, (CLIP_FRAC_LOW, CLIP_FRAC_HIGH), "fraction"),
+    FigureSpec("entropy", "Policy entropy", _line_figure, (ENTROPY,), "nats / token"),
+    FigureSpec("grad_norm", "Gradient norm (before clipping)", _line_figure, (GRAD_NORM,), "norm"),
+    FigureSpec("truncated_frac", "Completions that hit max_new_tokens", _line_figure, (TRUNCATED_FRAC,), "fraction"),
+    FigureSpec("completion_len", "Completion length", _line_figure, (COMPLETION_LEN_MEAN,), "tokens"),
     FigureSpec("time", "Time per iteration (and the eval after it)", _time_stacked, TIME_PARTS, "seconds"),
 ]
 

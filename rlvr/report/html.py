@@ -16,7 +16,7 @@ import json
 import math
 from datetime import datetime
 
-from rlvr.report.figures import FigureData, run_colors
+from rlvr.report.figures import ITERATION_AXIS, FigureData, run_colors
 from rlvr.report.runs import RunData, Summary, differing_config_keys, first_and_last_samples, summarize
 
 PLOTLY_MISSING = ("plotly is not installed, so the figures below are static PNGs (pip install plotly, then run "
@@ -182,7 +182,7 @@ def _samples_section(runs: list[RunData]) -> str:
     return "".join(parts)
 
 
-def render_html(runs: list[RunData], figures: list[tuple[FigureData, bytes]], x: str = "iteration",
+def render_html(runs: list[RunData], figures: list[tuple[FigureData, bytes]], x: str = ITERATION_AXIS,
                 interactive: bool = True) -> str:
     """The whole page; `figures` are (data, PNG bytes); `interactive` draws them with plotly."""
     summaries = [summarize(run) for run in runs]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from rlvr.report.figures import X_AXES, X_LABELS, FigureData, Series
+from rlvr.report.figures import ITERATION_AXIS, X_AXES, X_LABELS, FigureData, Series
 
 DASHES = ("solid", "dash", "dot", "dashdot")
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
@@ -97,7 +97,7 @@ def _x_buttons(figure, data: FigureData, x: str) -> None:
     }])
 
 
-def plotly_figure(data: FigureData, x: str = "iteration"):
+def plotly_figure(data: FigureData, x: str = ITERATION_AXIS):
     """A plotly Figure for `data`, showing the `x` axis first."""
     import plotly.graph_objects as go
 
@@ -115,7 +115,7 @@ def plotly_figure(data: FigureData, x: str = "iteration"):
     return figure
 
 
-def figure_html(data: FigureData, x: str = "iteration") -> str:
+def figure_html(data: FigureData, x: str = ITERATION_AXIS) -> str:
     """A <div> and the script that draws the figure into it (plotly.js must already be on the page)."""
     import plotly.io
 

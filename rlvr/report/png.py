@@ -12,7 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from rlvr.report.figures import X_LABELS, FigureData, Series
+from rlvr.report.figures import ITERATION_AXIS, X_LABELS, FigureData, Series
 
 LINE_STYLES = ("-", "--", ":", "-.")
 
@@ -29,7 +29,7 @@ def _points(series: Series, x: str) -> tuple[list[float], list[float]]:
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def draw_lines(data: FigureData, x: str = "iteration") -> Figure:
+def draw_lines(data: FigureData, x: str = ITERATION_AXIS) -> Figure:
     figure = _new_figure()
     axes = figure.subplots()
     for series in data.series:
@@ -41,7 +41,7 @@ def draw_lines(data: FigureData, x: str = "iteration") -> Figure:
             axes.errorbar(xs, ys, xerr=[spans, [0.0] * len(spans)], fmt="none", ecolor=series.color, capsize=3)
     axes.set_title(data.title)
     axes.set_xlabel(X_LABELS[x])
-    if x == "iteration":
+    if x == ITERATION_AXIS:
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel(data.ylabel)
     axes.grid(alpha=0.3)
@@ -50,7 +50,7 @@ def draw_lines(data: FigureData, x: str = "iteration") -> Figure:
     return figure
 
 
-def draw_stacked(data: FigureData, x: str = "iteration") -> Figure:
+def draw_stacked(data: FigureData, x: str = ITERATION_AXIS) -> Figure:
     """Stacked bars, one panel per run (stacks cannot be overlaid)."""
     figure = _new_figure(7.0, 2.4 * len(data.panels) + 1.0)
     panels = figure.subplots(len(data.panels), 1, sharex=True, squeeze=False)[:, 0]
@@ -59,7 +59,7 @@ def draw_stacked(data: FigureData, x: str = "iteration") -> Figure:
         for series in parts:
             xs, heights = _points(series, x)
             base = [bottom.get(px, 0.0) for px in xs]
-            width = 0.8 if x == "iteration" else max(1.0, 0.8 * _spacing(xs))
+            width = 0.8 if x == ITERATION_AXIS else max(1.0, 0.8 * _spacing(xs))
             axes.bar(xs, heights, bottom=base, color=series.color, label=series.label, width=width)
             for px, height in zip(xs, heights):
                 bottom[px] = bottom.get(px, 0.0) + height
@@ -68,7 +68,7 @@ def draw_stacked(data: FigureData, x: str = "iteration") -> Figure:
         axes.grid(alpha=0.3, axis="y")
         axes.legend(fontsize=7, loc="upper right")
     panels[-1].set_xlabel(X_LABELS[x])
-    if x == "iteration":
+    if x == ITERATION_AXIS:
         panels[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     return figure
 
@@ -79,7 +79,7 @@ def _spacing(xs: list[float]) -> float:
     return min(gaps) if gaps else 1.0
 
 
-def render_png(data: FigureData, x: str = "iteration") -> bytes:
+def render_png(data: FigureData, x: str = ITERATION_AXIS) -> bytes:
     figure = draw_stacked(data, x) if data.kind == "stacked" else draw_lines(data, x)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.core.completion_logprobs import cache_argument_name, output_cache
+from rlvr.models.hf_cache import cache_argument_name, output_cache
 from rlvr.models.kernels import weight_major_linears
+from rlvr.rollout.backend import ROLLOUT_BACKENDS, InProcessBackend
 from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids
 
 
@@ -142,3 +143,10 @@ def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings:
         completion_lengths=lengths,
         truncated=truncated,
     )
+
+
+@ROLLOUT_BACKENDS.register("decode_loop")
+class DecodeLoopBackend(InProcessBackend):
+    """`decode_loop` on the training model (the default `rollout.backend`)."""
+
+    sample_fn = staticmethod(decode_loop)

@@ -38,7 +38,7 @@ TASKS.add("dataset", DatasetTask)
 
 # What `rlvr.tasks.base.Task` asks of a task, checked on tasks from outside rlvr when they are built.
 INTERFACE = ("name (str), component_names (tuple of str), examples(split, count, seed), score(completion, example), "
-             "iter_eval()")
+             "iter_eval(), and optionally stop_strings (tuple of str, default ())")
 STANDARD_KEYWORDS = ("reward_weights", "use_chat_template", "seed")
 
 
@@ -92,6 +92,9 @@ def check_task_interface(task, name: str) -> None:
     components = getattr(task, "component_names", None)
     if not isinstance(components, (tuple, list)) or not components or not all(isinstance(c, str) for c in components):
         problems.append("`component_names` (a non-empty tuple of str)")
+    stops = getattr(task, "stop_strings", ())
+    if not isinstance(stops, (tuple, list)) or not all(isinstance(s, str) for s in stops):
+        problems.append("`stop_strings` as a tuple of str (or none: () is assumed)")
     for method, args in (("examples", ("train", 1, 0)), ("score", ("", Example(prompt="", ground_truth=None))),
                          ("iter_eval", ())):
         function = getattr(task, method, None)
@@ -122,6 +125,12 @@ def build_task(name: str, *, reward_weights=None, options=None, use_chat_templat
         check_call(factory, f"task.name {name!r} with task.options", **kwargs)
         task = factory(**kwargs)
         check_task_interface(task, name)
+        if not hasattr(task, "stop_strings"):
+            try:
+                task.stop_strings = ()  # the Task protocol's default: generation ends at EOS only
+            except AttributeError:
+                raise ValueError(f"task.name {name!r} built a {type(task).__name__} without `stop_strings` that "
+                                 "cannot be given one; add `stop_strings = ()` to it") from None
         try:
             task.max_abs_reward = float(max_abs_reward)
         except AttributeError:  # a task with __slots__: judge() then uses the default limit
@@ -136,6 +145,17 @@ def build_task(name: str, *, reward_weights=None, options=None, use_chat_templat
     return task
 
 
+def default_use_chat_template(name: str, options: dict | None = None) -> bool:
+    """Whether a task's prompts go through the chat template when nobody says (`rlvr eval --chat-template auto`).
+
+    A task family with a raw-text prompt template decides from its options
+    (`chat_template_for(options)`: False for `r1_zero`); every other task uses the chat template.
+    """
+    factory, _ = task_factory(name)
+    decide = getattr(factory, "chat_template_for", None)
+    return True if decide is None else bool(decide(dict(options or {})))
+
+
 def task_label(name: str) -> str:
     """`task.name` as a piece of a folder name: `reasoning_gym_spell_backward`, `my_task_MyTask`."""
     parts = None if is_registered(name) else split_reference(name)
@@ -147,5 +167,5 @@ def task_label(name: str) -> str:
 
 
 __all__ = ["TASKS", "VERIFIERS", "Example", "Task", "Verdict", "weighted_total", "resolve_weights", "build_task",
-           "check_task_name", "judge", "task_label", "FormatCopyTask", "GSM8KTask", "MathTask", "IntegerTask",
-           "ReasoningGymTask", "DatasetTask"]
+           "check_task_name", "default_use_chat_template", "judge", "task_label", "FormatCopyTask", "GSM8KTask",
+           "MathTask", "IntegerTask", "ReasoningGymTask", "DatasetTask"]

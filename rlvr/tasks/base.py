@@ -85,6 +85,9 @@ def check_seconds_option(task_name: str, key: str, value: Any) -> float:
 class Task(Protocol):
     name: str
     component_names: tuple[str, ...]
+    # Generation ends at the first of these, kept in the text (`</answer>` for the r1_zero
+    # prompt); () for none. `rollout.stop_strings`, when set, replaces them.
+    stop_strings: tuple[str, ...]
 
     def examples(self, split: str, count: int, seed: int) -> list[Example]:
         """`count` examples of `split` ("train" or "eval"), deterministic given `seed`."""

@@ -104,6 +104,11 @@ class DatasetTask(ProblemTask):
     name = NAME
     version = "1"
 
+    @staticmethod
+    def chat_template_for(options: dict) -> bool:
+        """Raw text only for `prompt_template: r1_zero` (`rlvr eval --chat-template auto`)."""
+        return options.get("prompt_template") != R1_ZERO
+
     def __init__(self, reward_weights=None, use_chat_template=True, seed=0, path=None, train_path=None,
                  eval_path=None, dataset=None, dataset_config=None, train_split="train", eval_split="test",
                  eval_size=None, split_seed=0, prompt_field="question", answer_field="answer",

@@ -52,6 +52,7 @@ def judge_integer(completion: str, ground_truth) -> Judgement:
 class IntegerTask:
     name = "integer"
     component_names = ("answer", "format")
+    stop_strings: tuple[str, ...] = ()  # the completion ends at EOS
     default_weights = {"answer": 1.0, "format": 0.2}
 
     def __init__(self, reward_weights=None, use_chat_template=True, seed=0, low=0, high=99,
@@ -66,7 +67,6 @@ class IntegerTask:
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
         self.use_chat_template = use_chat_template
         self.low, self.high, self.operations = low, high, tuple(operations)
-        self.stop_strings = ()
         rng = random.Random(seed + EVAL_SEED_OFFSET)
         self._eval = [self._draw(rng) for _ in range(eval_size)]
         self._held_out = {question for question, _ in self._eval}

@@ -20,7 +20,8 @@ from rlvr.tasks.base import Example, Verdict, check_count_option, check_seconds_
 from rlvr.tasks.data_files import Row, hf_rows, read_rows
 from rlvr.tasks.grading import (DEFAULT_TIMEOUT_SECONDS, Grader, judge_question_only, judge_r1_zero,
                                 judgement_verdict)
-from rlvr.tasks.prompts import COMPLETION_PREFIX, STOP_STRINGS, check_prompt, render_question
+from rlvr.tasks.prompts import (COMPLETION_PREFIX, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
+                               prompt_uses_chat_template, render_question)
 
 
 @dataclass
@@ -101,11 +102,13 @@ class ProblemTask:
     name = "problems"
     verifier = "problems"
     version = "1"
+    # `rlvr eval --chat-template auto`: raw text for a raw-text prompt (`r1_zero`, the default).
+    chat_template_for = staticmethod(prompt_uses_chat_template)
     component_names = ("answer", "format")
     default_weights = {"answer": 1.0, "format": 0.0}
 
     def __init__(self, train: list[Problem], held_out: list[Problem], *, reward_weights=None,
-                 use_chat_template=True, prompt="r1_zero", timeout_seconds=DEFAULT_TIMEOUT_SECONDS):
+                 use_chat_template=True, prompt=DEFAULT_PROMPT, timeout_seconds=DEFAULT_TIMEOUT_SECONDS):
         check_prompt(self.name, prompt, use_chat_template)
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
         self.use_chat_template = use_chat_template

@@ -26,7 +26,8 @@ from rlvr.tasks.answers import extract_answer_tag
 from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, resolve_weights,
                              weighted_total)
 from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, require_package
-from rlvr.tasks.prompts import COMPLETION_PREFIX, STOP_STRINGS, check_prompt, render_question
+from rlvr.tasks.prompts import (COMPLETION_PREFIX, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
+                               prompt_uses_chat_template, render_question)
 from rlvr.tasks.reasoning_gym_answers import check_audited
 from rlvr.tasks.worker import call_with_timeout
 
@@ -42,10 +43,12 @@ def tag_format_score(text: str) -> float:
 class ReasoningGymTask:
     name = "reasoning_gym"
     component_names = ("answer", "format", "binary")
+    # `rlvr eval --chat-template auto`: raw text for a raw-text prompt (`r1_zero`, the default).
+    chat_template_for = staticmethod(prompt_uses_chat_template)
     default_weights = {"answer": 1.0, "format": 0.1, "binary": 0.0}
 
     def __init__(self, dataset: Optional[str] = None, reward_weights=None, use_chat_template=True, seed=0,
-                 prompt="r1_zero", size=100_000, eval_size=200, timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
+                 prompt=DEFAULT_PROMPT, size=100_000, eval_size=200, timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
                  datasets: Optional[dict] = None, configs: Optional[dict] = None, **config):
         if not dataset:
             raise ValueError("reasoning_gym: name the dataset, e.g. task.name=reasoning_gym:spell_backward "

@@ -14,6 +14,17 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from rlvr.metric_names import (
+    CLIP_FRAC_HIGH,
+    CLIP_FRAC_LOW,
+    ENTROPY,
+    FRAC_ZERO_VARIANCE_GROUPS,
+    HEALTH_WARNINGS,
+    ITERATION,
+    KL,
+    SKIPPED_NONFINITE_UPDATES,
+    TRUNCATED_FRAC,
+)
 from rlvr.registry import Registry
 
 
@@ -45,7 +56,7 @@ def _values(history: list[dict], key: str, count: int) -> list[float] | None:
 @HEALTH_CHECKS.register("truncation")
 def check_truncation(history: list[dict], thresholds) -> HealthWarning | None:
     """Most completions hit max_new_tokens (truncated_frac > truncation_frac) for `window` iterations."""
-    values = _values(history, "truncated_frac", thresholds.window)
+    values = _values(history, TRUNCATED_FRAC, thresholds.window)
     if values is None or min(values) <= thresholds.truncation_frac:
         return None
     return HealthWarning(
@@ -60,7 +71,7 @@ def check_truncation(history: list[dict], thresholds) -> HealthWarning | None:
 @HEALTH_CHECKS.register("zero_variance")
 def check_zero_variance(history: list[dict], thresholds) -> HealthWarning | None:
     """Most groups have all-equal rewards (frac_zero_variance_groups > zero_variance_frac) for `window` iterations."""
-    values = _values(history, "frac_zero_variance_groups", thresholds.window)
+    values = _values(history, FRAC_ZERO_VARIANCE_GROUPS, thresholds.window)
     if values is None or min(values) <= thresholds.zero_variance_frac:
         return None
     return HealthWarning(
@@ -78,7 +89,7 @@ def check_clip_fraction(history: list[dict], thresholds) -> HealthWarning | None
     if not history:
         return None
     record = history[-1]
-    parts = [record.get("clip_frac/low"), record.get("clip_frac/high")]
+    parts = [record.get(CLIP_FRAC_LOW), record.get(CLIP_FRAC_HIGH)]
     parts = [float(p) for p in parts if isinstance(p, (int, float)) and math.isfinite(p)]
     if not parts or sum(parts) <= thresholds.clip_frac:
         return None
@@ -92,7 +103,7 @@ def check_clip_fraction(history: list[dict], thresholds) -> HealthWarning | None
 @HEALTH_CHECKS.register("kl_growth")
 def check_kl_growth(history: list[dict], thresholds) -> HealthWarning | None:
     """KL rose in every one of the last `kl_window` iterations and is now above `kl_max`."""
-    values = _values(history, "kl", thresholds.kl_window)
+    values = _values(history, KL, thresholds.kl_window)
     if values is None or values[-1] <= thresholds.kl_max:
         return None
     if not all(later > earlier for earlier, later in zip(values, values[1:])):
@@ -110,7 +121,7 @@ def check_nonfinite(history: list[dict], thresholds) -> HealthWarning | None:
     """An optimizer step was skipped this iteration because its loss or gradient was not finite."""
     if not history:
         return None
-    skipped = history[-1].get("skipped_nonfinite_updates", 0) or 0
+    skipped = history[-1].get(SKIPPED_NONFINITE_UPDATES, 0) or 0
     if skipped <= 0:
         return None
     return HealthWarning(
@@ -123,7 +134,7 @@ def check_nonfinite(history: list[dict], thresholds) -> HealthWarning | None:
 @HEALTH_CHECKS.register("entropy_collapse")
 def check_entropy_collapse(history: list[dict], thresholds) -> HealthWarning | None:
     """Entropy below `entropy_collapse_frac` of its first value within the first `entropy_collapse_within` iterations."""
-    entropies = [r.get("entropy") for r in history]
+    entropies = [r.get(ENTROPY) for r in history]
     finite = [float(e) for e in entropies if isinstance(e, (int, float)) and math.isfinite(e)]
     if len(finite) < 2 or len(history) > thresholds.entropy_collapse_within:
         return None
@@ -168,8 +179,8 @@ class HealthMonitor:
 
     def observe(self, record: dict, quiet: bool = False) -> list[str]:
         """Add this iteration's record; returns the names of the active warnings (for `health/warnings`)."""
-        self.history.append({k: v for k, v in record.items() if k != "health/warnings"})
-        zero_variance = record.get("frac_zero_variance_groups")
+        self.history.append({k: v for k, v in record.items() if k != HEALTH_WARNINGS})
+        zero_variance = record.get(FRAC_ZERO_VARIANCE_GROUPS)
         self.dead_streak = self.dead_streak + 1 if zero_variance == 1.0 else 0
         active = []
         for name in HEALTH_CHECKS:
@@ -182,7 +193,7 @@ class HealthMonitor:
             if self.streaks[name] == 1 and not quiet and self.enabled:
                 self.printed.append(warning)
                 if self.is_main:
-                    print(f"iteration {record.get('iteration', len(self.history))}: {warning}",
+                    print(f"iteration {record.get(ITERATION, len(self.history))}: {warning}",
                           file=self.stream or sys.stderr, flush=True)
         return active
 

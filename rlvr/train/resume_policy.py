@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from rlvr.config import Config, ConfigError, config_from_dict, config_to_dict, flatten
+from rlvr.metric_names import ITERATION, UNIX_TIME
 from rlvr.utils import append_jsonl
 
 RESUMES_FILE = "resumes.jsonl"
@@ -110,8 +111,8 @@ def plan_resume(run_dir: str | Path, config: Config, force: bool = False) -> Res
 def record_resume(plan: ResumePlan, restored: dict, notes: list[str]) -> dict:
     """Append this resume to RUN_DIR/resumes.jsonl: time, checkpoint, changes, forced, what was repaired."""
     record = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "time/unix": time.time(),
-        "checkpoint": Path(restored["checkpoint"]).name, "iteration": restored["iteration"],
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), UNIX_TIME: time.time(),
+        "checkpoint": Path(restored["checkpoint"]).name, ITERATION: restored["iteration"],
         "changes": {key: {"saved": old, "new": new} for key, (old, new) in plan.changes.items()},
         "forced": plan.forced,
         "skipped_checkpoints": restored.get("skipped", []),

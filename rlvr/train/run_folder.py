@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from rlvr.config import Config, save_config
+from rlvr.metric_names import ITERATION
 from rlvr.train.checkpoint import checkpoint_root, point_latest, remove_orphans, set_aside
 from rlvr.train.distributed import SINGLE, Dist
 from rlvr.train.resume_policy import RESUMES_FILE, ResumePlan, plan_resume, record_resume
@@ -79,7 +80,7 @@ class RunFolder:
         if dist.is_main:
             iteration = restored["iteration"]
             # Read every log first: a corrupt line is an error before anything is written.
-            trimmed = {name: trimmed_jsonl(self.path / name, lambda r: r.get("iteration", -1) <= iteration)
+            trimmed = {name: trimmed_jsonl(self.path / name, lambda r: r.get(ITERATION, -1) <= iteration)
                        for name in RUN_LOGS}
             notes = [note for _, note in trimmed.values() if note]
             leftovers = remove_orphans(checkpoint_root(self.path)) + _remove_temp_files(self.path)

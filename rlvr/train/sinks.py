@@ -16,12 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from rlvr.config import ConfigError, config_to_dict, flatten
+from rlvr.metric_names import ITERATION
 from rlvr.registry import Registry
 
 
-class MissingSinkPackage(ConfigError):
-    """A requested sink's package is not installed; the message says how to install it."""
+class MissingSinkPackage(ValueError):
+    """A requested sink's package is not installed; the message says how to install it.
+
+    A ValueError, not a `rlvr.config.ConfigError`: config.py validates logger names against
+    `SINKS`, so this module does not import config (that would be an import cycle).
+    """
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ def _wandb(run_dir: Path, config):
 
     train = config.train
     return WandBTracker(run_name=train.wandb_project, name=run_dir.name, dir=str(run_dir), mode=train.wandb_mode,
-                        config=config_to_dict(config))
+                        config=config.as_dict())
 
 
 def _mlflow(run_dir: Path, config):
@@ -95,7 +99,7 @@ class TrackerSink:
         self.tracker = tracker
 
     def log(self, record: dict, step: int) -> None:
-        values = {key: value for key, value in numeric_items(record).items() if key != "iteration"}
+        values = {key: value for key, value in numeric_items(record).items() if key != ITERATION}
         if values:
             self.tracker.log(values, step=step)
 
@@ -139,6 +143,6 @@ def build_sinks(config, run_dir: Path) -> list[TrackerSink]:
         tracker.start()
         if spec.log_config:
             tracker.store_init_configuration({k: v if isinstance(v, (int, float, str, bool)) else str(v)
-                                              for k, v in flatten(config_to_dict(config)).items()})
+                                              for k, v in config.flat().items()})
         sinks.append(TrackerSink(name, tracker))
     return sinks

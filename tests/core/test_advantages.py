@@ -1,4 +1,4 @@
-"""Tests for group-relative advantage estimators (GRPO, Dr. GRPO, RLOO, none) and CS336 normalization."""
+"""Tests for group-relative advantage estimators (GRPO, Dr. GRPO, RLOO, none) and the no-contrast rule."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import torch
 from rlvr.core import (
     ADVANTAGE_ESTIMATORS,
     compute_group_advantages,
-    compute_group_normalized_rewards,
     compute_rloo_advantages,
     get_advantage_estimator,
     maybe_normalize_advantages,
@@ -167,45 +166,6 @@ def test_maybe_normalize_advantages():
     normalized = maybe_normalize_advantages(advantages, enabled=True)
     assert torch.allclose(normalized, torch.tensor([-1.0, 1.0], dtype=torch.float64))
     assert maybe_normalize_advantages(torch.full((4,), 2.5), enabled=True).tolist() == [0.0] * 4
-
-
-def _reward_fn(response: str, ground_truth: str) -> dict[str, float]:
-    """Answer reward 1 if the answer (after an optional '<' format marker) is right, format reward 0.5."""
-    formatted = response.startswith("<")
-    correct = float(response.lstrip("<") == ground_truth)
-    return {"reward": correct + 0.5 * formatted, "format_reward": float(formatted), "answer_reward": correct}
-
-
-def test_cs336_group_normalized_rewards_by_hand():
-    responses = ["a", "<b", "<a", "c", "<c", "<c"]
-    truths = ["a", "a", "a", "c", "c", "c"]
-    advantages, raw, metadata = compute_group_normalized_rewards(
-        _reward_fn, responses, truths, group_size=3, advantage_eps=1e-6, normalize_by_std=True
-    )
-    # Rewards: group 0 = [1, 0.5, 1.5] (mean 1, sample std 0.5), group 1 = [1, 1.5, 1.5] (mean 4/3, sample std 0.2887).
-    assert raw.tolist() == [1.0, 0.5, 1.5, 1.0, 1.5, 1.5]
-    std1 = math.sqrt(((1 - 4 / 3) ** 2 + 2 * (1.5 - 4 / 3) ** 2) / 2)
-    expected = [0.0, -0.5 / 0.500001, 0.5 / 0.500001]
-    expected += [(reward - 4 / 3) / (std1 + 1e-6) for reward in (1.0, 1.5, 1.5)]
-    assert torch.allclose(advantages, torch.tensor(expected), atol=1e-5)
-    assert metadata["reward_max"] == 1.5 and metadata["reward_min"] == 0.5
-    assert metadata["reward_mean"] == pytest.approx(7 / 6)
-    assert metadata["format_reward_mean"] == pytest.approx(4 / 6)
-    assert metadata["answer_reward_mean"] == pytest.approx(5 / 6)
-    # The population std (0.408 for group 0) would give +-1.2247 instead of +-1.
-    assert abs(0.5 / math.sqrt(1 / 6) - 1.0) > 0.2
-
-
-def test_cs336_group_normalized_rewards_without_std():
-    responses = ["a", "<b", "<a", "c", "<c", "<c"]
-    truths = ["a", "a", "a", "c", "c", "c"]
-    advantages, raw, _ = compute_group_normalized_rewards(
-        _reward_fn, responses, truths, group_size=3, advantage_eps=1e-6, normalize_by_std=False
-    )
-    assert torch.allclose(advantages, torch.tensor([0.0, -0.5, 0.5, -1 / 3, 1 / 6, 1 / 6]), atol=1e-6)
-    # Groups taken the wrong way round ([1, 1], [0.5, 1.5], [1.5, 1.5]) would centre differently.
-    wrong = raw.view(3, 2) - raw.view(3, 2).mean(1, keepdim=True)
-    assert not torch.allclose(wrong.reshape(-1), advantages)
 
 
 def test_mixed_batch_by_hand_with_a_solved_prompt():

@@ -14,10 +14,10 @@ from peft import LoraConfig, get_peft_model
 
 from rlvr.core import (
     build_completion_mask,
-    compute_completion_logprobs,
     compute_per_token_logprobs,
     compute_per_token_logprobs_and_entropy,
 )
+from rlvr.models.completion_logprobs import compute_completion_logprobs
 
 GROUP = 3
 

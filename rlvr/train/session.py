@@ -1,0 +1,217 @@
+"""A training run, whatever the loop (RL, SFT, expert iteration): everything around the loop itself.
+
+`open_run` claims the run folder (a new one, or the resumed one: locked, the config change
+checked; rlvr/train/run_folder.py), loads the task and the model, places the model on each
+data-parallel rank (FSDP sharding included), and sets up the rollout backend and the held-out
+evaluation. The loop then calls `start` (resume from the newest intact checkpoint, then open the
+metric writers), `evaluate`, `save_checkpoint`, and finally `close` (or uses the session as a
+context manager), which releases the folder. Each loop keeps only what is its own: its
+optimizer and schedule size, its steps, its records.
+
+Run-level policies live here once for every loop: the folder lock and the resume config check
+(`claim_run_folder`, in `open_run`), the verified checkpoints and the resume's first writes
+(`restore_checkpoint` and `commit_resume`, in `start`), manifests (`save_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from rlvr.config import Config
+from rlvr.metric_names import ELAPSED_S, ITERATION, UNIX_TIME
+from rlvr.models import LoadedModel, LoraSettings, load_policy, trainable_parameters
+from rlvr.rollout import ROLLOUT_BACKENDS, RolloutBackend, SamplingSettings
+from rlvr.tasks import Task, build_task, task_label
+from rlvr.train.checkpoint import gather_checkpoint_state, restore_checkpoint, save_checkpoint
+from rlvr.train.distributed import SINGLE, Dist, checkpoint_extra, rank_device, restore_rank_state, start_ranks
+from rlvr.train.evaluation import check_held_out, evaluate_in_training
+from rlvr.train.fsdp import fsdp_requested, shard_loaded_model
+from rlvr.train.generations import log_generations
+from rlvr.train.metrics import RunWriter
+from rlvr.train.run_folder import RunFolder, claim_run_folder
+from rlvr.train.sinks import build_sinks, require_sink_packages
+from rlvr.utils import seed_everything
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """How a loop's runs are named and claimed."""
+
+    name: str  # rl, sft, expert_iteration
+    command: str  # as the run lock and the resume log name it
+    folder_prefix: str  # before <task>: "" for RL, whose default name ends in the algorithm instead
+    with_algorithm: bool
+    resumable: bool
+
+
+RL_RUN = RunKind("rl", "rlvr train", "", True, True)
+SFT_RUN = RunKind("sft", "rlvr sft", "sft-", False, True)
+EXPERT_ITERATION_RUN = RunKind("expert_iteration", "rlvr expert-iter", "ei-", False, False)
+
+
+def run_stem(config: Config, kind: RunKind) -> str:
+    """The start of a default run folder name: `<prefix><task>[-<algorithm>]` (time and a suffix follow)."""
+    stem = kind.folder_prefix + task_label(config.task.name)
+    return f"{stem}-{config.algorithm.name}" if kind.with_algorithm else stem
+
+
+def load_model_and_task(config: Config, *, need_reference: bool) -> tuple[LoadedModel, Task]:
+    """The policy (LoRA or full weights, a frozen reference copy only when asked) and the task, seeded."""
+    if config.model.num_threads > 0:
+        torch.set_num_threads(config.model.num_threads)
+    seed_everything(config.train.seed)
+    # The task first: a bad task option or data file fails before minutes of model loading.
+    task = build_task(config.task.name, reward_weights=config.task.reward_weights, options=config.task.options,
+                      use_chat_template=config.task.use_chat_template, seed=config.train.seed,
+                      max_abs_reward=config.task.max_abs_reward)
+    check_held_out(task, config)
+    lora = None
+    if config.model.lora:
+        lora = LoraSettings(rank=config.model.lora_rank, alpha=config.model.lora_alpha,
+                            dropout=config.model.lora_dropout, target_modules=tuple(config.model.lora_target_modules))
+    loaded = load_policy(
+        config.model.name, dtype=config.model.dtype, device=config.model.device, lora=lora,
+        gradient_checkpointing=config.model.gradient_checkpointing, need_reference=need_reference,
+        memory_kernels=config.model.memory_kernels,
+    )
+    return loaded, task
+
+
+def rollout_backend(config: Config, loaded: LoadedModel) -> RolloutBackend:
+    """The configured rollout backend (`rollout.backend`), set up on the loaded policy."""
+    return ROLLOUT_BACKENDS.get(config.rollout.backend)(loaded.policy, loaded.tokenizer,
+                                                       merge_lora=config.rollout.merge_lora)
+
+
+def eval_settings(config: Config, task: Task) -> SamplingSettings:
+    """Greedy, up to `train.eval_max_new_tokens` (default: the rollout budget), the rollout's stop strings."""
+    max_new_tokens = config.train.eval_max_new_tokens or config.rollout.max_new_tokens
+    return SamplingSettings.for_task(config.rollout, task, do_sample=False, max_new_tokens=max_new_tokens)
+
+
+@dataclass
+class RunSession:
+    """An open run: its claimed folder, model, task, rollout backend and held-out evaluation."""
+
+    config: Config
+    kind: RunKind
+    folder: RunFolder
+    dist: Dist
+    loaded: LoadedModel
+    task: Task
+    backend: RolloutBackend
+    resume_dir: Path | None
+    started_at: float
+    eval_examples: list = field(default_factory=list)
+    writer: RunWriter | None = None  # opened by `start`, once a resume has made its first writes
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.path
+
+    @property
+    def resumed(self) -> bool:
+        return self.resume_dir is not None
+
+    @property
+    def policy(self):
+        return self.loaded.policy
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started_at
+
+    def start(self, optimizer, scheduler, fresh_state: dict) -> tuple[int, dict]:
+        """(iterations done, loop counters), then the metric writers open.
+
+        Resuming loads the newest intact checkpoint (weights, optimizer, scheduler, RNG states) and
+        only then writes: logs after the checkpoint dropped, config.yaml, resumes.jsonl. So the
+        next iterations equal an uninterrupted run's. A new run returns (0, fresh_state).
+        """
+        done, state = 0, fresh_state
+        if self.resume_dir is not None:
+            restored = restore_checkpoint(self.run_dir, self.loaded, optimizer, scheduler, self.dist)
+            restore_rank_state(self.dist, restored["distributed"], restored["checkpoint"])
+            done, state = restored["iteration"], restored["state"]
+            self.folder.commit_resume(restored, self.dist)
+        main = self.dist.is_main
+        self.writer = RunWriter(self.run_dir, is_main=main, sinks=build_sinks(self.config, self.run_dir) if main else ())
+        return done, state
+
+    def evaluate(self, iteration: int, generations: int = 0) -> dict:
+        """Greedy eval on the held-out examples, written to eval.jsonl; returns the record.
+
+        `generations` > 0 also writes that many judged completions, with entropies, to generations.jsonl.
+        """
+        metrics, records = evaluate_in_training(
+            self.backend, self.task, self.eval_examples, eval_settings(self.config, self.task),
+            use_chat_template=self.config.task.use_chat_template, dist=self.dist)
+        record = {ITERATION: iteration, ELAPSED_S: self.elapsed(), UNIX_TIME: time.time(), **metrics}
+        if generations:
+            record.update(log_generations(self.policy, self.tokenizer, records[:generations], iteration=iteration,
+                                          run_dir=self.run_dir if self.dist.is_main else None,
+                                          print_summary=self.dist.is_main))
+        self.writer.eval(record)
+        return record
+
+    def save_checkpoint(self, iteration: int, optimizer, scheduler, state: dict) -> None:
+        """Checkpoint `iteration` (weights, optimizer, scheduler, counters, RNG). A collective when data-parallel."""
+        extra = checkpoint_extra(self.dist)  # every rank's RNG states
+        gathered = gather_checkpoint_state(self.loaded, optimizer)  # full tensors (a collective under FSDP)
+        if self.dist.is_main:
+            save_checkpoint(self.run_dir, iteration, self.loaded, optimizer, scheduler, state,
+                            self.config.train.keep_checkpoints, distributed=extra, gathered=gathered)
+        self.dist.barrier()
+
+    def close(self) -> None:
+        """Flush the metric sinks, release the rollout backend and the run folder."""
+        try:
+            if self.writer is not None:
+                self.writer.close()
+            self.backend.close()
+        finally:
+            self.folder.release()
+
+    def __enter__(self) -> "RunSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = None, dist: Dist = SINGLE,
+             need_reference: bool = False, force_config_change: bool = False) -> RunSession:
+    """Claim the run folder and set up everything a loop needs; see the module docstring.
+
+    A resume refuses config changes outside `RESUME_MUTABLE_KEYS` unless `force_config_change`.
+    """
+    started_at = time.perf_counter()
+    require_sink_packages(config)  # a missing sink package stops the run before any file or model
+    if dist.enabled and fsdp_requested(config):
+        config.train.fsdp = True  # an Accelerate FSDP launch: recorded in config.yaml, so a resume shards too
+    folder = claim_run_folder(config, dist, stem=run_stem(config, kind), command=kind.command,
+                              resume_dir=resume_dir, force_config_change=force_config_change,
+                              resumable=kind.resumable)  # locked by the main process until `close`
+    try:
+        config.model.device = rank_device(dist, config.model.device)
+        loaded, task = load_model_and_task(config, need_reference=need_reference)
+        start_ranks(dist, trainable_parameters(loaded.policy), config.train.seed)  # rank 0's weights, seed + rank
+        if dist.enabled and config.train.fsdp:
+            layers = shard_loaded_model(loaded, dist)  # decoder layers sharded; their parameters become DTensors
+            if dist.is_main:
+                print(f"fsdp: {layers} decoder layers sharded across {dist.world_size} processes")
+        return RunSession(
+            config=config, kind=kind, folder=folder, dist=dist, loaded=loaded, task=task,
+            backend=rollout_backend(config, loaded), resume_dir=None if resume_dir is None else Path(resume_dir),
+            started_at=started_at, eval_examples=task.examples("eval", config.train.eval_size, config.train.seed),
+        )
+    except BaseException:
+        folder.release()
+        raise
