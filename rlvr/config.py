@@ -55,6 +55,11 @@ class ModelConfig:
     memory_kernels: bool = option(True, "attention without copied key/value heads and a SwiGLU MLP that keeps less "
                                   "for backward: less memory in the update, the same numbers")
     num_threads: int = option(0, "torch intra-op threads; 0 keeps torch's default")
+    # SFT -> expert iteration -> RL: each stage starts where the last one ended. The reference policy (KL
+    # term) is then those weights too. A resume rebuilds them, so keep that run folder.
+    init_from: str = option("", "a run folder or checkpoint whose trained weights this run starts from (a LoRA "
+                            "adapter is merged into model.name's weights first; the run must come from model.name); "
+                            "empty: model.name as it is")
 
 
 @dataclass

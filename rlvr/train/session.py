@@ -24,6 +24,7 @@ import torch
 from rlvr.config import Config
 from rlvr.metric_names import ELAPSED_S, ITERATION, UNIX_TIME
 from rlvr.models import LoadedModel, LoraSettings, load_policy, trainable_parameters
+from rlvr.models.runs import check_init_from, merged_model_from_run
 from rlvr.rollout import ROLLOUT_BACKENDS, RolloutBackend, SamplingSettings
 from rlvr.tasks import Task, build_task, task_label
 from rlvr.train.checkpoint import gather_checkpoint_state, restore_checkpoint, save_checkpoint
@@ -73,10 +74,13 @@ def load_model_and_task(config: Config, *, need_reference: bool) -> tuple[Loaded
     if config.model.lora:
         lora = LoraSettings(rank=config.model.lora_rank, alpha=config.model.lora_alpha,
                             dropout=config.model.lora_dropout, target_modules=tuple(config.model.lora_target_modules))
+    initial = None
+    if config.model.init_from:  # another run's trained weights, merged: the starting (and reference) policy
+        initial = merged_model_from_run(config.model.init_from, dtype=config.model.dtype, device=config.model.device)
     loaded = load_policy(
         config.model.name, dtype=config.model.dtype, device=config.model.device, lora=lora,
         gradient_checkpointing=config.model.gradient_checkpointing, need_reference=need_reference,
-        memory_kernels=config.model.memory_kernels,
+        memory_kernels=config.model.memory_kernels, initial_model=initial,
     )
     return loaded, task
 
@@ -194,6 +198,8 @@ def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = N
     """
     started_at = time.perf_counter()
     require_sink_packages(config)  # a missing sink package stops the run before any file or model
+    if config.model.init_from and resume_dir is None:  # recorded absolute, so the run's policy can be rebuilt
+        config.model.init_from = str(check_init_from(config.model.init_from, config.model.name))
     if dist.enabled and fsdp_requested(config):
         config.train.fsdp = True  # an Accelerate FSDP launch: recorded in config.yaml, so a resume shards too
     folder = claim_run_folder(config, dist, stem=run_stem(config, kind), command=kind.command,
