@@ -107,7 +107,8 @@ def build_trainer(settings: TrlSettings, rows: list[dict], reward_funcs: list, c
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-grpo-"), use_cpu=not torch.cuda.is_available(), bf16=False,
         fp16=False, loss_type=settings.loss_type, scale_rewards=settings.scale_rewards,
-        num_generations=settings.group_size, per_device_train_batch_size=settings.prompts_per_step * settings.group_size,
+        num_generations=settings.group_size,
+        per_device_train_batch_size=settings.prompts_per_step * settings.group_size,
         gradient_accumulation_steps=1, max_completion_length=settings.max_new_tokens, beta=settings.beta,
         num_iterations=settings.num_iterations, gradient_checkpointing=False, report_to="none",
         learning_rate=settings.lr, lr_scheduler_type=settings.lr_scheduler, warmup_steps=settings.warmup_steps,

@@ -149,7 +149,7 @@ class Judgement:
 
 def judgement_verdict(judgement: Judgement, weights: dict[str, float], verifier: str, version: str,
                       extra: Optional[dict[str, float]] = None) -> Verdict:
-    """The verdict of a judgement: components `answer`, `format` (and `extra` ones), weighted total, the answer found."""
+    """The verdict of a judgement: components `answer`, `format` (and `extra`), weighted total, the answer found."""
     components = {"answer": judgement.answer, "format": judgement.format, **(extra or {})}
     detail = judgement.detail
     if judgement.extracted is not None:
