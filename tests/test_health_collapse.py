@@ -156,3 +156,35 @@ def test_monitor_takes_the_task_primary_and_refuses_an_unknown_one():
     wrong = load_config(None, ["health.primary_component=answr"])
     with pytest.raises(ValueError, match="'answr' is not a component of task 'format_copy'; valid choices: answer"):
         HealthMonitor.from_config(wrong, task_components=("answer", "tag", "strict"))
+
+
+def test_tasks_name_their_primary_component():
+    from rlvr.tasks import build_task, check_task_interface
+    from rlvr.tasks.base import Example, primary_component
+
+    assert primary_component(build_task("integer")) == "answer"
+    assert primary_component(build_task("format_copy")) == "answer"
+
+    class Shares:  # no declaration and no `answer`: its first component
+        name, component_names = "shares", ("share", "length")
+
+    class Declared(Shares):
+        primary_component = "length"
+
+    class Wrong(Shares):
+        primary_component = "answer"
+
+        def examples(self, split, count, seed):
+            return [Example(prompt="p", ground_truth="g")]
+
+        def score(self, completion, example):
+            raise NotImplementedError
+
+        def iter_eval(self):
+            return iter(())
+
+    assert primary_component(Shares()) == "share" and primary_component(Declared()) == "length"
+    with pytest.raises(ValueError, match="primary_component 'answer' is not one of its components"):
+        primary_component(Wrong())
+    with pytest.raises(ValueError, match=r"`primary_component` among its component_names \(got 'answer'\)"):
+        check_task_interface(Wrong(), "my.py:Wrong")
