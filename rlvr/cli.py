@@ -12,6 +12,8 @@ from rlvr.config import ConfigError, load_config
 from rlvr.storage_errors import StorageError
 
 CONFIG_SHOW_HINT = "every key with its type, default and help: rlvr config show [CONFIG.yaml] [key=value ...]"
+START_ERRORS_HINT = ("A bad key or value, task, task option, data file or model name stops the command with exit "
+                     "status 2 and a message naming it, before the model loads and before any folder is made.")
 
 
 def quiet_library_deprecations() -> None:
@@ -239,7 +241,12 @@ FORCE_HELP = ("with --resume: accept overrides that change more than the run's l
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlvr", description="RL with verifiable rewards for causal LMs.")
+    parser = argparse.ArgumentParser(
+        prog="rlvr", description="RL with verifiable rewards for causal LMs.",
+        epilog="rlvr COMMAND --help tells more. train, sft, expert-iter, check, sweep, eval and config show take "
+               "[CONFIG.yaml] [key=value ...]; rlvr config show lists every key. From Python: from rlvr import "
+               "Config, train, evaluate, register_task (README, \"Python API\").",
+    )
     parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser(
@@ -300,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "overrides for every run")
     sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                        help="a grid axis, repeatable (runs = cartesian product); KEY_A+KEY_B=V1,V2 sets both keys")
-    sweep.add_argument("--output", default=None,
+    sweep.add_argument("--output", default=None, metavar="DIR",
                        help="folder for the runs and report.html (default: <train.output_dir>/sweep-<config name>)")
     sweep.set_defaults(func=cmd_sweep)
     config = sub.add_parser("config", help="show the resolved config", description=CONFIG_SHOW_HINT)
@@ -372,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="load the base model from here instead of the run's model.name (if it moved)")
     export.set_defaults(func=cmd_export)
     for name in ("train", "sft", "expert-iter", "check", "sweep", "eval"):  # the commands that take key=value overrides
-        sub.choices[name].epilog = CONFIG_SHOW_HINT
+        sub.choices[name].epilog = f"{CONFIG_SHOW_HINT}. {START_ERRORS_HINT}"
     return parser
 
 
