@@ -155,3 +155,28 @@ def test_a_sweep_checks_every_point_before_the_first_run(workdir, tiny_model_dir
                    "--grid", "task.options.path=data/gsm8k.jsonl,data/bad.jsonl"])
     assert status == 2 and "bad.jsonl:3" in capsys.readouterr().err
     assert model_loads == [] and _tree(workdir / "runs") == before
+
+
+def test_a_model_that_fails_to_load_takes_its_new_folder_with_it(workdir, tiny_model_dir, monkeypatch):
+    """Checks cannot see everything (damaged weights, a device that is not there): a new folder holding only
+    its config.yaml is removed again; a folder that existed before the start is left where it was."""
+    import rlvr.train.run_setup as run_setup
+    from rlvr.config import load_config
+    from rlvr.train.rl import train
+
+    def damaged(*args, **kwargs):
+        raise OSError("model.safetensors is truncated")
+
+    monkeypatch.setattr(run_setup, "load_policy", damaged)
+    before = _tree(workdir / "runs")
+    config = load_config(None, [f"{k}={v}" for k, v in _valid_overrides(tiny_model_dir).items()])
+    with pytest.raises(OSError, match="truncated"):
+        train(config)
+    assert _tree(workdir / "runs") == before
+    kept = workdir / "runs" / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    with pytest.raises(OSError, match="truncated"):
+        train(load_config(None, [f"{k}={v}" for k, v in _valid_overrides(tiny_model_dir).items()]
+                          + ["train.run_name=kept"]))
+    assert (kept / "notes.txt").read_text() == "mine" and not (kept / ".lock").exists()

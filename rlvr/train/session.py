@@ -180,5 +180,5 @@ def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = N
             started_at=started_at, eval_examples=held_out_examples(task, config),
         )
     except BaseException:
-        folder.release()
+        folder.abandon()  # a new folder holding only config.yaml is removed again
         raise
