@@ -283,7 +283,7 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     expert_iteration: ExpertIterationConfig = field(default_factory=ExpertIterationConfig)
 
-    def __init__(self, check: bool = True, **sections: Any) -> None:
+    def __init__(self, *, check: bool = True, **sections: Any) -> None:
         hints = typing.get_type_hints(Config)
         names = [f.name for f in dataclasses.fields(Config)]
         unknown = sorted(set(sections) - set(names))
