@@ -54,10 +54,9 @@ def run_trl_side(config_path: str, overrides: list[str], seed: int, run_dir: Pat
     from rlvr.config import load_config
     from rlvr.models import load_tokenizer, resolve_model_path
     from rlvr.rollout import ROLLOUT_BACKENDS, render_prompts
-    from rlvr.tasks import build_task
     from rlvr.train.collect import round_seed
-    from rlvr.train.evaluation import evaluate_in_training
-    from rlvr.train.session import eval_settings
+    from rlvr.train.evaluation import evaluate_in_training, held_out_examples
+    from rlvr.train.run_setup import prepare_task
     from rlvr.utils import append_jsonl
     from trl_grpo import TrlSettings, build_trainer, task_reward
 
@@ -69,11 +68,8 @@ def run_trl_side(config_path: str, overrides: list[str], seed: int, run_dir: Pat
                          f"{algo.name!r} uses {algo.advantage_estimator} / {algo.loss_aggregation}")
     if config.model.init_from:
         raise SystemExit("--trl does not start from model.init_from")
-    if config.model.num_threads:
-        torch.set_num_threads(config.model.num_threads)
+    task = prepare_task(config)  # as rlvr train builds it: every check, threads, seeds
     run_dir.mkdir(parents=True, exist_ok=True)
-    task = build_task(config.task.name, reward_weights=config.task.reward_weights, options=config.task.options,
-                      use_chat_template=config.task.use_chat_template, seed=train.seed)
     model_path, gguf = resolve_model_path(config.model.name)
     tokenizer = load_tokenizer(model_path, gguf_file=gguf)
     # rlvr's prompts, iteration by iteration, rendered by rlvr: TRL sees the same text in the same order.
@@ -81,7 +77,7 @@ def run_trl_side(config_path: str, overrides: list[str], seed: int, run_dir: Pat
                                                                           round_seed(train.seed, it))]
     rows = [{"prompt": text, "example_index": i}
             for i, text in enumerate(render_prompts(tokenizer, examples, config.task.use_chat_template))]
-    eval_examples = task.examples("eval", train.eval_size, train.seed)
+    eval_examples = held_out_examples(task, config)
     metrics_path, eval_path = run_dir / "metrics.jsonl", run_dir / "eval.jsonl"
     rounds = {"done": 0}
 
@@ -100,8 +96,7 @@ def run_trl_side(config_path: str, overrides: list[str], seed: int, run_dir: Pat
         model.eval()
         backend = ROLLOUT_BACKENDS.get(rollout.backend)(model, tokenizer, merge_lora=rollout.merge_lora)
         with torch.no_grad():
-            metrics, _ = evaluate_in_training(backend, task, eval_examples, eval_settings(config, task),
-                                              use_chat_template=config.task.use_chat_template)
+            metrics, _ = evaluate_in_training(backend, task, eval_examples, config)
         model.train(was_training)
         append_jsonl(eval_path, [{ITERATION: iteration, **metrics, ELAPSED_S: time.time() - started,
                                   UNIX_TIME: time.time()}])

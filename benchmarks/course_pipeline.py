@@ -86,19 +86,20 @@ def sft_rows(config, count: int) -> list[dict]:
             for prompt, response, example in zip(prompts, responses, examples)]
 
 
-def evaluate(config, model: str, stage: str, runs_dir: Path, limit: int) -> dict:
-    """`rlvr eval` greedy on the held-out problems; its summary.json, with the stage's name."""
+def evaluate(config_path: str, overrides: list[str], run_dir: Path | None, stage: str, runs_dir: Path,
+             limit: int) -> dict:
+    """`rlvr eval` with the pipeline's config (greedy, its budget and stop strings, seed `train.seed`) on the
+    base model or on a stage's run folder; its summary.json, with the stage's name."""
     out = runs_dir / f"course-eval-{stage}"
     shutil.rmtree(out, ignore_errors=True)
-    budget = config.train.eval_max_new_tokens or config.rollout.max_new_tokens
-    options = [f"--task-option={key}={json.dumps(value)}" for key, value in config.task.options.items()]
-    command = [sys.executable, "-m", "rlvr", "eval", "--task", config.task.name, "--model", model, *options,
-               "--chat-template", "on" if config.task.use_chat_template else "off", "--temperature", "0",
-               "--max-new-tokens", str(budget), "--limit", str(limit), "--batch-size", "32",
-               "--seed", str(config.train.seed), "--output", str(out)]
+    if run_dir is not None:  # the run folder names its own base model
+        overrides = [o for o in overrides if not o.startswith("model.name=")] + [f"model.name={run_dir}"]
+    command = [sys.executable, "-m", "rlvr", "eval", config_path, *overrides, "--limit", str(limit),
+               "--output", str(out)]
     print("$", " ".join(command), flush=True)
     subprocess.run(command, cwd=REPO, check=True)
-    return {"stage": stage, "model": model, **json.loads((out / "summary.json").read_text())}
+    summary = json.loads((out / "summary.json").read_text())
+    return {"stage": stage, "model": str(run_dir) if run_dir else "base", **summary}
 
 
 def main() -> int:
@@ -125,11 +126,11 @@ def main() -> int:
         shutil.rmtree(run_dir, ignore_errors=True)
         run = train_in_fresh_process([sys.executable, "-m", "rlvr", command, *common, f"train.run_name={run_dir.name}",
                                       *extra], run_dir, label=stage)
-        evaluated = evaluate(config, str(run_dir), stage, runs_dir, args.eval_limit)
+        evaluated = evaluate(args.config, args.override, run_dir, stage, runs_dir, args.eval_limit)
         rows.append({**evaluated, "train_seconds": run["total_s"]})
         return run_dir
 
-    rows.append(evaluate(config, config.model.name, "zero-shot", runs_dir, args.eval_limit))
+    rows.append(evaluate(args.config, args.override, None, "zero-shot", runs_dir, args.eval_limit))
     data = runs_dir / "course-sft-data.jsonl"
     pairs = sft_rows(config, args.sft_examples)
     atomic_write_text(data, "".join(json.dumps(row) + "\n" for row in pairs))

@@ -17,7 +17,7 @@ from rlvr.models import load_policy, load_policy_from_run, load_trainable, refer
 from rlvr.models.export import export_run
 from rlvr.models.runs import lora_settings_from_checkpoint, merged_model_from_run
 from rlvr.testing import IM_END_TOKEN
-from rlvr.train.session import load_model_and_task
+from rlvr.train.run_setup import load_model_and_task
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
 

@@ -19,6 +19,7 @@ from typing import Optional
 import yaml
 from torch import nn
 
+from rlvr.models.conversion import check_model_spec
 from rlvr.models.policy import LoadedModel, LoraSettings, load_policy, resolve_dtype
 from rlvr.models.trainable_state import TRAINABLE_INFO_FILE, load_trainable, read_adapter_config
 
@@ -151,20 +152,23 @@ def merged_model_from_run(path: str | os.PathLike, *, dtype: str = "float32", de
     return loaded.policy.merge_and_unload() if loaded.is_lora else loaded.policy
 
 
-def check_init_from(path: str | os.PathLike, model_name: str) -> Path:
-    """The run folder or checkpoint `model.init_from` names, resolved; an error when it is not one, or when it
-    was trained from another base model than `model_name` (its weights would not fit, or fit by accident)."""
-    found = find_checkpoint(path)
-    trained_from = found.model_settings["name"]
-    if trained_from != model_name:
-        raise ValueError(f"model.init_from {os.fspath(path)!r} was trained from model {trained_from!r} but model.name "
-                         f"is {model_name!r}; set model.name={trained_from}")
-    return Path(path).expanduser().resolve()
+def _names_a_run(spec: str | os.PathLike) -> bool:
+    return is_run_path(spec) or (Path(spec).expanduser() / RUN_CONFIG).is_file()
 
 
-def load_model_for_inference(spec: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
+def check_inference_spec(spec: str | os.PathLike) -> None:
+    """Raise now, loading nothing, if `load_model_for_inference(spec)` would find no model: a run folder
+    needs a complete checkpoint and a base model that `check_model_spec` accepts."""
+    if _names_a_run(spec):
+        check_model_spec(find_checkpoint(spec).model_settings["name"])
+    else:
+        check_model_spec(spec)
+
+
+def load_model_for_inference(spec: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu",
+                             memory_kernels: bool = True) -> LoadedModel:
     """`spec` as `rlvr eval --model` takes it: a run or checkpoint folder gives its trained policy,
     anything else (embedded name, model folder, .gguf, cached hub id) goes to `load_policy`."""
-    if is_run_path(spec):
-        return load_policy_from_run(spec, dtype=dtype, device=device)
-    return load_policy(spec, dtype=dtype, device=device, lora=None)
+    if _names_a_run(spec):
+        return load_policy_from_run(spec, dtype=dtype, device=device, memory_kernels=memory_kernels)
+    return load_policy(spec, dtype=dtype, device=device, lora=None, memory_kernels=memory_kernels)

@@ -52,6 +52,7 @@ from rlvr.train.health import HealthMonitor
 from rlvr.train.optim import make_optimizer, make_scheduler
 from rlvr.train.reference import with_reference_logprobs
 from rlvr.train.rollout_stats import gather_rollout, rollout_stats
+from rlvr.train.run_setup import expect_config
 from rlvr.train.session import RL_RUN, open_run
 from rlvr.train.update import update_policy
 from rlvr.utils import peak_rss_bytes, read_jsonl
@@ -62,6 +63,7 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
 
     A resume refuses config changes outside `RESUME_MUTABLE_KEYS` unless `force_config_change`.
     """
+    expect_config(config)
     dist = init_distributed(config.model.device)  # one process unless launched data-parallel
     check_divisible(dist, config.rollout.batch_size)
     algo, rollout, train_cfg = config.algorithm, config.rollout, config.train
