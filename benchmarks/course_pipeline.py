@@ -7,7 +7,7 @@ Stages, each a fresh process started from the previous stage's weights (`model.i
   2. expert iter.   `rlvr expert-iter model.init_from=<SFT run>`
   3. GRPO           `rlvr train model.init_from=<expert-iteration run>`
 
-After each stage `rlvr eval --model <run>` scores the same held-out problems greedily (the
+After each stage `rlvr eval CONFIG model.name=<run>` scores the same held-out problems greedily (the
 task's eval split, seed `train.seed`; a chained run reads back with its whole chain), and one
 table gives each stage's accuracy with its Wilson 95% interval and its outcome counts.
 
