@@ -56,6 +56,11 @@ class ModelConfig:
     memory_kernels: bool = option(True, "attention without copied key/value heads and a SwiGLU MLP that keeps less "
                                   "for backward: less memory in the update, the same numbers")
     num_threads: int = option(0, "torch intra-op threads; 0 keeps torch's default")
+    # SFT -> expert iteration -> RL: each stage starts where the last one ended. The reference policy (KL
+    # term) is then those weights too. A resume rebuilds them, so keep that run folder.
+    init_from: str = option("", "a run folder or checkpoint whose trained weights this run starts from (a LoRA "
+                            "adapter is merged into model.name's weights first; the run must come from model.name); "
+                            "empty: model.name as it is")
 
 
 @dataclass
@@ -215,10 +220,27 @@ class HealthConfig:
     kl_window: int = option(4, "warn when the KL to the reference rose in each of this many iterations (and is "
                             "above kl_max)")
     kl_max: float = option(0.1, "the KL to the reference above which a steady rise (kl_window) warns")
-    entropy_collapse_frac: float = option(0.25, "warn when entropy falls below this share of its first value "
-                                          "(within entropy_collapse_within iterations)")
-    entropy_collapse_within: int = option(10, "iterations from the start in which an entropy collapse warns (the "
-                                          "policy became near-deterministic before learning)")
+    # A running maximum, so a collapse after a rise is caught as well as one from the start. A solved
+    # task converges to one answer per prompt, so this and identical_completions stay quiet then.
+    entropy_collapse_frac: float = option(0.25, "warn when entropy falls below this share of the highest entropy "
+                                          "of the run so far (while correct_frac < solved_frac)")
+    entropy_collapse_within: int = option(0, "0: an entropy collapse warns at any iteration; N: only within the "
+                                          "first N iterations")
+    distinct_completions_frac: float = option(0.3, "warn when distinct_completions_frac (distinct completions per "
+                                              "group / group size, averaged) is below this for `window` iterations "
+                                              "(while correct_frac < solved_frac): the groups collapsed to one text")
+    solved_frac: float = option(0.9, "identical_completions and entropy_collapse stay quiet while correct_frac is "
+                                "at least this: a solved task converges to one answer")
+    # Reward hacking in the small: the total rises on what is easy to earn (a format bonus) while the
+    # part that says the answer is right falls. Half-window means smooth the sampling noise.
+    divergence_window: int = option(6, "reward_divergence compares the mean of the first and the second half of "
+                                    "this many iterations")
+    divergence_reward_rise: float = option(0.05, "reward_divergence: the rise of reward/mean (second-half mean minus "
+                                           "first-half mean) above which it looks at the primary component")
+    divergence_fall: float = option(0.03, "reward_divergence warns when the primary component's half-window mean, "
+                                    "or eval accuracy over the window, fell by more than this while the reward rose")
+    primary_component: str = option("", "the reward component that says the answer is right (reward_divergence "
+                                     "watches reward/<it>); empty: the task's (answer for the built-in tasks)")
 
 
 @dataclass

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 import yaml
+from torch import nn
 
 from rlvr.models.conversion import check_model_spec
 from rlvr.models.policy import LoadedModel, LoraSettings, load_policy, resolve_dtype
@@ -115,23 +116,40 @@ def lora_settings_from_checkpoint(model_dir: Path) -> LoraSettings:
 
 def load_policy_from_run(path: str | os.PathLike, *, checkpoint: Optional[str] = None, dtype: Optional[str] = None,
                          device: str = "cpu", base_model: Optional[str] = None, memory_kernels: bool = True,
-                         ) -> LoadedModel:
+                         _seen: tuple[Path, ...] = ()) -> LoadedModel:
     """The policy a run trained, ready to sample from: base model (the run's `model.name`, or
     `base_model`) with the checkpoint's weights, in eval mode. LoRA stays an unmerged adapter.
 
+    A run started from another run's weights (`model.init_from` in its config.yaml) sits on those:
+    they are rebuilt first (`merged_model_from_run`, down the whole chain), then this run's weights go in.
     dtype: the run's `model.dtype` by default; another dtype casts the loaded weights.
     """
     found = find_checkpoint(path, checkpoint)
+    if found.run_dir.resolve() in _seen:
+        raise ValueError(f"model.init_from chain loops back to {found.run_dir}")
     run_dtype = found.model_settings.get("dtype", "float32")
     lora = lora_settings_from_checkpoint(found.model_dir) if found.kind == "lora" else None
+    initial = None
+    if found.model_settings.get("init_from"):
+        initial = merged_model_from_run(found.model_settings["init_from"], dtype=run_dtype, device=device,
+                                        base_model=base_model, _seen=_seen + (found.run_dir.resolve(),))
     loaded = load_policy(base_model or found.model_settings["name"], dtype=run_dtype, device=device, lora=lora,
-                         memory_kernels=memory_kernels)
+                         memory_kernels=memory_kernels, initial_model=initial)
     load_trainable(loaded, found.model_dir)
     if dtype is not None and resolve_dtype(dtype) != loaded.dtype:
         loaded.policy.to(resolve_dtype(dtype))
         loaded.dtype = resolve_dtype(dtype)
     loaded.policy.eval().requires_grad_(False)
     return loaded
+
+
+def merged_model_from_run(path: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu",
+                          base_model: Optional[str] = None, _seen: tuple[Path, ...] = ()) -> nn.Module:
+    """The weights a run (its latest checkpoint) or a checkpoint trained, as one plain transformers model: a
+    LoRA adapter merged into its base, full weights as they are. `model.init_from` starts a run from this."""
+    loaded = load_policy_from_run(path, dtype=dtype, device=device, base_model=base_model, memory_kernels=False,
+                                  _seen=_seen)
+    return loaded.policy.merge_and_unload() if loaded.is_lora else loaded.policy
 
 
 def _names_a_run(spec: str | os.PathLike) -> bool:

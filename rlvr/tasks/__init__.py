@@ -63,7 +63,8 @@ def register_task(name: str, factory: Callable | None = None):
 
 # What `rlvr.tasks.base.Task` asks of a task, checked on tasks from outside rlvr when they are built.
 INTERFACE = ("name (str), component_names (tuple of str), examples(split, count, seed), score(completion, example), "
-             "iter_eval(), and optionally stop_strings (tuple of str, default ())")
+             "iter_eval(), and optionally stop_strings (tuple of str, default ()) and primary_component (one of "
+             "component_names)")
 STANDARD_KEYWORDS = ("reward_weights", "use_chat_template", "seed")
 
 
@@ -122,6 +123,9 @@ def check_task_interface(task, name: str) -> None:
     components = getattr(task, "component_names", None)
     if not isinstance(components, (tuple, list)) or not components or not all(isinstance(c, str) for c in components):
         problems.append("`component_names` (a non-empty tuple of str)")
+    primary = getattr(task, "primary_component", None)
+    if primary is not None and (not isinstance(components, (tuple, list)) or primary not in components):
+        problems.append(f"`primary_component` among its component_names (got {primary!r})")
     stops = getattr(task, "stop_strings", ())
     if not isinstance(stops, (tuple, list)) or not all(isinstance(s, str) for s in stops):
         problems.append("`stop_strings` as a tuple of str (or none: () is assumed)")

@@ -44,6 +44,7 @@ from rlvr.metric_names import (
 )
 from rlvr.models import trainable_parameters
 from rlvr.rollout import SamplingSettings
+from rlvr.tasks.base import primary_component
 from rlvr.train.advantages import compute_advantages
 from rlvr.train.collect import collect_groups, rollout_batch
 from rlvr.train.distributed import check_divisible, init_distributed
@@ -78,7 +79,9 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             session.evaluate(0)
         # Every rank sees the same globally reduced records, so every rank takes the same stop decision.
         history = read_jsonl(session.writer.metrics_path) if session.resumed else []  # rebuild the streaks
-        health = HealthMonitor.from_config(config, is_main=dist.is_main, history=history)
+        health = HealthMonitor.from_config(config, is_main=dist.is_main, history=history,
+                                           task_components=tuple(task.component_names),
+                                           task_primary=primary_component(task))
         progress = None
         if train_cfg.progress and dist.is_main:
             from tqdm import tqdm

@@ -14,6 +14,7 @@ import torch
 
 from rlvr.config import Config, ConfigError
 from rlvr.models import LoadedModel, LoraSettings, check_inference_spec, check_model_spec, load_policy
+from rlvr.models.runs import find_checkpoint, merged_model_from_run
 from rlvr.rollout import ROLLOUT_BACKENDS, RolloutBackend
 from rlvr.tasks import Task, build_task
 from rlvr.utils import seed_everything
@@ -32,6 +33,20 @@ def check_model_source(config: Config, *, inference: bool = False) -> None:
         (check_inference_spec if inference else check_model_spec)(config.model.name)
     except (ValueError, OSError, ImportError) as exc:  # ImportError: an embedded model's package is missing
         raise ConfigError(f"model.name: {exc}") from None
+
+
+def check_init_from(config: Config) -> None:
+    """`model.init_from` names a run or checkpoint trained from `model.name`, checked without loading it."""
+    if not config.model.init_from:
+        return
+    try:
+        found = find_checkpoint(config.model.init_from)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"model.init_from: {exc}") from None
+    trained_from = found.model_settings["name"]
+    if trained_from != config.model.name:
+        raise ConfigError(f"model.init_from {config.model.init_from!r} was trained from model {trained_from!r} but "
+                          f"model.name is {config.model.name!r}; set model.name={trained_from}")
 
 
 def check_held_out(task: Task, config: Config) -> None:
@@ -56,19 +71,24 @@ def prepare_task(config: Config, *, inference: bool = False) -> Task:
                       max_abs_reward=config.task.max_abs_reward)
     check_held_out(task, config)
     check_model_source(config, inference=inference)
+    check_init_from(config)
     return task
 
 
 def load_run_model(config: Config, *, need_reference: bool) -> LoadedModel:
-    """The policy: LoRA or full weights, a frozen reference copy only when asked."""
+    """The policy: LoRA or full weights, a frozen reference copy only when asked; with `model.init_from`,
+    on another run's trained weights (merged), which are then the reference policy too."""
     lora = None
     if config.model.lora:
         lora = LoraSettings(rank=config.model.lora_rank, alpha=config.model.lora_alpha,
                             dropout=config.model.lora_dropout, target_modules=tuple(config.model.lora_target_modules))
+    initial = None
+    if config.model.init_from:
+        initial = merged_model_from_run(config.model.init_from, dtype=config.model.dtype, device=config.model.device)
     return load_policy(
         config.model.name, dtype=config.model.dtype, device=config.model.device, lora=lora,
         gradient_checkpointing=config.model.gradient_checkpointing, need_reference=need_reference,
-        memory_kernels=config.model.memory_kernels,
+        memory_kernels=config.model.memory_kernels, initial_model=initial,
     )
 
 

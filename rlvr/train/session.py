@@ -161,6 +161,8 @@ def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = N
     expect_config(config)
     require_sink_packages(config)
     task = prepare_task(config)  # model source, task options and data, held-out examples; seeded
+    if config.model.init_from and resume_dir is None:  # recorded absolute, so the run's policy can be rebuilt
+        config.model.init_from = str(Path(config.model.init_from).expanduser().resolve())
     if dist.enabled and fsdp_requested(config):
         config.train.fsdp = True  # an Accelerate FSDP launch: recorded in config.yaml, so a resume shards too
     folder = claim_run_folder(config, dist, stem=run_stem(config, kind), command=kind.command,
