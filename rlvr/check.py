@@ -28,7 +28,7 @@ from rlvr.train.collect import collect_groups, rollout_batch
 from rlvr.train.optim import make_optimizer, make_scheduler
 from rlvr.train.reference import scoring_group_size, with_reference_logprobs
 from rlvr.train.rollout_stats import gather_rollout, rollout_stats
-from rlvr.train.session import load_model_and_task, rollout_backend
+from rlvr.train.run_setup import load_model_and_task, rollout_backend
 from rlvr.train.update import update_policy
 
 # Estimators whose advantages sum to 0 within each group (z-score, mean-centring, leave-one-out).
