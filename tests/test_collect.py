@@ -19,13 +19,13 @@ from rlvr.config import load_config
 from rlvr.rollout.backend import RolloutBackend
 from rlvr.rollout.base import Generation
 from rlvr.tasks.base import Example, Verdict
-from rlvr.train.collect import collect_groups, rollout_batch
+from rlvr.train.collect import collect_groups, rollout_batch, round_seed
 from rlvr.train.distributed import SINGLE, init_distributed
 from rlvr.train.rollout_stats import gather_rollout, rollout_stats
 from tests.test_distributed import spawn_two_ranks
 
 GROUP = 2
-# Round r (the task's seed is r: train.seed 0, iteration 0) draws 4 prompts; "c" has contrast, "f" not.
+# Round r draws 4 prompts (train.seed 0, iteration 0); "c" has contrast, "f" not.
 ROUNDS = ["ccff", "ffcf", "fccc", "ffff"]
 COMPLETIONS = {"c": ["1", "0"], "f": ["1", "1"]}  # each completion is its own reward
 
@@ -36,8 +36,10 @@ class ScriptedTask:
     stop_strings = ()
 
     def examples(self, split, count, seed):
-        kinds = ROUNDS[seed] if seed < len(ROUNDS) else "f" * count
-        return [Example(prompt=f"{kind} r{seed} p{index}", ground_truth="") for index, kind in enumerate(kinds[:count])]
+        round_index = seed - round_seed(0, 0)
+        kinds = ROUNDS[round_index] if round_index < len(ROUNDS) else "f" * count
+        return [Example(prompt=f"{kind} r{round_index} p{index}", ground_truth="")
+                for index, kind in enumerate(kinds[:count])]
 
     def score(self, completion, example):
         value = float(completion)
