@@ -56,6 +56,23 @@ def test_kl_growth_needs_a_rising_window_and_the_threshold():
     assert fires("kl_growth", stream("kl", [0.9, 0.02, 0.05, 0.08, 0.11]))  # only the last 4 count
 
 
+def test_value_not_learning_needs_the_whole_window_below_the_threshold():
+    # Threshold 0 over 5 iterations: just below for all five fires; one just above (or at) breaks it.
+    assert fires("value_not_learning", stream("value/explained_variance", [-0.5, -0.2, -0.01, -0.001, -0.001]))
+    assert not fires("value_not_learning", stream("value/explained_variance", [-0.5, -0.2, 0.001, -0.001, -0.001]))
+    assert not fires("value_not_learning", stream("value/explained_variance", [-0.5, -0.2, 0.0, -0.001, -0.001]))
+    assert not fires("value_not_learning", stream("value/explained_variance", [-0.9] * 4))  # window not filled
+    assert not fires("value_not_learning", stream("value/explained_variance", [0.3] * 8))
+    assert fires("value_not_learning", stream("value/explained_variance", [0.8, 0.9] + [-0.1] * 5))  # the last 5
+    # A group preset never writes the value metrics: nothing to warn about.
+    assert not fires("value_not_learning", stream("kl", [0.0] * 8))
+    stricter = HealthConfig(explained_variance_min=0.5, explained_variance_window=2)
+    assert fires("value_not_learning", stream("value/explained_variance", [0.49, 0.499]), stricter)
+    assert not fires("value_not_learning", stream("value/explained_variance", [0.49, 0.501]), stricter)
+    warning = HEALTH_CHECKS.get("value_not_learning")(stream("value/explained_variance", [-0.25] * 5), T)
+    assert "-0.250" in warning.message and "algorithm.vf_coef" in warning.advice
+
+
 def test_nonfinite_fires_on_any_skipped_update():
     assert fires("nonfinite", [{"skipped_nonfinite_updates": 1}])
     assert not fires("nonfinite", [{"skipped_nonfinite_updates": 0}])

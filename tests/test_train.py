@@ -60,8 +60,28 @@ def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
     assert lora_b and any(v.abs().max() > 0 for v in lora_b)
 
 
-def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path):
-    extra = {"train.iterations": 4, "train.save_every": 2, "train.eval_every": 2, "algorithm.name": "grpo",
+# PPO: the value head (and a separate value model with its own adapter) is part of the state a resume
+# restores; the separate case also takes the KL penalty in the reward and a value warm-up iteration.
+RESUME_CASES = {
+    "grpo": {"algorithm.name": "grpo"},
+    "ppo": {"algorithm.name": "ppo", "rollout.batch_size": 4, "rollout.group_size": 2},
+    "ppo_separate": {"algorithm.name": "ppo", "algorithm.value_model": "separate", "algorithm.kl_in_reward": 0.05,
+                     "algorithm.value_warmup_iterations": 1},
+}
+
+
+def _value_tensors(run_dir):
+    from safetensors.torch import load_file
+
+    folder = sorted((run_dir / "checkpoints").glob("iter_*"))[-1] / "value"
+    return {**load_file(str(folder / "value_head.safetensors")),
+            **({f"model/{k}": v for k, v in load_file(str(folder / "model" / "adapter_model.safetensors")).items()}
+               if (folder / "model").exists() else {})}
+
+
+@pytest.mark.parametrize("case", sorted(RESUME_CASES))
+def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, case):
+    extra = {"train.iterations": 4, "train.save_every": 2, "train.eval_every": 2, **RESUME_CASES[case],
              "model.lora_rank": 4, "model.lora_alpha": 8, "train.keep_checkpoints": 5}
     full = tmp_path / "full"
     assert main(["train", *tiny_overrides(tiny_model_dir, full, **extra)]) == 0
@@ -85,6 +105,13 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path):
     full_w, part_w = _weights(full, tiny_model_dir), _weights(part, tiny_model_dir)
     for key in full_w:
         assert torch.equal(full_w[key], part_w[key]), key
+    if case.startswith("ppo"):
+        full_v, part_v = _value_tensors(full), _value_tensors(part)
+        assert full_v.keys() == part_v.keys() and len(full_v) > (2 if case == "ppo_separate" else 1)
+        for key in full_v:
+            assert torch.equal(full_v[key], part_v[key]), key
+        assert full_v["weight"].abs().max() > 0  # the head learned (it starts at zero)
+        assert full_records[-1]["value/explained_variance"] == part_records[-1]["value/explained_variance"]
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys):

@@ -18,6 +18,7 @@ from rlvr.metric_names import (
     CLIP_FRAC_HIGH,
     CLIP_FRAC_LOW,
     ENTROPY,
+    EXPLAINED_VARIANCE,
     FRAC_ZERO_VARIANCE_GROUPS,
     HEALTH_WARNINGS,
     ITERATION,
@@ -148,6 +149,23 @@ def check_entropy_collapse(history: list[dict], thresholds) -> HealthWarning | N
         f"entropy fell to {current:.4f}, {current / first:.0%} of its first value {first:.4f}, "
         f"within {len(history)} iterations",
         "lower optim.lr, raise rollout.temperature, or add algorithm.entropy_coef",
+    )
+
+
+@HEALTH_CHECKS.register("value_not_learning")
+def check_value_not_learning(history: list[dict], thresholds) -> HealthWarning | None:
+    """PPO: the value model's explained variance below `explained_variance_min` for `explained_variance_window`
+    iterations (GAE against such values is noisier than no baseline)."""
+    values = _values(history, EXPLAINED_VARIANCE, thresholds.explained_variance_window)
+    if values is None or max(values) >= thresholds.explained_variance_min:
+        return None
+    return HealthWarning(
+        "value_not_learning",
+        f"the value model's explained variance is {values[-1]:.3f}, below {thresholds.explained_variance_min} for "
+        f"{thresholds.explained_variance_window} iterations (best {max(values):.3f}): its values predict the returns "
+        "worse than their mean",
+        "raise algorithm.vf_coef, add algorithm.value_warmup_iterations, lower optim.lr, or try "
+        "algorithm.value_model=separate",
     )
 
 

@@ -1,8 +1,8 @@
 """A training run, whatever the loop (RL, SFT, expert iteration): everything around the loop itself.
 
 `open_run` claims the run folder (a new one, or the resumed one: locked, the config change
-checked; rlvr/train/run_folder.py), loads the task and the model, places the model on each
-data-parallel rank (FSDP sharding included), and sets up the rollout backend and the held-out
+checked; rlvr/train/run_folder.py), loads the task and the model (and PPO's value model), places
+them on each data-parallel rank (FSDP sharding included), and sets up the rollout backend and the held-out
 evaluation. The loop then calls `start` (resume from the newest intact checkpoint, then open the
 metric writers), `evaluate`, `save_checkpoint`, and finally `close` (or uses the session as a
 context manager), which releases the folder. Each loop keeps only what is its own: its
@@ -24,6 +24,7 @@ import torch
 from rlvr.config import Config
 from rlvr.metric_names import ELAPSED_S, ITERATION, UNIX_TIME
 from rlvr.models import LoadedModel, LoraSettings, load_policy, trainable_parameters
+from rlvr.models.value_model import ValueModel, build_value_model
 from rlvr.rollout import ROLLOUT_BACKENDS, RolloutBackend, SamplingSettings
 from rlvr.tasks import Task, build_task, task_label
 from rlvr.train.checkpoint import gather_checkpoint_state, restore_checkpoint, save_checkpoint
@@ -69,16 +70,26 @@ def load_model_and_task(config: Config, *, need_reference: bool) -> tuple[Loaded
                       use_chat_template=config.task.use_chat_template, seed=config.train.seed,
                       max_abs_reward=config.task.max_abs_reward)
     check_held_out(task, config)
+    return load_configured_model(config, need_reference=need_reference), task
+
+
+def load_configured_model(config: Config, *, need_reference: bool = False) -> LoadedModel:
+    """`model.name` as the config sets it up: dtype, device, LoRA or full weights, checkpointing, kernels."""
     lora = None
     if config.model.lora:
         lora = LoraSettings(rank=config.model.lora_rank, alpha=config.model.lora_alpha,
                             dropout=config.model.lora_dropout, target_modules=tuple(config.model.lora_target_modules))
-    loaded = load_policy(
+    return load_policy(
         config.model.name, dtype=config.model.dtype, device=config.model.device, lora=lora,
         gradient_checkpointing=config.model.gradient_checkpointing, need_reference=need_reference,
         memory_kernels=config.model.memory_kernels,
     )
-    return loaded, task
+
+
+def set_up_value_model(config: Config, loaded: LoadedModel) -> ValueModel:
+    """PPO's value model (`algorithm.value_model`): a head on the policy, or a second copy of the base
+    model set up as the policy is (its own LoRA adapter, or all weights) with the head."""
+    return build_value_model(config.algorithm.value_model, loaded, load_separate=lambda: load_configured_model(config))
 
 
 def rollout_backend(config: Config, loaded: LoadedModel) -> RolloutBackend:
@@ -107,6 +118,7 @@ class RunSession:
     resume_dir: Path | None
     started_at: float
     eval_examples: list = field(default_factory=list)
+    value_model: ValueModel | None = None  # PPO only
     writer: RunWriter | None = None  # opened by `start`, once a resume has made its first writes
 
     @property
@@ -128,6 +140,11 @@ class RunSession:
     def elapsed(self) -> float:
         return time.perf_counter() - self.started_at
 
+    def trainable_parameters(self) -> list:
+        """What the optimizer updates: the policy's trainable weights, then the value model's (if any)."""
+        own = [] if self.value_model is None else self.value_model.parameters()
+        return [*trainable_parameters(self.policy), *own]
+
     def start(self, optimizer, scheduler, fresh_state: dict) -> tuple[int, dict]:
         """(iterations done, loop counters), then the metric writers open.
 
@@ -137,7 +154,8 @@ class RunSession:
         """
         done, state = 0, fresh_state
         if self.resume_dir is not None:
-            restored = restore_checkpoint(self.run_dir, self.loaded, optimizer, scheduler, self.dist)
+            restored = restore_checkpoint(self.run_dir, self.loaded, optimizer, scheduler, self.dist,
+                                          value_model=self.value_model)
             restore_rank_state(self.dist, restored["distributed"], restored["checkpoint"])
             done, state = restored["iteration"], restored["state"]
             self.folder.commit_resume(restored, self.dist)
@@ -164,10 +182,12 @@ class RunSession:
     def save_checkpoint(self, iteration: int, optimizer, scheduler, state: dict) -> None:
         """Checkpoint `iteration` (weights, optimizer, scheduler, counters, RNG). A collective when data-parallel."""
         extra = checkpoint_extra(self.dist)  # every rank's RNG states
-        gathered = gather_checkpoint_state(self.loaded, optimizer)  # full tensors (a collective under FSDP)
+        # Full tensors (a collective under FSDP).
+        gathered = gather_checkpoint_state(self.loaded, optimizer, self.value_model)
         if self.dist.is_main:
             save_checkpoint(self.run_dir, iteration, self.loaded, optimizer, scheduler, state,
-                            self.config.train.keep_checkpoints, distributed=extra, gathered=gathered)
+                            self.config.train.keep_checkpoints, distributed=extra, gathered=gathered,
+                            value_model=self.value_model)
         self.dist.barrier()
 
     def close(self) -> None:
@@ -187,10 +207,12 @@ class RunSession:
 
 
 def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = None, dist: Dist = SINGLE,
-             need_reference: bool = False, force_config_change: bool = False) -> RunSession:
+             need_reference: bool = False, need_value_model: bool = False,
+             force_config_change: bool = False) -> RunSession:
     """Claim the run folder and set up everything a loop needs; see the module docstring.
 
     A resume refuses config changes outside `RESUME_MUTABLE_KEYS` unless `force_config_change`.
+    `need_value_model`: set up PPO's value model (`algorithm.value_model`).
     """
     started_at = time.perf_counter()
     require_sink_packages(config)  # a missing sink package stops the run before any file or model
@@ -202,15 +224,20 @@ def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = N
     try:
         config.model.device = rank_device(dist, config.model.device)
         loaded, task = load_model_and_task(config, need_reference=need_reference)
-        start_ranks(dist, trainable_parameters(loaded.policy), config.train.seed)  # rank 0's weights, seed + rank
+        value_model = set_up_value_model(config, loaded) if need_value_model else None
+        value_params = [] if value_model is None else value_model.parameters()
+        start_ranks(dist, [*trainable_parameters(loaded.policy), *value_params], config.train.seed)  # rank 0's weights
         if dist.enabled and config.train.fsdp:
             layers = shard_loaded_model(loaded, dist)  # decoder layers sharded; their parameters become DTensors
+            if value_model is not None and value_model.separate is not None:
+                shard_loaded_model(value_model.separate, dist)
             if dist.is_main:
                 print(f"fsdp: {layers} decoder layers sharded across {dist.world_size} processes")
         return RunSession(
             config=config, kind=kind, folder=folder, dist=dist, loaded=loaded, task=task,
             backend=rollout_backend(config, loaded), resume_dir=None if resume_dir is None else Path(resume_dir),
             started_at=started_at, eval_examples=task.examples("eval", config.train.eval_size, config.train.seed),
+            value_model=value_model,
         )
     except BaseException:
         folder.release()
