@@ -149,8 +149,9 @@ def explained_variance_sums(values: torch.Tensor, returns: torch.Tensor, mask: t
     """
     _check_same_shape(values=values, returns=returns, mask=mask)
     keep = mask != 0  # [B, T]
-    kept_returns = returns.detach()[keep].double()  # [n]
-    errors = kept_returns - values.detach()[keep].double()  # [n]
+    zero = torch.zeros((), dtype=torch.float64, device=mask.device)
+    kept_returns = torch.where(keep, returns.detach().double(), zero)  # [B, T]
+    errors = torch.where(keep, returns.detach().double() - values.detach().double(), zero)  # [B, T]
     return torch.stack([keep.sum().double(), kept_returns.sum(), kept_returns.square().sum(),
                         errors.sum(), errors.square().sum()])  # [5]
 

@@ -68,6 +68,10 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     algo, rollout = config.algorithm, config.rollout
     if batch.advantages is None:
         raise ValueError("the batch has no advantages: run the advantage stage (with_advantages) first")
+    if value_model is not None and (batch.old_values is None or batch.returns is None):
+        raise ValueError("a value model needs the batch's old_values and returns (with_old_values, then with_advantages)")
+    if value_warmup and value_model is None:
+        raise ValueError("value_warmup trains the value model alone, and there is no value model")
     num_sequences = len(batch)
     num_tokens = batch.completion_mask.sum()
     if dist.enabled:
