@@ -229,10 +229,12 @@ class HealthConfig:
     entropy_collapse_within: int = option(10, "iterations from the start in which an entropy collapse warns (the "
                                           "policy became near-deterministic before learning)")
     # A value function worse than a constant makes GAE's advantages noisier than no baseline at all.
+    # Once a task is solved the returns hardly vary and the ratio turns noisy (it can dip below 0
+    # while the values are close): hence a long window.
     explained_variance_min: float = option(0.0, "PPO: warn when the value model's explained variance stays below "
                                            "this for explained_variance_window iterations")
-    explained_variance_window: int = option(5, "PPO: iterations the explained variance must stay low before it "
-                                            "warns (it starts at 0 and needs a few iterations to rise)")
+    explained_variance_window: int = option(10, "PPO: iterations the explained variance must stay low before it "
+                                            "warns (it starts at 0, and is noisy once the returns hardly vary)")
 
 
 @dataclass
