@@ -67,9 +67,10 @@ def _update(preset, lora, clip, model_dir, rows, dist, mesh=None, optimizer_name
     metrics = {**update.metrics, "optimizer_steps": update.optimizer_steps,
                "skipped_nonfinite_updates": update.skipped_nonfinite_updates}
     if value_model is not None:  # the replicated head, compared like the metrics
-        metrics.update({"value_head/weight_sum": float(value_model.head.weight.sum()),
-                        "value_head/weight_norm": float(value_model.head.weight.norm()),
-                        "value_head/bias": float(value_model.head.bias)})
+        head = value_model.head
+        metrics.update({"value_head/weight_sum": float(head.weight.detach().sum()),
+                        "value_head/weight_norm": float(head.weight.detach().norm()),
+                        "value_head/bias": float(head.bias.detach())})
     return loaded, optimizer, scheduler, metrics
 
 

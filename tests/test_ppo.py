@@ -44,7 +44,8 @@ SMALL = {"model.lora_rank": 4, "model.lora_alpha": 8}
 def test_ppo_run_with_groups_of_one(tiny_model_dir, tmp_path):
     run_dir = tmp_path / "ppo"
     overrides = tiny_overrides(tiny_model_dir, run_dir, **{**SMALL, "algorithm.name": "ppo", "train.iterations": 3,
-                                                           "rollout.batch_size": 8, "rollout.group_size": 1})
+                                                           "rollout.batch_size": 8, "rollout.group_size": 1,
+                                                           "algorithm.kl_in_reward": 0.05})
     assert main(["train", *overrides]) == 0
     records = read_jsonl(run_dir / "metrics.jsonl")
     assert [r["iteration"] for r in records] == [1, 2, 3]
@@ -58,7 +59,11 @@ def test_ppo_run_with_groups_of_one(tiny_model_dir, tmp_path):
     # The head starts at zero: every value 0, explained variance exactly 0; then it learns.
     assert records[0][VALUE_MEAN] == 0.0 and records[0][EXPLAINED_VARIANCE] == 0.0
     assert records[1][VALUE_MEAN] != 0.0 and records[1][VALUE_LOSS_PER_TOKEN] > 0
-    assert records[0]["ratio/first_epoch_max_dev"] < 1e-6
+    assert records[0]["ratio/first_epoch_max_dev"] < 1e-6  # the value pass's old log-probs equal the update's
+    # The KL penalty in the reward: a reference pass each iteration, its KL logged at sampling time
+    # (0 while the LoRA adapter is still 0, then the policy moves away).
+    assert all("time/logprobs" in record for record in records)
+    assert records[0]["kl"] == 0.0 and records[2]["kl"] > 0
     # Every metric the health checks and the report read is written by a group run (tests/test_train.py)
     # or by this one.
     written = {key for record in records + read_jsonl(run_dir / "eval.jsonl") for key in record}

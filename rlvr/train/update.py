@@ -131,6 +131,9 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     policy.train(False)
     if value_model is not None:
         value_model.train(False)
+    if algo.kl_in_reward > 0 and algo.kl_coef == 0:  # the KL is in the reward only: log it at sampling time
+        sums.add_masked(KL, kl_per_token(batch.old_logprobs, batch.ref_logprobs, estimator=algo.kl_estimator),
+                        batch.completion_mask)
     reduce_metric_sums(dist, sums)
     if dist.enabled:
         first_epoch_ratio_dev = dist.max_scalar(first_epoch_ratio_dev)
