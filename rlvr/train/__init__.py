@@ -1,1 +1,1 @@
-"""Training loops: `rl.train` (GRPO family). Each loop is an explicit function."""
+"""Training loops: `rl.train` (GRPO family and PPO). Each loop is an explicit function."""
