@@ -23,18 +23,13 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench_runs import REPO, train_in_fresh_process
+
 DEFAULT_CONFIGS = [None, "configs/format_copy_reinforce.yaml"]  # None: `rlvr train` with no config
 REWARD_TARGET, EVAL_TARGET = 1.25, 0.9
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def run_one(config: str | None, overrides: list[str], runs_dir: Path, num_processes: int = 1) -> dict:
@@ -47,11 +42,8 @@ def run_one(config: str | None, overrides: list[str], runs_dir: Path, num_proces
     shutil.rmtree(run_dir, ignore_errors=True)
     command = [sys.executable, "-m", "rlvr", "train", *launch, *([config] if config else []),
                f"train.output_dir={runs_dir}", f"train.run_name={name}", "train.progress=false", *overrides]
-    print("$", " ".join(command[1:]), flush=True)
-    started = time.time()
-    subprocess.run(command, cwd=REPO, check=True)
-    total = time.time() - started
-    metrics, evals = read_jsonl(run_dir / "metrics.jsonl"), read_jsonl(run_dir / "eval.jsonl")
+    run = train_in_fresh_process(command, run_dir, label=name)
+    started, total, metrics, evals = run["started"], run["total_s"], run["metrics"], run["evals"]
 
     def since_start(record):
         return record["time/unix"] - started

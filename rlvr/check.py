@@ -28,7 +28,7 @@ from rlvr.train.collect import collect_groups, rollout_batch
 from rlvr.train.optim import make_optimizer, make_scheduler
 from rlvr.train.reference import needs_reference_logprobs, with_reference_logprobs
 from rlvr.train.rollout_stats import advantage_per_row, gather_rollout, rollout_stats
-from rlvr.train.session import load_model_and_task, rollout_backend, set_up_value_model
+from rlvr.train.run_setup import load_model_and_task, rollout_backend, set_up_value_model
 from rlvr.train.update import update_policy
 from rlvr.train.values import forward_group_size, with_old_values
 

@@ -26,7 +26,7 @@ from rlvr.rollout.base import fill_token_id
 from rlvr.train.advantages import compute_advantages
 from rlvr.train.optim import make_optimizer, make_scheduler
 from rlvr.train.reference import with_reference_logprobs
-from rlvr.train.session import load_model_and_task
+from rlvr.train.run_setup import load_model_and_task
 from rlvr.train.update import update_policy
 from rlvr.utils import peak_rss_bytes
 

@@ -12,6 +12,8 @@ from rlvr.config import ConfigError, load_config
 from rlvr.storage_errors import StorageError
 
 CONFIG_SHOW_HINT = "every key with its type, default and help: rlvr config show [CONFIG.yaml] [key=value ...]"
+START_ERRORS_HINT = ("A bad key or value, task, task option, data file or model name stops the command with exit "
+                     "status 2 and a message naming it, before the model loads and before any folder is made.")
 
 
 def quiet_library_deprecations() -> None:
@@ -55,6 +57,8 @@ def _launch_train(args: argparse.Namespace) -> int:
     """`rlvr train --num-processes N ...`: the same command under `accelerate launch` with N processes."""
     from rlvr.config import load_run_config
     from rlvr.train.distributed import Dist, check_divisible, launch
+    from rlvr.train.run_setup import prepare_task
+    from rlvr.train.sinks import require_sink_packages
 
     if args.num_processes < 1:
         raise ConfigError(f"--num-processes must be >= 1, got {args.num_processes}")
@@ -63,6 +67,8 @@ def _launch_train(args: argparse.Namespace) -> int:
         raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
     config = load_run_config(args.resume, overrides) if args.resume else load_config(config_path, overrides)
     check_divisible(Dist(world_size=args.num_processes), config.rollout.batch_size)  # fail before launching
+    require_sink_packages(config)
+    prepare_task(config)  # the model source, the task and its data: every process would fail on them
     if args.resume:
         from rlvr.train.resume_policy import plan_resume
 
@@ -184,36 +190,52 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_task_options(items: list[str]) -> dict:
-    import yaml
+# `rlvr eval`'s flags are shorthands for config keys (flag attribute -> key).
+EVAL_FLAG_KEYS = {
+    "task": "task.name", "model": "model.name", "prompt": "task.options.prompt", "limit": "train.eval_size",
+    "max_new_tokens": "train.eval_max_new_tokens", "temperature": "train.eval_temperature",
+    "top_p": "train.eval_top_p", "batch_size": "train.eval_batch_size", "dtype": "model.dtype", "seed": "train.seed",
+}
+CHAT_TEMPLATE_VALUES = {"auto": "null", "on": "true", "off": "false"}  # --chat-template -> task.use_chat_template
 
-    options = {}
-    for item in items:
-        if "=" not in item:
+
+def _override_key(item: str) -> str:
+    return item.split("=", 1)[0].strip()
+
+
+def _overlaps(key: str, other: str) -> bool:
+    """The same key, or one inside the other (`task.options` and `task.options.path`)."""
+    return key == other or key.startswith(other + ".") or other.startswith(key + ".")
+
+
+def eval_flag_overrides(args: argparse.Namespace, overrides: list[str]) -> list[str]:
+    """`rlvr eval`'s flags as `key=value` overrides; a key set twice (by two flags, or a flag and an override) is
+    an error, so it is never a question of which one wins."""
+    from rlvr.config import yaml_value
+
+    given = [(f"--{flag.replace('_', '-')}", f"{key}={yaml_value(getattr(args, flag))}")
+             for flag, key in EVAL_FLAG_KEYS.items() if getattr(args, flag) is not None]
+    if args.chat_template is not None:
+        given.append(("--chat-template", f"task.use_chat_template={CHAT_TEMPLATE_VALUES[args.chat_template]}"))
+    for item in args.task_option:
+        if "=" not in item or not item.split("=", 1)[0].strip():
             raise ConfigError(f"--task-option {item!r} is not of the form key=value (e.g. eval_path=data/test.jsonl)")
-        key, text = item.split("=", 1)
-        try:
-            options[key.strip()] = yaml.safe_load(text) if text else ""
-        except yaml.YAMLError:
-            options[key.strip()] = text
-    return options
+        given.append(("--task-option", f"task.options.{item.strip()}"))
+    seen = [(item, _override_key(item)) for item in overrides]
+    for flag, item in given:
+        key = _override_key(item)
+        for earlier, other in seen:
+            if _overlaps(key, other):
+                raise ConfigError(f"{flag} sets {key}, and so does {earlier!r}: give it once")
+        seen.append((f"{flag} ({item})", key))
+    return [item for _, item in given]
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from rlvr.train.evaluation import EvalSettings, evaluate_task
+    from rlvr.train.evaluation import evaluate
 
-    options = _parse_task_options(args.task_option)
-    if args.prompt is not None:
-        options["prompt"] = args.prompt
-    chat = {"auto": None, "on": True, "off": False}[args.chat_template]
-    settings = EvalSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                            batch_size=args.batch_size)
-    if args.max_new_tokens < 1 or args.temperature < 0 or not 0 < args.top_p <= 1 or args.batch_size < 1:
-        raise ConfigError("--max-new-tokens and --batch-size must be >= 1, --temperature >= 0, --top-p in (0, 1]")
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError("--limit must be >= 1")
-    evaluate_task(args.task, args.model, task_options=options, use_chat_template=chat, limit=args.limit,
-                  settings=settings, output_dir=args.output, dtype=args.dtype, seed=args.seed)
+    config_path, overrides = _split_config_and_overrides(args.items)
+    evaluate(load_config(config_path, overrides + eval_flag_overrides(args, overrides)), output_dir=args.output)
     return 0
 
 
@@ -222,7 +244,12 @@ FORCE_HELP = ("with --resume: accept overrides that change more than the run's l
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlvr", description="RL with verifiable rewards for causal LMs.")
+    parser = argparse.ArgumentParser(
+        prog="rlvr", description="RL with verifiable rewards for causal LMs.",
+        epilog="rlvr COMMAND --help tells more. train, sft, expert-iter, check, sweep, eval and config show take "
+               "[CONFIG.yaml] [key=value ...]; rlvr config show lists every key. From Python: from rlvr import "
+               "Config, train, evaluate, register_task (README, \"Python API\").",
+    )
     parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser(
@@ -283,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "overrides for every run")
     sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                        help="a grid axis, repeatable (runs = cartesian product); KEY_A+KEY_B=V1,V2 sets both keys")
-    sweep.add_argument("--output", default=None,
+    sweep.add_argument("--output", default=None, metavar="DIR",
                        help="folder for the runs and report.html (default: <train.output_dir>/sweep-<config name>)")
     sweep.set_defaults(func=cmd_sweep)
     config = sub.add_parser("config", help="show the resolved config", description=CONFIG_SHOW_HINT)
@@ -298,30 +325,47 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("algorithms", help="list the algorithm presets").set_defaults(func=cmd_algorithms)
     sub.add_parser("tasks", help="list the registered tasks").set_defaults(func=cmd_tasks)
     ev = sub.add_parser(
-        "eval", help="sample, score and summarise a model on a task's held-out examples",
-        description="rlvr eval --task gsm8k --model smollm2-135m-instruct --prompt r1_zero "
-                    "--task-option eval_path=data/gsm8k/test.jsonl --limit 200",
+        "eval", help="judge a model or a run on a task's held-out examples, as the in-training eval does",
+        description="rlvr eval [CONFIG.yaml] [key=value ...] [--flags]   e.g. rlvr eval --model runs/RUN "
+                    "--task gsm8k --task-option eval_path=test.jsonl --limit 200 --max-new-tokens 256. "
+                    "It evaluates what the config describes, on the config's model (or a run folder), with the "
+                    "in-training eval's settings: greedy, train.eval_size examples, train.eval_max_new_tokens "
+                    "(default rollout.max_new_tokens), the rollout's stop strings. Each flag is a shorthand for "
+                    "the key in brackets; setting a key both by a flag and by key=value is an error.",
     )
-    ev.add_argument("--task", required=True, help="a registered task (gsm8k, math, dataset, reasoning_gym:NAME, "
-                                                   "...) or your own as path/to/file.py:Name or package.module:Name")
-    ev.add_argument("--model", default="smollm2-135m-instruct",
-                    help="embedded name, model folder, .gguf, cached hub id, or a run folder (its latest checkpoint) "
-                         "or checkpoint folder")
-    ev.add_argument("--prompt", choices=("r1_zero", "question_only"), default=None,
-                    help="prompt template (default: the task's own, r1_zero for gsm8k/math/reasoning_gym)")
-    ev.add_argument("--limit", type=int, default=None, help="evaluate only the first N held-out examples")
-    ev.add_argument("--max-new-tokens", type=int, default=1024)
-    ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 decodes greedily")
-    ev.add_argument("--top-p", type=float, default=1.0)
-    ev.add_argument("--batch-size", type=int, default=8, help="prompts generated together")
-    ev.add_argument("--output", default=None, help="folder for generations.jsonl and summary.json "
-                                                   "(default runs/eval-<task>-<time>)")
+    ev.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
+    ev.add_argument("--task", metavar="NAME",
+                    help="[task.name] a registered task (gsm8k, math, dataset, reasoning_gym:NAME, ...) or your own "
+                         "as path/to/file.py:Name or package.module:Name")
+    ev.add_argument("--model", metavar="SPEC",
+                    help="[model.name] embedded name, model folder, .gguf, cached hub id, or a run folder (its latest "
+                         "checkpoint) or checkpoint folder")
+    ev.add_argument("--prompt", choices=("r1_zero", "question_only"),
+                    help="[task.options.prompt] prompt template (default: the task's own, r1_zero for "
+                         "gsm8k/math/reasoning_gym)")
+    ev.add_argument("--limit", type=int, metavar="N",
+                    help="[train.eval_size] judge the first N held-out examples (32 unless the config sets it)")
+    ev.add_argument("--max-new-tokens", type=int, metavar="N",
+                    help="[train.eval_max_new_tokens] generation budget (default: rollout.max_new_tokens, 24 unless "
+                         "the config sets it)")
+    ev.add_argument("--temperature", type=float, metavar="T",
+                    help="[train.eval_temperature] 0 (the default) decodes greedily, as the in-training eval does; "
+                         "above 0 samples")
+    ev.add_argument("--top-p", type=float, metavar="P",
+                    help="[train.eval_top_p] nucleus threshold when sampling (default 1)")
+    ev.add_argument("--batch-size", type=int, metavar="N",
+                    help="[train.eval_batch_size] prompts generated together (default 32)")
     ev.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
-                    help="a task option, repeatable (values parsed as YAML), e.g. eval_path=test.jsonl")
-    ev.add_argument("--chat-template", choices=("auto", "on", "off"), default="auto",
-                    help="auto: raw text for the r1_zero prompt, the chat template otherwise")
-    ev.add_argument("--dtype", default="float32")
-    ev.add_argument("--seed", type=int, default=0)
+                    help="[task.options.KEY] a task option, repeatable (values parsed as YAML), e.g. "
+                         "eval_path=test.jsonl")
+    ev.add_argument("--chat-template", choices=tuple(CHAT_TEMPLATE_VALUES),
+                    help="[task.use_chat_template] auto (null, the default): raw text for the r1_zero prompt, the "
+                         "chat template otherwise")
+    ev.add_argument("--dtype", metavar="DTYPE", help="[model.dtype] float32 (the default), bfloat16, float16, float64")
+    ev.add_argument("--seed", type=int, metavar="N", help="[train.seed] the seed (default 0)")
+    ev.add_argument("--output", default=None, metavar="DIR",
+                    help="folder for config.yaml, generations.jsonl and summary.json (default: a new "
+                         "<train.output_dir>/eval-<task>-<time>-<4 hex digits>)")
     ev.set_defaults(func=cmd_eval)
     export = sub.add_parser(
         "export", help="write a run's checkpoint as a Hugging Face folder (a merged model or a PEFT adapter)",
@@ -337,8 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--base-model", default=None, metavar="SPEC",
                         help="load the base model from here instead of the run's model.name (if it moved)")
     export.set_defaults(func=cmd_export)
-    for name in ("train", "sft", "expert-iter", "check", "sweep"):  # the commands that take key=value overrides
-        sub.choices[name].epilog = CONFIG_SHOW_HINT
+    for name in ("train", "sft", "expert-iter", "check", "sweep", "eval"):  # the commands that take key=value overrides
+        sub.choices[name].epilog = f"{CONFIG_SHOW_HINT}. {START_ERRORS_HINT}"
     return parser
 
 
@@ -347,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # `rlvr sweep CONFIG --grid k=a,b more=overrides`: overrides may follow the options
-        if args.command != "sweep" or any(item.startswith("-") for item in extra):
+        if not hasattr(args, "items") or any(item.startswith("-") for item in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.items += extra
     try:

@@ -7,6 +7,7 @@ resolved config (algorithm preset applied) is what gets saved with every run.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 import typing
@@ -55,6 +56,11 @@ class ModelConfig:
     memory_kernels: bool = option(True, "attention without copied key/value heads and a SwiGLU MLP that keeps less "
                                   "for backward: less memory in the update, the same numbers")
     num_threads: int = option(0, "torch intra-op threads; 0 keeps torch's default")
+    # SFT -> expert iteration -> RL: each stage starts where the last one ended. The reference policy (KL
+    # term) is then those weights too. A resume rebuilds them, so keep that run folder.
+    init_from: str = option("", "a run folder or checkpoint whose trained weights this run starts from (a LoRA "
+                            "adapter is merged into model.name's weights first; the run must come from model.name); "
+                            "empty: model.name as it is")
 
 
 @dataclass
@@ -67,8 +73,9 @@ class TaskConfig:
                                               "task's defaults", factory=dict)
     options: dict[str, Any] = option(help="task-specific options passed to the task (a data path, prompt, filters)",
                                      factory=dict)
-    use_chat_template: bool = option(True, "wrap prompts in the tokenizer's chat template (instruct models) or send "
-                                     "raw text (the r1_zero prompt)")
+    use_chat_template: Optional[bool] = option(None, "wrap prompts in the tokenizer's chat template (instruct models) "
+                                               "or send raw text; null: the task decides (raw text for the r1_zero "
+                                               "prompt, the chat template otherwise)")
     # 1e38 already overflows float32 sums; real rewards are O(1) (see rlvr.tasks.judging).
     max_abs_reward: float = option(1e6, "a verdict whose total or a component is infinite or larger than this in size "
                                    "is counted as an error (reward NaN, advantage 0) instead of swamping its group")
@@ -183,6 +190,11 @@ class TrainConfig:
                              "still runs)")
     eval_size: int = option(32, "held-out examples per eval; 0 disables evaluation")
     eval_max_new_tokens: Optional[int] = option(None, "generation budget of the eval; null: rollout.max_new_tokens")
+    # Greedy by default: one completion per prompt, and the accuracy does not move with the sampling seed.
+    eval_temperature: float = option(0.0, "sampling temperature of the eval (in training and `rlvr eval`); 0 decodes "
+                                     "greedily")
+    eval_top_p: float = option(1.0, "nucleus threshold of the eval in (0, 1]; applies only when eval_temperature > 0")
+    eval_batch_size: int = option(32, "held-out prompts generated together by the eval")
     save_every: int = option(4, "iterations between checkpoints; the last iteration is always saved")
     keep_checkpoints: int = option(2, "checkpoints kept on disk (older ones are deleted)")
     samples_every: int = option(1, "write completions to samples.jsonl every N iterations")
@@ -224,10 +236,27 @@ class HealthConfig:
     kl_window: int = option(4, "warn when the KL to the reference rose in each of this many iterations (and is "
                             "above kl_max)")
     kl_max: float = option(0.1, "the KL to the reference above which a steady rise (kl_window) warns")
-    entropy_collapse_frac: float = option(0.25, "warn when entropy falls below this share of its first value "
-                                          "(within entropy_collapse_within iterations)")
-    entropy_collapse_within: int = option(10, "iterations from the start in which an entropy collapse warns (the "
-                                          "policy became near-deterministic before learning)")
+    # A running maximum, so a collapse after a rise is caught as well as one from the start. A solved
+    # task converges to one answer per prompt, so this and identical_completions stay quiet then.
+    entropy_collapse_frac: float = option(0.25, "warn when entropy falls below this share of the highest entropy "
+                                          "of the run so far (while correct_frac < solved_frac)")
+    entropy_collapse_within: int = option(0, "0: an entropy collapse warns at any iteration; N: only within the "
+                                          "first N iterations")
+    distinct_completions_frac: float = option(0.3, "warn when distinct_completions_frac (distinct completions per "
+                                              "group / group size, averaged) is below this for `window` iterations "
+                                              "(while correct_frac < solved_frac): the groups collapsed to one text")
+    solved_frac: float = option(0.9, "identical_completions and entropy_collapse stay quiet while correct_frac is "
+                                "at least this: a solved task converges to one answer")
+    # Reward hacking in the small: the total rises on what is easy to earn (a format bonus) while the
+    # part that says the answer is right falls. Half-window means smooth the sampling noise.
+    divergence_window: int = option(6, "reward_divergence compares the mean of the first and the second half of "
+                                    "this many iterations")
+    divergence_reward_rise: float = option(0.05, "reward_divergence: the rise of reward/mean (second-half mean minus "
+                                           "first-half mean) above which it looks at the primary component")
+    divergence_fall: float = option(0.03, "reward_divergence warns when the primary component's half-window mean, "
+                                    "or eval accuracy over the window, fell by more than this while the reward rose")
+    primary_component: str = option("", "the reward component that says the answer is right (reward_divergence "
+                                     "watches reward/<it>); empty: the task's (answer for the built-in tasks)")
     # A value function worse than a constant makes GAE's advantages noisier than no baseline at all.
     # Once a task is solved the returns hardly vary and the ratio turns noisy (it can dip below 0
     # while the values are close): hence a long window.
@@ -278,9 +307,16 @@ class ExpertIterationConfig:
                                          "this; null: correct is enough")
 
 
-@dataclass
+@dataclass(init=False)
 class Config:
-    """The whole configuration: one section per part of a run, each documented by its class docstring."""
+    """The whole configuration: one section per part of a run, each documented by its class docstring.
+
+    Built from YAML (`load_config`), from plain data (`Config.from_dict`) or from keyword arguments,
+    one per section, each a dict or the section's dataclass: `Config(task={"name": "format_copy"},
+    rollout={"group_size": 4})`. Every way runs the same checks (unknown keys, types, ranges,
+    cross-field invariants) and resolves the config (algorithm preset applied, batch sizes
+    derived) when it is built. `check=False` only fills and derives (a saved config, as it was).
+    """
 
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -291,6 +327,32 @@ class Config:
     health: HealthConfig = field(default_factory=HealthConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     expert_iteration: ExpertIterationConfig = field(default_factory=ExpertIterationConfig)
+
+    def __init__(self, *, check: bool = True, **sections: Any) -> None:
+        hints = typing.get_type_hints(Config)
+        names = [f.name for f in dataclasses.fields(Config)]
+        unknown = sorted(set(sections) - set(names))
+        if unknown:
+            raise ConfigError(f"unknown config section {unknown[0]!r}; valid sections: {', '.join(names)}")
+        for name in names:
+            section, value = hints[name], sections.get(name, {})
+            if isinstance(value, section):  # checked like a mapping, on a copy: the caller's object stays as it was
+                value = dataclasses.asdict(value)
+            if not isinstance(value, dict):
+                raise ConfigError(f"{name}: expected a mapping of {name}.* keys or a {section.__name__}, got "
+                                  f"{type(value).__name__} {value!r}")
+            setattr(self, name, _build(section, value, f"{name}."))
+        resolve(self, check=check)
+
+    @classmethod
+    def from_dict(cls, data: dict | None = None, overrides: list[str] | tuple[str, ...] = ()) -> "Config":
+        """A config from nested plain data (as a YAML file holds it) and dotted `key=value` overrides."""
+        if data is not None and not isinstance(data, dict):
+            raise ConfigError(f"config: expected a mapping of sections, got {type(data).__name__} {data!r}")
+        data = copy.deepcopy(data or {})
+        for item in overrides:
+            apply_override(data, item)
+        return _build(cls, data, "")
 
     def as_dict(self) -> dict:
         """The config as nested plain dicts (`config_to_dict`)."""
@@ -360,7 +422,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported type {type_name(tp)}")
 
 
-def _build(cls: type, data: dict, prefix: str) -> Any:
+def _build(cls: type, data: dict, prefix: str, **extra: Any) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
@@ -378,7 +440,7 @@ def _build(cls: type, data: dict, prefix: str) -> Any:
             kwargs[name] = _build(tp, value, f"{prefix}{name}.")
         else:
             kwargs[name] = _coerce(value, tp, f"{prefix}{name}")
-    return cls(**kwargs)
+    return cls(**kwargs, **extra)
 
 
 def _parse_scalar(text: str) -> Any:
@@ -449,8 +511,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
     for item in overrides:
         apply_override(data, item)
-    config = _build(Config, data, "")
-    return resolve(config)
+    return _build(Config, data, "")  # resolved and checked as it is built
 
 
 def resolve(config: Config, check: bool = True) -> Config:
@@ -472,13 +533,26 @@ def resolve(config: Config, check: bool = True) -> Config:
             setattr(config.algorithm, f.name, getattr(preset, f.name))
     if not check:
         _derive_batch(config)
+        try:
+            _resolve_chat_template(config)
+        except (KeyError, ValueError, ImportError):  # a task that no longer loads: left null, as it was
+            pass
         return config
     message = first_range_error(config)
     if message:
         raise ConfigError(message)
     _derive_batch(config)
     validate(config)
+    _resolve_chat_template(config)
     return config
+
+
+def _resolve_chat_template(config: Config) -> None:
+    """`task.use_chat_template: null` becomes the task's own choice (false for the r1_zero prompt)."""
+    from rlvr.tasks import default_use_chat_template
+
+    if config.task.use_chat_template is None:
+        config.task.use_chat_template = default_use_chat_template(config.task.name, config.task.options)
 
 
 def _derive_batch(config: Config) -> None:
@@ -546,6 +620,10 @@ def validate(config: Config) -> None:
             "use rollout.group_size >= 2, or an estimator without a group baseline (algorithm.name=no_baseline)"
         )
     _validate_value_model(config, VALUE_MODEL_KINDS)
+    if t.eval_temperature == 0 and t.eval_top_p != 1:
+        raise ConfigError(f"train.eval_top_p={t.eval_top_p} does nothing when the eval decodes greedily "
+                          "(train.eval_temperature=0); set train.eval_temperature > 0 to sample, or leave "
+                          "eval_top_p at 1")
     if o.schedule not in ("constant", "linear", "cosine"):
         raise ConfigError(f"optim.schedule: {o.schedule!r} is not one of constant, linear, cosine")
     _validate_names(config)
@@ -629,7 +707,7 @@ def save_config(config: Config, path: str | Path) -> None:
 
 def config_from_dict(data: dict, check: bool = True) -> Config:
     """A Config from plain data (a saved config.yaml); `check=False` skips the range and invariant checks."""
-    return resolve(_build(Config, data, ""), check=check)
+    return _build(Config, data, "", check=check)
 
 
 def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:

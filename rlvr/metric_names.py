@@ -32,6 +32,7 @@ TRUNCATED_FRAC = "truncated_frac"  # share of completions that hit max_new_token
 COMPLETION_LEN_MEAN = "completion_len/mean"
 COMPLETION_LEN_MAX = "completion_len/max"
 CORRECT_FRAC = "correct_frac"
+DISTINCT_COMPLETIONS_FRAC = "distinct_completions_frac"  # distinct texts per group / group size, mean over groups
 NUM_SEQUENCES = "num_sequences"
 GENERATED_TOKENS = "generated_tokens"
 STATUS_PREFIX = "status/"

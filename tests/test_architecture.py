@@ -15,14 +15,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # Lowest first. A module belongs to the layer of the longest prefix that matches its dotted name
-# ("rlvr" itself, the package's __init__, matches only exactly).
+# ("rlvr" itself, the package's __init__, matches only exactly: it re-exports the Python API, so it
+# sits on top with the commands).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("rlvr", "rlvr.registry", "rlvr.utils", "rlvr.metric_names", "rlvr.storage_errors")),
+    ("foundation", ("rlvr.registry", "rlvr.utils", "rlvr.metric_names", "rlvr.storage_errors")),
     ("core", ("rlvr.core",)),
     ("models, tasks", ("rlvr.models", "rlvr.tasks", "rlvr.compat", "rlvr.testing")),
     ("rollout", ("rlvr.rollout",)),
     ("train", ("rlvr.train", "rlvr.config", "rlvr.config_ranges", "rlvr.algorithms")),
-    ("cli", ("rlvr.cli", "rlvr.__main__", "rlvr.check", "rlvr.check_mechanism", "rlvr.sweep", "rlvr.report")),
+    ("cli, Python API", ("rlvr", "rlvr.cli", "rlvr.__main__", "rlvr.check", "rlvr.check_mechanism", "rlvr.sweep",
+                         "rlvr.report")),
 )
 
 

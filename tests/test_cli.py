@@ -107,3 +107,39 @@ def test_the_deprecation_filter_is_narrow():
         warnings.warn_explicit("y is deprecated", FutureWarning, "other.py", 1, module="mypackage.other")
         warnings.warn_explicit("z changed", UserWarning, "modeling_utils.py", 2, module="transformers.modeling_utils")
     assert [str(w.message) for w in caught] == ["y is deprecated", "z changed"]
+
+
+def _help(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--help"])
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_every_command_has_help_and_the_top_level_lists_them(capsys):
+    from rlvr.cli import build_parser
+
+    top = _help([], capsys)
+    commands = list(build_parser()._subparsers._group_actions[0].choices)
+    assert set(commands) >= {"train", "sft", "expert-iter", "check", "report", "sweep", "config", "algorithms",
+                             "tasks", "eval", "export"}
+    for command in commands:
+        assert command in top
+        assert f"rlvr {command}" in _help([command], capsys)
+    assert "rlvr config show" in _help(["config", "show"], capsys)
+    for command in ("train", "sft", "expert-iter", "check", "sweep", "eval"):
+        text = " ".join(_help([command], capsys).split())
+        assert "rlvr config show" in text and "exit status 2" in text, command
+
+
+def test_eval_help_names_the_key_behind_every_flag(capsys):
+    from rlvr.cli import EVAL_FLAG_KEYS, build_parser
+
+    actions = {action.dest: action for action in build_parser()._subparsers._group_actions[0].choices["eval"]._actions}
+    for flag, key in EVAL_FLAG_KEYS.items():
+        assert actions[flag].help.startswith(f"[{key}]"), flag
+        assert actions[flag].default is None  # a flag not given sets nothing, so the config's value stands
+    assert actions["chat_template"].help.startswith("[task.use_chat_template]")
+    assert actions["task_option"].help.startswith("[task.options.KEY]")
+    text = " ".join(_help(["eval"], capsys).split())
+    assert "rlvr eval [CONFIG.yaml] [key=value ...]" in text and "greedy" in text

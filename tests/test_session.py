@@ -9,19 +9,13 @@ import re
 
 import pytest
 
-import rlvr.train.session as session_module
+import rlvr.train.run_setup as run_setup_module
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.models import load_policy
-from rlvr.train.session import (
-    EXPERT_ITERATION_RUN,
-    RL_RUN,
-    SFT_RUN,
-    eval_settings,
-    open_run,
-    rollout_backend,
-    run_stem,
-)
+from rlvr.train.evaluation import eval_settings
+from rlvr.train.run_setup import rollout_backend
+from rlvr.train.session import EXPERT_ITERATION_RUN, RL_RUN, SFT_RUN, open_run, run_stem
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
 from tests.test_sft import _sft_overrides, _write_data
@@ -36,7 +30,7 @@ def reference_requests(monkeypatch) -> list[bool]:
         asked.append(kwargs["need_reference"])
         return load_policy(*args, **kwargs)
 
-    monkeypatch.setattr(session_module, "load_policy", recording_load_policy)
+    monkeypatch.setattr(run_setup_module, "load_policy", recording_load_policy)
     return asked
 
 
@@ -102,5 +96,10 @@ def test_in_training_eval_samples_with_the_rollout_config(tiny_model_dir, tmp_pa
     assert (settings.stop_strings, settings.do_sample, settings.max_new_tokens) == (("zz",), False, 3)
     config.rollout.stop_strings = []
     assert eval_settings(config, TaskWithStop).stop_strings == ("</answer>",)
+    # Sampled only when asked, with the eval's own temperature and top-p (not the rollout's 1.0 and 1.0).
+    sampled = load_config(None, tiny_overrides(tiny_model_dir, tmp_path / "r", **{
+        "train.eval_temperature": 0.7, "train.eval_top_p": 0.9}))
+    settings = eval_settings(sampled, TaskWithStop)
+    assert (settings.do_sample, settings.temperature, settings.top_p, settings.max_new_tokens) == (True, 0.7, 0.9, 6)
     loaded = load_policy(str(tiny_model_dir))
     assert rollout_backend(config, loaded).merge_lora is False

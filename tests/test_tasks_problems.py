@@ -1,8 +1,7 @@
-"""gsm8k, math and integer tasks: data sources, held-out splits, prompts, filters and verdicts."""
+"""gsm8k and math tasks: data sources, held-out splits, prompts, filters and verdicts (integer: test_integer_task.py)."""
 
 import json
 import math
-import operator
 
 import pytest
 
@@ -91,7 +90,8 @@ def test_prompts(gsm8k_file):
     (" 16 - 3 = 13 </think> <answer>$1,250.00</answer>", 1.0, 1.0, True),
     (" </think> <answer>1250</answer>", 1.0, 1.0, True),
     (" </think> <answer>1,249</answer>", 0.0, 1.0, False),
-    (" </think> <answer></answer>", 0.0, 1.0, False),
+    (" </think> <answer></answer>", 0.0, 0.0, False),  # an empty span is no answer: no format either
+    (" </think> <answer> answer here </answer>", 0.0, 0.0, False),  # copied from the r1_zero prompt
     (" The answer is 1250.", 0.0, 0.0, False),
 ])
 def test_gsm8k_verdicts(gsm8k_file, completion, answer, format_, correct):
@@ -139,48 +139,6 @@ def test_colon_names_reach_the_family(gsm8k_file):
         build_task("format_copy:x")
     with pytest.raises(KeyError, match="unknown task 'nope:x': 'nope' is not a registered task family"):
         build_task("nope:x")
-
-
-# ----------------------------------------------------------------------------- integer
-
-
-@pytest.mark.parametrize("completion, answer, format_, status, total", [
-    ("42", 1.0, 1.0, "ok", 1.2),
-    (" 42\n", 1.0, 1.0, "ok", 1.2),
-    ("The answer is 42.", 1.0, 0.0, "ok", 1.0),
-    ("<answer>42</answer>", 1.0, 0.0, "ok", 1.0),
-    ("1,042", 0.0, 0.0, "ok", 0.0),
-    ("41", 0.0, 1.0, "ok", 0.2),
-    ("-42", 0.0, 1.0, "ok", 0.2),
-    ("40 or 42 or 41", 0.0, 0.0, "ok", 0.0),  # the last integer counts
-    ("forty-two", math.nan, 0.0, "unjudgeable", 0.0),
-    ("", math.nan, 0.0, "unjudgeable", 0.0),
-])
-def test_integer_verdicts(completion, answer, format_, status, total):
-    task = build_task("integer")
-    example = task.make_example("What is 40 + 2? Reply with only the integer.", 42)
-    verdict = task.score(completion, example)
-    assert verdict.status == status
-    assert verdict.components["format"] == format_
-    assert (math.isnan(verdict.components["answer"]) and math.isnan(answer)) or verdict.components["answer"] == answer
-    assert verdict.total == pytest.approx(total)
-
-
-def test_integer_unjudgeable_is_unscorable_without_format_weight():
-    task = build_task("integer", reward_weights={"format": 0.0})
-    example = task.make_example("What is 1 + 1?", 2)
-    assert not task.score("two", example).scorable
-    assert task.score("3", example).total == 0.0
-
-
-def test_integer_examples_are_right_and_held_out():
-    task = build_task("integer", options={"eval_size": 50, "high": 9})
-    for example in task.examples("train", 20, 1) + task.examples("eval", 50, 0):
-        a, op, b = example.metadata["question"].split("?")[0].split()[2:5]
-        assert int(example.ground_truth) == {"+": operator.add, "-": operator.sub, "*": operator.mul}[op](int(a), int(b))
-    held_out = {e.metadata["question"] for e in task.iter_eval()}
-    train = {e.metadata["question"] for seed in range(20) for e in task.examples("train", 10, seed)}
-    assert not held_out & train
 
 
 def test_gsm8k_from_a_dataset_name_uses_the_named_splits(monkeypatch):

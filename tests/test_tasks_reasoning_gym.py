@@ -7,7 +7,6 @@ import time
 import pytest
 
 from rlvr.tasks import build_task
-from rlvr.tasks.reasoning_gym_tasks import tag_format_score
 from rlvr.tasks.worker import WORKER
 
 SHORT_WORDS = {"min_word_len": 3, "max_word_len": 5}
@@ -47,24 +46,18 @@ def test_round_trip_other_datasets(name):
         assert verdict.verifier == f"reasoning_gym/{name}"
 
 
-@pytest.mark.parametrize("completion, expected", [
-    ("<think> a </think> <answer>x</answer>", 1.0),
-    (" a </think> <answer>x</answer>", 0.75),  # the raw prompt's <think> is not in the completion
-    ("<answer>x</answer>", 0.5),
-    ("</think>", 0.25),
-    ("plain text", 0.0),
-])
-def test_tag_format_score(completion, expected):
-    assert tag_format_score(completion) == expected
-
-
-def test_format_counts_the_prompts_think_tag(spell):
+def test_format_needs_an_answer_span_of_its_own(spell):
+    """r1_zero: a non-empty span after `</think>`; the prompt's own `<think>` earns nothing any more."""
     example = spell.examples("eval", 1, 0)[0]
-    assert spell.score(formatted("zzz"), example).components["format"] == 1.0  # r1_zero prompt ends in <think>
-    chat = build_task("reasoning_gym:spell_backward", options={**SHORT_WORDS, "eval_size": 2, "prompt": "question_only"})
-    assert chat.score(formatted("zzz"), chat.examples("eval", 1, 0)[0]).components["format"] == 0.75
+    assert spell.score(formatted("zzz"), example).components["format"] == 1.0  # wrong, but an answer
     missing = spell.score(" thinking, no tags", example)
-    assert missing.components == {"answer": 0.0, "format": 0.25, "binary": 0.0} and missing.status == "ok"
+    assert missing.components == {"answer": 0.0, "format": 0.0, "binary": 0.0} and missing.status == "ok"
+    no_close = spell.score(" thinking <answer>zzz</answer>", example)  # never closed <think>
+    assert no_close.components["format"] == 0.0
+    chat = build_task("reasoning_gym:spell_backward", options={**SHORT_WORDS, "eval_size": 2, "prompt": "question_only"})
+    chat_example = chat.examples("eval", 1, 0)[0]
+    assert chat.score("<answer>zzz</answer>", chat_example).components["format"] == 1.0  # no </think> asked for
+    assert chat.score("<answer> </answer>", chat_example).components["format"] == 0.0
 
 
 def test_eval_is_held_out_and_train_is_deterministic(spell):

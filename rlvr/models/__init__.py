@@ -9,6 +9,7 @@ safetensors in the cache. `load_policy` returns the policy, its tokenizer and it
 from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.models.conversion import (
     cache_dir,
+    check_model_spec,
     compare_state_dicts,
     convert_gguf_to_safetensors,
     converted_model_dir,
@@ -33,7 +34,8 @@ from rlvr.models.policy import (
     verify_parameter_dtype,
 )
 from rlvr.models.merge import merged_adapter
-from rlvr.models.runs import find_checkpoint, latest_checkpoint, load_policy_from_run
+from rlvr.models.runs import (check_inference_spec, find_checkpoint, latest_checkpoint, load_model_for_inference,
+                              load_policy_from_run)
 from rlvr.models.trainable_state import load_trainable, read_adapter_config, save_trainable
 
 __all__ = [
@@ -44,6 +46,8 @@ __all__ = [
     "LoadedModel",
     "LoraSettings",
     "cache_dir",
+    "check_inference_spec",
+    "check_model_spec",
     "compute_completion_logprobs",
     "compare_state_dicts",
     "convert_gguf_to_safetensors",
@@ -56,6 +60,7 @@ __all__ = [
     "gguf_cache_key",
     "is_complete_conversion",
     "latest_checkpoint",
+    "load_model_for_inference",
     "load_policy",
     "load_policy_from_run",
     "load_tokenizer",

@@ -237,3 +237,28 @@ def resolve_model_path(spec: str | os.PathLike, *, convert_gguf: bool = True) ->
             f"model name ({', '.join(EMBEDDED_MODELS.names())}), a model folder, a .gguf file, or a hub id"
         )
     return text, None
+
+
+def check_model_spec(spec: str | os.PathLike) -> None:
+    """Raise now, loading and converting nothing, if `spec` names no model that `load_policy` could load.
+
+    `resolve_model_path` without conversion checks an embedded name (its package and file), a
+    `.gguf` path and a folder; what it passes on as a hub id must have its config.json in the local
+    Hugging Face cache (rlvr never downloads a model).
+    """
+    text = os.fspath(spec)
+    path, gguf_file = resolve_model_path(text, convert_gguf=False)
+    if gguf_file is not None or Path(path).is_dir():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    valid = (f"valid specs: an embedded model name ({', '.join(EMBEDDED_MODELS.names())}), a model folder, "
+             "a .gguf file, or a hub id already in the local Hugging Face cache")
+    try:
+        cached = try_to_load_from_cache(path, "config.json")
+    except ValueError:  # not a well-formed hub id
+        raise ValueError(f"model {text!r} is neither an embedded name, a file or a folder, nor a valid hub id; "
+                         f"{valid}") from None
+    if not isinstance(cached, str):
+        raise FileNotFoundError(f"model {text!r} is not an embedded name, a file or a folder, and no hub model of that "
+                                f"name is in the local Hugging Face cache (rlvr does not download models); {valid}")

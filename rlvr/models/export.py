@@ -60,6 +60,9 @@ def export_run(path: str | os.PathLike, out: str | os.PathLike, *, checkpoint: O
     out = Path(out).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"--out {out} already exists and is not empty; choose another folder or remove it")
+    if found.kind == "lora" and not merge and found.model_settings.get("init_from"):
+        raise ValueError(f"{found.run_dir} started from the weights of {found.model_settings['init_from']} "
+                         "(model.init_from), so its adapter does not fit the base model alone; export with --merge")
     loaded = load_policy_from_run(found.checkpoint_dir, base_model=base_model, memory_kernels=False)
     # The tokenizer as the base model ships it (rlvr's own copy pads on the left, for generation).
     tokenizer = AutoTokenizer.from_pretrained(loaded.model_path)

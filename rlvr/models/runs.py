@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Optional
 
 import yaml
+from torch import nn
 
+from rlvr.models.conversion import check_model_spec
 from rlvr.models.policy import LoadedModel, LoraSettings, load_policy, resolve_dtype
 from rlvr.models.trainable_state import TRAINABLE_INFO_FILE, load_trainable, read_adapter_config
 
@@ -114,17 +116,25 @@ def lora_settings_from_checkpoint(model_dir: Path) -> LoraSettings:
 
 def load_policy_from_run(path: str | os.PathLike, *, checkpoint: Optional[str] = None, dtype: Optional[str] = None,
                          device: str = "cpu", base_model: Optional[str] = None, memory_kernels: bool = True,
-                         ) -> LoadedModel:
+                         _seen: tuple[Path, ...] = ()) -> LoadedModel:
     """The policy a run trained, ready to sample from: base model (the run's `model.name`, or
     `base_model`) with the checkpoint's weights, in eval mode. LoRA stays an unmerged adapter.
 
+    A run started from another run's weights (`model.init_from` in its config.yaml) sits on those:
+    they are rebuilt first (`merged_model_from_run`, down the whole chain), then this run's weights go in.
     dtype: the run's `model.dtype` by default; another dtype casts the loaded weights.
     """
     found = find_checkpoint(path, checkpoint)
+    if found.run_dir.resolve() in _seen:
+        raise ValueError(f"model.init_from chain loops back to {found.run_dir}")
     run_dtype = found.model_settings.get("dtype", "float32")
     lora = lora_settings_from_checkpoint(found.model_dir) if found.kind == "lora" else None
+    initial = None
+    if found.model_settings.get("init_from"):
+        initial = merged_model_from_run(found.model_settings["init_from"], dtype=run_dtype, device=device,
+                                        base_model=base_model, _seen=_seen + (found.run_dir.resolve(),))
     loaded = load_policy(base_model or found.model_settings["name"], dtype=run_dtype, device=device, lora=lora,
-                         memory_kernels=memory_kernels)
+                         memory_kernels=memory_kernels, initial_model=initial)
     load_trainable(loaded, found.model_dir)
     if dtype is not None and resolve_dtype(dtype) != loaded.dtype:
         loaded.policy.to(resolve_dtype(dtype))
@@ -133,9 +143,32 @@ def load_policy_from_run(path: str | os.PathLike, *, checkpoint: Optional[str] =
     return loaded
 
 
-def load_model_for_inference(spec: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
+def merged_model_from_run(path: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu",
+                          base_model: Optional[str] = None, _seen: tuple[Path, ...] = ()) -> nn.Module:
+    """The weights a run (its latest checkpoint) or a checkpoint trained, as one plain transformers model: a
+    LoRA adapter merged into its base, full weights as they are. `model.init_from` starts a run from this."""
+    loaded = load_policy_from_run(path, dtype=dtype, device=device, base_model=base_model, memory_kernels=False,
+                                  _seen=_seen)
+    return loaded.policy.merge_and_unload() if loaded.is_lora else loaded.policy
+
+
+def _names_a_run(spec: str | os.PathLike) -> bool:
+    return is_run_path(spec) or (Path(spec).expanduser() / RUN_CONFIG).is_file()
+
+
+def check_inference_spec(spec: str | os.PathLike) -> None:
+    """Raise now, loading nothing, if `load_model_for_inference(spec)` would find no model: a run folder
+    needs a complete checkpoint and a base model that `check_model_spec` accepts."""
+    if _names_a_run(spec):
+        check_model_spec(find_checkpoint(spec).model_settings["name"])
+    else:
+        check_model_spec(spec)
+
+
+def load_model_for_inference(spec: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu",
+                             memory_kernels: bool = True) -> LoadedModel:
     """`spec` as `rlvr eval --model` takes it: a run or checkpoint folder gives its trained policy,
     anything else (embedded name, model folder, .gguf, cached hub id) goes to `load_policy`."""
-    if is_run_path(spec):
-        return load_policy_from_run(spec, dtype=dtype, device=device)
-    return load_policy(spec, dtype=dtype, device=device, lora=None)
+    if _names_a_run(spec):
+        return load_policy_from_run(spec, dtype=dtype, device=device, memory_kernels=memory_kernels)
+    return load_policy(spec, dtype=dtype, device=device, lora=None, memory_kernels=memory_kernels)

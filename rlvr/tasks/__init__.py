@@ -7,6 +7,8 @@
      module): `Name` is a class or factory following `rlvr.tasks.base.Task`, called with
      `task.options` as keywords (and `reward_weights`, `use_chat_template`, `seed` when it takes them).
 A module whose first part is a registered family name (`math:Foo`) is reached as a file path.
+`register_task(name, factory)` adds a family of your own from Python; it is built like a task
+from a file (only the keywords it takes, its interface checked).
 """
 
 from __future__ import annotations
@@ -36,14 +38,43 @@ TASKS.add("integer", IntegerTask)
 TASKS.add("reasoning_gym", ReasoningGymTask)
 TASKS.add("dataset", DatasetTask)
 
+_OUTSIDE_FAMILIES: set[str] = set()  # registered with `register_task`: built like a task from a file
+_FAMILY_NAME = re.compile(r"[A-Za-z_][\w.-]*")
+
+
+def register_task(name: str, factory: Callable | None = None):
+    """Register your own task family under `name`: `register_task("words", WordsTask)`, or as a decorator,
+    `@register_task("words")`. Then `task.name=words` builds it (`words:ARG` passes ARG first), with
+    `task.options` as keywords plus whichever of `reward_weights`, `use_chat_template` and `seed` it takes,
+    and checks what it built against `rlvr.tasks.base.Task`. Returns the factory (the decorator form: a decorator).
+    """
+    if not isinstance(name, str) or not _FAMILY_NAME.fullmatch(name):
+        raise ValueError(f"task name {name!r} must be letters, digits, '_', '-' or '.', starting with a letter or "
+                         "'_' (no ':': task.name NAME:ARG passes ARG to the factory)")
+    if factory is None:
+        return lambda given: register_task(name, given)
+    if not callable(factory):
+        raise TypeError(f"register_task({name!r}, ...): the factory must be a class or function that returns a task, "
+                        f"got {type(factory).__name__}")
+    TASKS.add(name, factory)  # refuses a name that is taken
+    _OUTSIDE_FAMILIES.add(name)
+    return factory
+
+
 # What `rlvr.tasks.base.Task` asks of a task, checked on tasks from outside rlvr when they are built.
 INTERFACE = ("name (str), component_names (tuple of str), examples(split, count, seed), score(completion, example), "
-             "iter_eval(), and optionally stop_strings (tuple of str, default ())")
+             "iter_eval(), and optionally stop_strings (tuple of str, default ()) and primary_component (one of "
+             "component_names)")
 STANDARD_KEYWORDS = ("reward_weights", "use_chat_template", "seed")
 
 
 def is_registered(name: str) -> bool:
     return name.partition(":")[0] in TASKS
+
+
+def _trusted(name: str) -> bool:
+    """A family that takes every standard keyword and checks its own options (not one from `register_task`)."""
+    return is_registered(name) and name.partition(":")[0] not in _OUTSIDE_FAMILIES
 
 
 def task_factory(name: str) -> tuple[Callable, tuple]:
@@ -78,8 +109,8 @@ def _external_keywords(factory: Callable, name: str, options: dict, reward_weigh
 def check_task_name(name: str, *, options=None, reward_weights=None) -> None:
     """Fail now, before any model loads, if `name` or its options cannot make a task."""
     factory, args = task_factory(name)
-    if is_registered(name):
-        return  # the registered factories check their own options when built
+    if _trusted(name):
+        return  # rlvr's own factories check their own options when built
     check_call(factory, f"task.name {name!r} with task.options", *args,
                **_external_keywords(factory, name, dict(options or {}), dict(reward_weights or {}), True, 0))
 
@@ -92,6 +123,9 @@ def check_task_interface(task, name: str) -> None:
     components = getattr(task, "component_names", None)
     if not isinstance(components, (tuple, list)) or not components or not all(isinstance(c, str) for c in components):
         problems.append("`component_names` (a non-empty tuple of str)")
+    primary = getattr(task, "primary_component", None)
+    if primary is not None and (not isinstance(components, (tuple, list)) or primary not in components):
+        problems.append(f"`primary_component` among its component_names (got {primary!r})")
     stops = getattr(task, "stop_strings", ())
     if not isinstance(stops, (tuple, list)) or not all(isinstance(s, str) for s in stops):
         problems.append("`stop_strings` as a tuple of str (or none: () is assumed)")
@@ -119,11 +153,11 @@ def build_task(name: str, *, reward_weights=None, options=None, use_chat_templat
     recorded on the task for `judge` (`task.max_abs_reward` in the config).
     """
     factory, args = task_factory(name)
-    if not is_registered(name):
+    if not _trusted(name):
         kwargs = _external_keywords(factory, name, dict(options or {}), dict(reward_weights or {}),
                                     use_chat_template, seed)
-        check_call(factory, f"task.name {name!r} with task.options", **kwargs)
-        task = factory(**kwargs)
+        check_call(factory, f"task.name {name!r} with task.options", *args, **kwargs)
+        task = factory(*args, **kwargs)
         check_task_interface(task, name)
         if not hasattr(task, "stop_strings"):
             try:
@@ -167,5 +201,6 @@ def task_label(name: str) -> str:
 
 
 __all__ = ["TASKS", "VERIFIERS", "Example", "Task", "Verdict", "weighted_total", "resolve_weights", "build_task",
+           "register_task",
            "check_task_name", "default_use_chat_template", "judge", "task_label", "FormatCopyTask", "GSM8KTask",
            "MathTask", "IntegerTask", "ReasoningGymTask", "DatasetTask"]

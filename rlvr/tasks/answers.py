@@ -83,6 +83,30 @@ def first_answer_tag(text: str) -> Optional[str]:
     return text[spans[0][0]:spans[0][1]].strip() if spans else None
 
 
+def produced_answer(completion: str, prompt: str = "", *, after: Optional[str] = None) -> Optional[str]:
+    """The content of the completion's last complete `<answer>` span when the model really answered there.
+
+    None when there is no such span, when it is empty, when it does not start after the first
+    `after` marker in the completion (`</think>` for the r1_zero prompt, whose `<think>` is in the
+    prompt), or when its content is that of a span in `prompt` (an instruction copied back, such
+    as R1-Zero's `<answer> answer here </answer>`). Format rewards are paid only for such a span.
+    """
+    spans = answer_tag_spans(completion)
+    if not spans:
+        return None
+    start, end = spans[-1]
+    content = completion[start:end].strip()
+    if not content:
+        return None
+    if after is not None:
+        marker = completion.find(after)
+        if marker < 0 or marker + len(after) > start - len(OPEN_TAG):
+            return None
+    if content in {prompt[s:e].strip() for s, e in answer_tag_spans(prompt)}:
+        return None
+    return content
+
+
 def last_number(text: str) -> Optional[str]:
     """The last numeral in `text` (commas and sign kept), or None."""
     matches = NUMBER_RE.findall(text)

@@ -82,9 +82,31 @@ def check_seconds_option(task_name: str, key: str, value: Any) -> float:
     return float(value)
 
 
+def primary_component(task) -> str:
+    """The component that says whether the answer is right, which the `reward_divergence` health warning
+    watches: the task's `primary_component`, else `answer` when it has one, else its first component."""
+    declared = getattr(task, "primary_component", None)
+    components = tuple(task.component_names)
+    if declared is not None:
+        if declared not in components:
+            raise ValueError(f"task {task.name!r}: primary_component {declared!r} is not one of its components "
+                             f"({', '.join(components)})")
+        return declared
+    return "answer" if "answer" in components else components[0]
+
+
+def prompt_text(prompt: Union[str, Messages]) -> str:
+    """The text of a prompt: raw text as is, chat messages' contents joined by newlines."""
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(str(message.get("content", "")) for message in prompt)
+
+
 class Task(Protocol):
     name: str
     component_names: tuple[str, ...]
+    # Optional: the component that says whether the answer is right (default: `answer`, else the
+    # first component); `primary_component(task)` reads it.
     # Generation ends at the first of these, kept in the text (`</answer>` for the r1_zero
     # prompt); () for none. `rollout.stop_strings`, when set, replaces them.
     stop_strings: tuple[str, ...]

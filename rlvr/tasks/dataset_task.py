@@ -129,6 +129,7 @@ class DatasetTask(ProblemTask):
             names = tuple(components) if components else ("answer",)
             self.custom = FunctionVerifier(verifier, names)
             self.component_names = names
+            self.primary_component = "answer" if "answer" in names else names[0]
             self.default_weights = dict.fromkeys(names, 1.0)
             self.version = "user"
         else:
@@ -188,4 +189,5 @@ class DatasetTask(ProblemTask):
         if self.custom is not None:
             return self.custom.verdict(completion, example, self.weights)
         judgement = self.named.judge(completion, example.ground_truth, self.timeout_seconds)
-        return judgement_verdict(judgement, self.weights, self.verifier, self.version)
+        return judgement_verdict(self.require_produced_answer(judgement, completion, example), self.weights,
+                                 self.verifier, self.version)

@@ -23,6 +23,7 @@ EVAL_SEED_OFFSET = 1_000_003
 class FormatCopyTask:
     name = "format_copy"
     component_names = ("answer", "tag", "strict")
+    primary_component = "answer"
     stop_strings: tuple[str, ...] = ()  # the completion ends at EOS
     default_weights = {"answer": 1.0, "tag": 0.2, "strict": 0.1}
 

@@ -147,9 +147,10 @@ class Judgement:
     extracted: Optional[str] = None
 
 
-def judgement_verdict(judgement: Judgement, weights: dict[str, float], verifier: str, version: str) -> Verdict:
-    """The verdict of a judgement: components `answer` and `format`, weighted total, the answer found."""
-    components = {"answer": judgement.answer, "format": judgement.format}
+def judgement_verdict(judgement: Judgement, weights: dict[str, float], verifier: str, version: str,
+                      extra: Optional[dict[str, float]] = None) -> Verdict:
+    """The verdict of a judgement: components `answer`, `format` (and `extra`), weighted total, the answer found."""
+    components = {"answer": judgement.answer, "format": judgement.format, **(extra or {})}
     detail = judgement.detail
     if judgement.extracted is not None:
         detail = f"answer={judgement.extracted[:200]!r}" + (f"; {detail}" if detail else "")

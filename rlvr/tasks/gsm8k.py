@@ -27,7 +27,7 @@ def gsm8k_problem(record: dict) -> Optional[Problem]:
 class GSM8KTask(ProblemTask):
     name = "gsm8k"
     verifier = "gsm8k_number"
-    version = "1"
+    version = "2"  # 2: with r1_zero the format needs an answer span of the model's own
 
     def __init__(self, reward_weights=None, use_chat_template=True, seed=0, prompt=DEFAULT_PROMPT,
                  path=None, train_path=None, eval_path=None, dataset=None, dataset_config="main",

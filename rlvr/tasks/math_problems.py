@@ -31,7 +31,7 @@ def _subject(value) -> str:
 class MathTask(ProblemTask):
     name = "math"
     verifier = "math_verify"
-    version = "1"
+    version = "2"  # 2: with r1_zero the format needs an answer span of the model's own
 
     def __init__(self, reward_weights=None, use_chat_template=True, seed=0, prompt=DEFAULT_PROMPT,
                  path=None, train_path=None, eval_path=None, dataset=None, dataset_config=None,

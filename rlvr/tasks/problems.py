@@ -6,21 +6,25 @@ or, only when the user names one, a Hugging Face dataset (`dataset`). A bad row 
 naming its file and position. The eval split is held out: a training question that also appears
 in the eval split is dropped. Reward components:
 `answer` (1 correct, 0 wrong, NaN when the check timed out) and `format` (1 when the prompt's
-format was followed); default weights answer 1, format 0, so the format alone earns nothing.
+format was followed; with r1_zero only for a non-empty answer span of the model's own, not one
+copied from the prompt); default weights answer 1, format 0, so the format alone earns nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from rlvr.tasks.base import Example, Verdict, check_count_option, check_seconds_option, resolve_weights
+from rlvr.tasks.answers import produced_answer
+from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, prompt_text,
+                             resolve_weights)
 from rlvr.tasks.data_files import Row, hf_rows, read_rows
-from rlvr.tasks.grading import (DEFAULT_TIMEOUT_SECONDS, Grader, judge_question_only, judge_r1_zero,
+from rlvr.tasks.grading import (DEFAULT_TIMEOUT_SECONDS, Grader, Judgement, judge_question_only, judge_r1_zero,
                                 judgement_verdict)
-from rlvr.tasks.prompts import (COMPLETION_PREFIX, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
+from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
                                prompt_uses_chat_template, render_question)
 
 
@@ -105,6 +109,7 @@ class ProblemTask:
     # `rlvr eval --chat-template auto`: raw text for a raw-text prompt (`r1_zero`, the default).
     chat_template_for = staticmethod(prompt_uses_chat_template)
     component_names = ("answer", "format")
+    primary_component = "answer"
     default_weights = {"answer": 1.0, "format": 0.0}
 
     def __init__(self, train: list[Problem], held_out: list[Problem], *, reward_weights=None,
@@ -114,7 +119,6 @@ class ProblemTask:
         self.use_chat_template = use_chat_template
         self.prompt = prompt
         self.stop_strings = STOP_STRINGS[prompt]
-        self.completion_prefix = COMPLETION_PREFIX[prompt]
         self.timeout_seconds = check_seconds_option(self.name, "timeout_seconds", timeout_seconds)
         self.train, self.held_out = train, held_out
 
@@ -150,4 +154,16 @@ class ProblemTask:
             return Verdict(components={"answer": float("nan"), "format": float("nan")}, total=float("nan"),
                            status="error", verifier=self.verifier, version=self.version,
                            detail=f"{type(exc).__name__}: {exc}")
-        return judgement_verdict(judgement, self.weights, self.verifier, self.version)
+        return judgement_verdict(self.require_produced_answer(judgement, completion, example), self.weights,
+                                 self.verifier, self.version)
+
+    def require_produced_answer(self, judgement: Judgement, completion: str, example: Example) -> Judgement:
+        """r1_zero: the format counts only for a non-empty answer span after `</think>` that is not copied
+        from the prompt (`produced_answer`); the answer is judged as before."""
+        after = ANSWER_AFTER[self.prompt]
+        if self.prompt != "r1_zero" or judgement.format != 1.0:
+            return judgement
+        if produced_answer(completion, prompt_text(example.prompt), after=after) is not None:
+            return judgement
+        return dataclasses.replace(judgement, format=0.0,
+                                   detail="; ".join(filter(None, [judgement.detail, "no answer span of its own"])))

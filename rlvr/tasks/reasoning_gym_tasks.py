@@ -4,9 +4,10 @@
 (e.g. `max_word_len: 5`) apart from this task's own keys (`prompt`, `size`, `eval_size`,
 `timeout_seconds`). `reasoning_gym:mix` mixes datasets by weight: `datasets: {spell_backward:
 0.5, countdown: 0.5}`, per-dataset settings in `configs: {countdown: {...}}`. Components:
-`answer` (score_answer of the last `<answer>` span, in [0, 1]), `format` (0.25 for each of
-`<think>`, `</think>`, `<answer>`, `</answer>`; its weight is the format weight) and `binary`
-(1 when correct and fully formatted). Defaults: answer 1, format 0.1, binary 0.
+`answer` (score_answer of the last `<answer>` span, in [0, 1]), `format` (1 when that span is an
+answer of the model's own: non-empty, after `</think>` with r1_zero, and not a span copied from
+the prompt such as R1-Zero's `<answer> answer here </answer>`; else 0) and `binary` (1 when
+correct and formatted). Defaults: answer 1, format 0.1, binary 0.
 
 Nine `score_answer` functions pass the answer to Python's `eval` or sympy's `parse_expr`. So
 the worker first parses the answer into data of the shape that dataset's scorer expects and
@@ -22,27 +23,23 @@ import math
 import random
 from typing import Iterator, Optional
 
-from rlvr.tasks.answers import extract_answer_tag
-from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, resolve_weights,
-                             weighted_total)
+from rlvr.tasks.answers import extract_answer_tag, produced_answer
+from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, prompt_text,
+                             resolve_weights, weighted_total)
 from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, require_package
-from rlvr.tasks.prompts import (COMPLETION_PREFIX, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
+from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
                                prompt_uses_chat_template, render_question)
 from rlvr.tasks.reasoning_gym_answers import check_audited
 from rlvr.tasks.worker import call_with_timeout
 
-VERSION = "2"  # 2: answers parsed and re-rendered before any scorer that evaluates text
-TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+VERSION = "3"  # 3: format paid only for an answer span of the model's own (was 0.25 per tag present)
 EVAL_SEED_OFFSET = 1_000_003
-
-
-def tag_format_score(text: str) -> float:
-    return sum(0.25 for tag in TAGS if tag in text)
 
 
 class ReasoningGymTask:
     name = "reasoning_gym"
     component_names = ("answer", "format", "binary")
+    primary_component = "answer"
     # `rlvr eval --chat-template auto`: raw text for a raw-text prompt (`r1_zero`, the default).
     chat_template_for = staticmethod(prompt_uses_chat_template)
     default_weights = {"answer": 1.0, "format": 0.1, "binary": 0.0}
@@ -73,7 +70,7 @@ class ReasoningGymTask:
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
         self.use_chat_template, self.prompt = use_chat_template, prompt
         self.stop_strings = STOP_STRINGS[prompt]
-        self.completion_prefix = COMPLETION_PREFIX[prompt]
+        self.answer_after = ANSWER_AFTER[prompt]
         self.timeout_seconds = check_seconds_option(self.name, "timeout_seconds", timeout_seconds)
         self.size, self.seed = check_count_option(self.name, "size", size, minimum=1), seed
         check_count_option(self.name, "eval_size", eval_size)
@@ -130,7 +127,8 @@ class ReasoningGymTask:
     def score(self, completion: str, example: Example) -> Verdict:
         name = example.metadata["source_dataset"]
         verifier = f"reasoning_gym/{name}"
-        format_score = tag_format_score(self.completion_prefix + completion)
+        own = produced_answer(completion, prompt_text(example.prompt), after=self.answer_after)
+        format_score = float(own is not None)
         answer = extract_answer_tag(completion)
         if answer is None:
             components = {"answer": 0.0, "format": format_score, "binary": 0.0}

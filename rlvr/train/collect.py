@@ -103,6 +103,11 @@ def split_groups(scored: ScoredRollout, algo, max_new_tokens: int) -> list[Sampl
     return groups
 
 
+def round_seed(train_seed: int, iteration: int, round_index: int = 0) -> int:
+    """The seed of the training prompts drawn in round `round_index` of `iteration` (0-based)."""
+    return (train_seed * 1_000_003 + iteration) * 101 + round_index
+
+
 def collect_groups(backend: RolloutBackend, task: Task, settings: SamplingSettings, config, iteration: int,
                    dist: Dist = SINGLE) -> CollectedGroups:
     """Sample and score until this rank holds its B / world_size groups (see the module docstring)."""
@@ -122,7 +127,7 @@ def collect_groups(backend: RolloutBackend, task: Task, settings: SamplingSettin
     # rounds or more decoding steps than others need no collectives.
     with backend.sync():
         while kept_everywhere() < rollout.batch_size and rounds < max_rounds:
-            seed = (config.train.seed * 1_000_003 + iteration) * 101 + rounds
+            seed = round_seed(config.train.seed, iteration, rounds)
             rounds += 1
             if len(kept) >= quota:
                 continue  # this rank is full; the others still sample

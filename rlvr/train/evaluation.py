@@ -1,13 +1,14 @@
-"""Evaluation on held-out examples: one completion each, judged and categorised. One module for
-the evaluation inside training runs (greedy, every `train.eval_every` iterations, eval.jsonl) and
-for `rlvr eval` (sampled by default, generations.jsonl and summary.json).
+"""Evaluation on held-out examples: one completion each, judged and categorised. One module, one
+config, one path for the evaluation inside training runs (every `train.eval_every` iterations,
+eval.jsonl) and for `rlvr eval` (generations.jsonl and summary.json).
 
-Both sample and judge through `rlvr.rollout.sample_and_score`, in chunks, inside one backend
-`sync`. Every example becomes a record (prompt, completion, verdict, category, truncation,
-length); training runs reduce the records to `eval/*` metrics, `rlvr eval` to counts per
-category with a Wilson 95% interval on the accuracy. `rlvr eval`'s defaults follow CS336
-assignment 5: temperature 1.0, top-p 1.0, up to 1024 new tokens, stop at the prompt's stop
-string (`</answer>` for `r1_zero`), kept.
+Both take the examples from `held_out_examples` (`train.eval_size` of the task's eval split),
+sample with `eval_settings` (greedy unless `train.eval_temperature` > 0, up to
+`train.eval_max_new_tokens`, the rollout's stop strings), on the configured rollout backend, in
+chunks of `train.eval_batch_size` inside one backend `sync`, and judge through
+`rlvr.rollout.sample_and_score`. Every example becomes a record (prompt, completion, verdict,
+category, truncation, length); training runs reduce the records to `eval/*` metrics, `rlvr eval`
+to the same metrics plus counts per category with a Wilson 95% interval on the accuracy.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -30,22 +30,33 @@ from rlvr.metric_names import (
     EVAL_TRUNCATED_FRAC,
     eval_reward_component,
 )
+from rlvr.config import Config, ConfigError, save_config
 from rlvr.rollout import RolloutBackend, SamplingSettings, sample_and_score
-from rlvr.tasks.base import Example, Task, Verdict
+from rlvr.tasks import Example, Task, Verdict, task_label
 from rlvr.train.distributed import SINGLE, Dist
+from rlvr.train.run_folder import make_run_dir
+from rlvr.train.run_setup import prepare_task, rollout_backend
 from rlvr.utils import atomic_write_text, to_json
 
 CATEGORIES = ("correct", "formatted_wrong", "unformatted", "unjudgeable", "timeout", "error")
-TRAINING_EVAL_BATCH = 32  # prompts generated together by the in-training eval
 TRAINING_EVAL_EXAMPLES = 4  # judged completions copied into each eval.jsonl record
+SUMMARY_EXAMPLES = 3  # examples of each category in `rlvr eval`'s summary
 
 
-def check_held_out(task, config) -> None:
-    """With train.eval_size > 0 the task must have held-out examples: evaluating on none is an error."""
-    if config.train.eval_size > 0 and not task.examples("eval", 1, config.train.seed):
-        raise ValueError(f"task {config.task.name!r} has no held-out examples but train.eval_size="
-                         f"{config.train.eval_size}: give the task eval data (e.g. task.options.eval_path, or "
-                         "task.options.eval_size > 0) or set train.eval_size=0 to train without evaluation")
+def held_out_examples(task: Task, config: Config) -> list[Example]:
+    """The examples every evaluation of `config` judges: the first `train.eval_size` of the task's eval split."""
+    return task.examples("eval", config.train.eval_size, config.train.seed)
+
+
+def eval_settings(config: Config, task: Task) -> SamplingSettings:
+    """Greedy (or `train.eval_temperature` / `eval_top_p`), up to `train.eval_max_new_tokens` (default: the
+    rollout budget), with the rollout's stop strings (or the task's) and its other settings."""
+    train = config.train
+    max_new_tokens = train.eval_max_new_tokens or config.rollout.max_new_tokens
+    if train.eval_temperature > 0:
+        return SamplingSettings.for_task(config.rollout, task, temperature=train.eval_temperature,
+                                         top_p=train.eval_top_p, max_new_tokens=max_new_tokens)
+    return SamplingSettings.for_task(config.rollout, task, do_sample=False, max_new_tokens=max_new_tokens)
 
 
 def categorize(verdict: Verdict) -> str:
@@ -105,7 +116,7 @@ def eval_metrics(records: list[dict], seconds: float, keep_examples: int = TRAIN
     """What a training run logs per evaluation: `eval/*` means, the count, and a few examples."""
     verdicts = [record["verdict"] for record in records]
     metrics = {
-        EVAL_ACCURACY: _mean([float(v["correct"]) for v in verdicts]),
+        EVAL_ACCURACY: _mean([float(r["category"] == "correct") for r in records]),
         EVAL_REWARD_MEAN: _mean([v["total"] for v in verdicts]),
         EVAL_TRUNCATED_FRAC: _mean([float(r["truncated"]) for r in records]),
         EVAL_COMPLETION_LEN_MEAN: _mean([float(r["completion_tokens"]) for r in records]),
@@ -122,26 +133,18 @@ def eval_metrics(records: list[dict], seconds: float, keep_examples: int = TRAIN
     return metrics
 
 
-def evaluate_in_training(backend: RolloutBackend, task: Task, examples: Sequence[Example], settings: SamplingSettings,
-                         *, use_chat_template: bool, dist: Dist = SINGLE) -> tuple[dict, list[dict]]:
+def evaluate_in_training(backend: RolloutBackend, task: Task, examples: Sequence[Example], config: Config,
+                         *, dist: Dist = SINGLE) -> tuple[dict, list[dict]]:
     """The in-training eval: (eval/* metrics, the records). Every rank returns the same."""
     started = time.perf_counter()
-    records = evaluate_examples(backend, task, examples, settings, use_chat_template=use_chat_template,
-                                batch_size=TRAINING_EVAL_BATCH, dist=dist)
+    records = evaluate_examples(backend, task, examples, eval_settings(config, task),
+                                use_chat_template=config.task.use_chat_template,
+                                batch_size=config.train.eval_batch_size, dist=dist)
     seconds = time.perf_counter() - started
     return eval_metrics(records, dist.max_scalar(seconds) if dist.enabled else seconds), records
 
 
 # ----------------------------------------------------------------------------- rlvr eval
-
-
-@dataclass
-class EvalSettings:
-    max_new_tokens: int = 1024
-    temperature: float = 1.0  # 0 means greedy decoding
-    top_p: float = 1.0
-    batch_size: int = 8
-    keep_examples: int = 3  # per category, in the summary
 
 
 def wilson_interval(successes: int, total: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -159,7 +162,7 @@ def wilson_interval(successes: int, total: int, z: float = 1.959963984540054) ->
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def summarize(records: list[dict], keep_examples: int = 3) -> dict:
+def summarize(records: list[dict], keep_examples: int = SUMMARY_EXAMPLES) -> dict:
     """`rlvr eval`'s summary: accuracy with its Wilson interval, counts per category, a few examples of each."""
     counts = {category: 0 for category in CATEGORIES}
     examples: dict[str, list] = {category: [] for category in CATEGORIES}
@@ -198,58 +201,67 @@ def format_summary(summary: dict, title: str = "") -> str:
     return "\n".join(lines)
 
 
-def evaluate_task(task_name: str, model_name: str, *, task_options: Optional[dict] = None,
-                  use_chat_template: Optional[bool] = None, limit: Optional[int] = None,
-                  settings: Optional[EvalSettings] = None, output_dir: Optional[str | Path] = None,
-                  dtype: str = "float32", device: str = "cpu", seed: int = 0, log=print) -> dict:
-    """`rlvr eval`: load the model, build the task, evaluate `limit` held-out examples, write and print results.
+@dataclass
+class EvalResult:
+    """What `evaluate` wrote: the folder, the summary (as in summary.json) and every judged record."""
 
-    `use_chat_template=None` asks the task (`rlvr.tasks.default_use_chat_template`): raw text for
-    the r1_zero prompt, the chat template otherwise.
+    folder: Path
+    summary: dict
+    records: list[dict]
+
+    @property
+    def accuracy(self) -> float:
+        return self.summary["accuracy"]
+
+
+def evaluate(config: Config, *, output_dir: Optional[str | Path] = None, log: Callable[[str], None] = print
+             ) -> EvalResult:
+    """`rlvr eval`: judge `model.name` on the held-out examples of `config`'s task, as a training run does.
+
+    `model.name` may also be a run folder (its latest checkpoint) or a checkpoint folder. Every
+    check runs before the model loads; the output folder (`output_dir`, default
+    `<train.output_dir>/eval-<task>-<time>-<4 hex digits>`) is created once the model has loaded,
+    and gets config.yaml, generations.jsonl (rewritten after each chunk) and summary.json.
     """
     import torch
 
-    from rlvr.config import RolloutConfig
-    from rlvr.models.runs import load_model_for_inference
-    from rlvr.rollout import ROLLOUT_BACKENDS
-    from rlvr.tasks import build_task, default_use_chat_template, task_label
-    from rlvr.utils import seed_everything
+    from rlvr.models import load_model_for_inference
 
-    options = dict(task_options or {})
-    if use_chat_template is None:
-        use_chat_template = default_use_chat_template(task_name, options)
-    settings = settings or EvalSettings()
-    seed_everything(seed)
-    task = build_task(task_name, options=options, use_chat_template=use_chat_template, seed=seed)
-    examples = list(task.iter_eval())
-    if limit is not None:
-        examples = examples[:limit]
+    task = prepare_task(config, inference=True)
+    examples = held_out_examples(task, config)
     if not examples:
-        raise ValueError(f"task {task_name!r} has no eval examples")
-    output = Path(output_dir) if output_dir else Path("runs") / (
-        f"eval-{task_label(task_name)}-{datetime.now():%Y%m%d-%H%M%S}")
-    output.mkdir(parents=True, exist_ok=True)
-    loaded = load_model_for_inference(model_name, dtype=dtype, device=device)  # a run folder too
-    rollout = RolloutConfig(max_new_tokens=settings.max_new_tokens, temperature=max(settings.temperature, 1e-6),
-                            top_p=settings.top_p)
-    sampling = SamplingSettings.for_task(rollout, task, do_sample=settings.temperature > 0)
+        raise ConfigError(f"train.eval_size={config.train.eval_size}: nothing to evaluate; set train.eval_size "
+                          "(rlvr eval --limit N) to the number of held-out examples to judge")
+    model = config.model
+    loaded = load_model_for_inference(model.name, dtype=model.dtype, device=model.device,
+                                      memory_kernels=model.memory_kernels)
+    if output_dir is None:
+        output = make_run_dir(config.train.output_dir, "", f"eval-{task_label(config.task.name)}")
+    else:
+        output = Path(output_dir)
+        output.mkdir(parents=True, exist_ok=True)
+    save_config(config, output / "config.yaml")
+    settings = eval_settings(config, task)
     generations_path = output / "generations.jsonl"
 
     def write_progress(records: list[dict]) -> None:  # a crash leaves a whole file
         atomic_write_text(generations_path, "".join(to_json(r) + "\n" for r in records))
-        if len(records) % 40 == 0:
-            log(f"  {len(records)}/{len(examples)}")
+        log(f"  {len(records)}/{len(examples)}")
 
     started = time.perf_counter()
-    with ROLLOUT_BACKENDS.get("decode_loop")(loaded.policy, loaded.tokenizer) as backend, torch.no_grad():
-        records = evaluate_examples(backend, task, examples, sampling, use_chat_template=use_chat_template,
-                                    batch_size=settings.batch_size, on_batch=write_progress)
-    summary = summarize(records, settings.keep_examples)
-    summary.update(seconds=time.perf_counter() - started, stop_strings=list(sampling.stop_strings), task=task_name,
-                   model=model_name, task_options=_jsonable(options), use_chat_template=use_chat_template,
-                   temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
-                   seed=seed)
+    with rollout_backend(config, loaded) as backend, torch.no_grad():
+        records = evaluate_examples(backend, task, examples, settings, use_chat_template=config.task.use_chat_template,
+                                    batch_size=config.train.eval_batch_size, on_batch=write_progress)
+    seconds = time.perf_counter() - started
+    summary = summarize(records)
+    metrics = eval_metrics(records, seconds)
+    del metrics[EVAL_EXAMPLES]  # summarize keeps examples of each category
+    summary.update(seconds=seconds, metrics=metrics, task=config.task.name, model=model.name,
+                   task_options=_jsonable(config.task.options), use_chat_template=config.task.use_chat_template,
+                   do_sample=settings.do_sample, temperature=settings.temperature if settings.do_sample else 0.0,
+                   top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
+                   stop_strings=list(settings.stop_strings), seed=config.train.seed)
     atomic_write_text(output / "summary.json", json.dumps(json.loads(to_json(_jsonable(summary))), indent=2) + "\n")
-    log(format_summary(summary, f"{task_name} / {model_name}"))
-    log(f"written: {generations_path} and summary.json")
-    return summary
+    log(format_summary(summary, f"{config.task.name} / {model.name}"))
+    log(f"written: {generations_path}, summary.json and config.yaml")
+    return EvalResult(folder=output, summary=summary, records=records)

@@ -47,6 +47,7 @@ from rlvr.metric_names import (
     UNIX_TIME,
 )
 from rlvr.rollout import SamplingSettings
+from rlvr.tasks.base import primary_component
 from rlvr.train.advantages import with_advantages
 from rlvr.train.collect import collect_groups, rollout_batch
 from rlvr.train.distributed import check_divisible, init_distributed
@@ -54,6 +55,7 @@ from rlvr.train.health import HealthMonitor
 from rlvr.train.optim import make_optimizer, make_scheduler
 from rlvr.train.reference import needs_reference_logprobs, with_reference_logprobs
 from rlvr.train.rollout_stats import gather_rollout, rollout_stats
+from rlvr.train.run_setup import expect_config
 from rlvr.train.session import RL_RUN, open_run
 from rlvr.train.update import update_policy
 from rlvr.train.values import with_old_values
@@ -65,6 +67,7 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
 
     A resume refuses config changes outside `RESUME_MUTABLE_KEYS` unless `force_config_change`.
     """
+    expect_config(config)
     dist = init_distributed(config.model.device)  # one process unless launched data-parallel
     check_divisible(dist, config.rollout.batch_size)
     algo, rollout, train_cfg = config.algorithm, config.rollout, config.train
@@ -81,7 +84,9 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             session.evaluate(0)
         # Every rank sees the same globally reduced records, so every rank takes the same stop decision.
         history = read_jsonl(session.writer.metrics_path) if session.resumed else []  # rebuild the streaks
-        health = HealthMonitor.from_config(config, is_main=dist.is_main, history=history)
+        health = HealthMonitor.from_config(config, is_main=dist.is_main, history=history,
+                                           task_components=tuple(task.component_names),
+                                           task_primary=primary_component(task))
         progress = None
         if train_cfg.progress and dist.is_main:
             from tqdm import tqdm

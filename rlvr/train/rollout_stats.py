@@ -19,6 +19,7 @@ from rlvr.metric_names import (
     COMPLETION_LEN_MAX,
     COMPLETION_LEN_MEAN,
     CORRECT_FRAC,
+    DISTINCT_COMPLETIONS_FRAC,
     DYNAMIC_SAMPLING_FILLED_DEGENERATE,
     DYNAMIC_SAMPLING_ROUNDS,
     DYNAMIC_SAMPLING_SAMPLED_GROUPS,
@@ -99,6 +100,16 @@ def zero_variance_fraction(rewards: torch.Tensor, group_size: int) -> float:
     return float(degenerate_rows(grouped).float().mean())
 
 
+def distinct_completions_fraction(texts: list[str], group_size: int) -> float:
+    """Mean over groups of (distinct completions in the group) / group size; texts [N] prompt-major.
+
+    1.0 when every completion of every group differs, 1 / G when each group wrote one text G times
+    (a policy collapsed to one answer per prompt). Whitespace at either end does not make a text new.
+    """
+    groups = [texts[start : start + group_size] for start in range(0, len(texts), group_size)]
+    return sum(len({text.strip() for text in group}) / len(group) for group in groups) / len(groups)
+
+
 def rollout_stats(rows: RolloutRows, dynamic_sampling: bool) -> dict[str, float]:
     """The rollout part of an iteration's metrics (names in `rlvr.metric_names`).
 
@@ -118,6 +129,8 @@ def rollout_stats(rows: RolloutRows, dynamic_sampling: bool) -> dict[str, float]
         COMPLETION_LEN_MEAN: float(rows.lengths.float().mean()),
         COMPLETION_LEN_MAX: int(rows.lengths.max()),
         CORRECT_FRAC: sum(v.correct for v in verdicts) / len(verdicts),
+        DISTINCT_COMPLETIONS_FRAC: distinct_completions_fraction([s["completion"] for s in rows.samples],
+                                                                 rows.group_size),
         NUM_SEQUENCES: len(verdicts),
         GENERATED_TOKENS: int(rows.lengths.sum()),
     }

@@ -3,11 +3,12 @@
 A new run creates its folder (a default name carries the time and a random suffix and is made
 with an exclusive mkdir, so two runs started in the same second never share one), locks it
 (rlvr/train/run_lock.py) before writing anything, refuses a folder that already holds a run and
-writes config.yaml. A resume locks the folder and checks the config (rlvr/train/resume_policy.py)
-but writes nothing until `commit_resume`, called once the checkpoint has loaded: it removes what
-interrupted saves left, sets damaged checkpoints aside, drops what was logged after the checkpoint
-(and a half-written last line), writes config.yaml and appends to resumes.jsonl. Under data
-parallelism only the main process touches the folder; the other ranks get its path or its error.
+writes config.yaml; if the model then fails to load, `abandon` removes the folder again. A resume
+locks the folder and checks the config (rlvr/train/resume_policy.py) but writes nothing until
+`commit_resume`, called once the checkpoint has loaded: it removes what interrupted saves left,
+sets damaged checkpoints aside, drops what was logged after the checkpoint (and a half-written
+last line), writes config.yaml and appends to resumes.jsonl. Under data parallelism only the main
+process touches the folder; the other ranks get its path or its error.
 """
 
 from __future__ import annotations
@@ -65,15 +66,32 @@ def make_run_dir(output_dir: str | Path, run_name: str, stem: str) -> Path:
 
 @dataclass
 class RunFolder:
-    """A claimed run folder: its path, the lock (main process only) and, for a resume, the checked plan."""
+    """A claimed run folder: its path, the lock (main process only), for a resume the checked plan, and
+    whether this start created the folder."""
 
     path: Path
     lock: RunLock | None = None
     plan: ResumePlan | None = None
+    created: bool = False
 
     def release(self) -> None:
         if self.lock is not None:
             self.lock.release()
+
+    def abandon(self) -> None:
+        """A start that failed after the claim (the model did not load): release the folder, and remove it
+        when this start created it and nothing but its config.yaml is in it, so runs/ is as it was."""
+        ours = self.created and self.lock is not None
+        try:
+            if ours:
+                (self.path / "config.yaml").unlink(missing_ok=True)  # while still locked: no other run wrote it
+        finally:
+            self.release()
+        if ours:
+            try:
+                self.path.rmdir()
+            except OSError:  # something else is in it: left as it is
+                pass
 
     def commit_resume(self, restored: dict, dist: Dist = SINGLE) -> None:
         """The resume's writes, once `restore_checkpoint` succeeded (main process; every rank waits)."""
@@ -142,6 +160,8 @@ def _claim_on_main(config: Config, *, stem: str, command: str, resume_dir, force
             lock.release()
             raise
         return RunFolder(path, lock, plan)
+    named = Path(config.train.output_dir) / config.train.run_name if config.train.run_name else None
+    created = named is None or not named.exists()
     path = make_run_dir(config.train.output_dir, config.train.run_name, stem)
     lock = RunLock.acquire(path, command)
     try:
@@ -152,7 +172,7 @@ def _claim_on_main(config: Config, *, stem: str, command: str, resume_dir, force
     except BaseException:
         lock.release()
         raise
-    return RunFolder(path, lock)
+    return RunFolder(path, lock, created=created)
 
 
 def claim_run_folder(config: Config, dist: Dist = SINGLE, *, stem: str, command: str, resume_dir=None,

@@ -1,8 +1,9 @@
 """A training run, whatever the loop (RL, SFT, expert iteration): everything around the loop itself.
 
-`open_run` claims the run folder (a new one, or the resumed one: locked, the config change
-checked; rlvr/train/run_folder.py), loads the task and the model (and PPO's value model), places
-them on each data-parallel rank (FSDP sharding included), and sets up the rollout backend and the held-out
+`open_run` builds the task and makes every check that needs no model (rlvr/train/run_setup.py),
+then claims the run folder (a new one, or the resumed one: locked, the config change checked;
+rlvr/train/run_folder.py), loads the model (and PPO's value model), places them on each
+data-parallel rank (FSDP sharding included), and sets up the rollout backend and the held-out
 evaluation. The loop then calls `start` (resume from the newest intact checkpoint, then open the
 metric writers), `evaluate`, `save_checkpoint`, and finally `close` (or uses the session as a
 context manager), which releases the folder. Each loop keeps only what is its own: its
@@ -19,23 +20,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from rlvr.config import Config
 from rlvr.metric_names import ELAPSED_S, ITERATION, UNIX_TIME
-from rlvr.models import LoadedModel, LoraSettings, load_policy, trainable_parameters
-from rlvr.models.value_model import ValueModel, build_value_model
-from rlvr.rollout import ROLLOUT_BACKENDS, RolloutBackend, SamplingSettings
-from rlvr.tasks import Task, build_task, task_label
+from rlvr.models import LoadedModel, trainable_parameters
+from rlvr.rollout import RolloutBackend
+from rlvr.models.value_model import ValueModel
+from rlvr.tasks import Task, task_label
 from rlvr.train.checkpoint import gather_checkpoint_state, restore_checkpoint, save_checkpoint
 from rlvr.train.distributed import SINGLE, Dist, checkpoint_extra, rank_device, restore_rank_state, start_ranks
-from rlvr.train.evaluation import check_held_out, evaluate_in_training
+from rlvr.train.evaluation import evaluate_in_training, held_out_examples
 from rlvr.train.fsdp import fsdp_requested, shard_loaded_model
 from rlvr.train.generations import log_generations
 from rlvr.train.metrics import RunWriter
 from rlvr.train.run_folder import RunFolder, claim_run_folder
+from rlvr.train.run_setup import expect_config, load_run_model, prepare_task, rollout_backend, set_up_value_model
 from rlvr.train.sinks import build_sinks, require_sink_packages
-from rlvr.utils import seed_everything
 
 
 @dataclass(frozen=True)
@@ -58,50 +57,6 @@ def run_stem(config: Config, kind: RunKind) -> str:
     """The start of a default run folder name: `<prefix><task>[-<algorithm>]` (time and a suffix follow)."""
     stem = kind.folder_prefix + task_label(config.task.name)
     return f"{stem}-{config.algorithm.name}" if kind.with_algorithm else stem
-
-
-def load_model_and_task(config: Config, *, need_reference: bool) -> tuple[LoadedModel, Task]:
-    """The policy (LoRA or full weights, a frozen reference copy only when asked) and the task, seeded."""
-    if config.model.num_threads > 0:
-        torch.set_num_threads(config.model.num_threads)
-    seed_everything(config.train.seed)
-    # The task first: a bad task option or data file fails before minutes of model loading.
-    task = build_task(config.task.name, reward_weights=config.task.reward_weights, options=config.task.options,
-                      use_chat_template=config.task.use_chat_template, seed=config.train.seed,
-                      max_abs_reward=config.task.max_abs_reward)
-    check_held_out(task, config)
-    return load_configured_model(config, need_reference=need_reference), task
-
-
-def load_configured_model(config: Config, *, need_reference: bool = False) -> LoadedModel:
-    """`model.name` as the config sets it up: dtype, device, LoRA or full weights, checkpointing, kernels."""
-    lora = None
-    if config.model.lora:
-        lora = LoraSettings(rank=config.model.lora_rank, alpha=config.model.lora_alpha,
-                            dropout=config.model.lora_dropout, target_modules=tuple(config.model.lora_target_modules))
-    return load_policy(
-        config.model.name, dtype=config.model.dtype, device=config.model.device, lora=lora,
-        gradient_checkpointing=config.model.gradient_checkpointing, need_reference=need_reference,
-        memory_kernels=config.model.memory_kernels,
-    )
-
-
-def set_up_value_model(config: Config, loaded: LoadedModel) -> ValueModel:
-    """PPO's value model (`algorithm.value_model`): a head on the policy, or a second copy of the base
-    model set up as the policy is (its own LoRA adapter, or all weights) with the head."""
-    return build_value_model(config.algorithm.value_model, loaded, load_separate=lambda: load_configured_model(config))
-
-
-def rollout_backend(config: Config, loaded: LoadedModel) -> RolloutBackend:
-    """The configured rollout backend (`rollout.backend`), set up on the loaded policy."""
-    return ROLLOUT_BACKENDS.get(config.rollout.backend)(loaded.policy, loaded.tokenizer,
-                                                       merge_lora=config.rollout.merge_lora)
-
-
-def eval_settings(config: Config, task: Task) -> SamplingSettings:
-    """Greedy, up to `train.eval_max_new_tokens` (default: the rollout budget), the rollout's stop strings."""
-    max_new_tokens = config.train.eval_max_new_tokens or config.rollout.max_new_tokens
-    return SamplingSettings.for_task(config.rollout, task, do_sample=False, max_new_tokens=max_new_tokens)
 
 
 @dataclass
@@ -164,13 +119,13 @@ class RunSession:
         return done, state
 
     def evaluate(self, iteration: int, generations: int = 0) -> dict:
-        """Greedy eval on the held-out examples, written to eval.jsonl; returns the record.
+        """Evaluate on the held-out examples (greedy unless train.eval_temperature > 0), written to eval.jsonl;
+        returns the record.
 
         `generations` > 0 also writes that many judged completions, with entropies, to generations.jsonl.
         """
-        metrics, records = evaluate_in_training(
-            self.backend, self.task, self.eval_examples, eval_settings(self.config, self.task),
-            use_chat_template=self.config.task.use_chat_template, dist=self.dist)
+        metrics, records = evaluate_in_training(self.backend, self.task, self.eval_examples, self.config,
+                                                dist=self.dist)
         record = {ITERATION: iteration, ELAPSED_S: self.elapsed(), UNIX_TIME: time.time(), **metrics}
         if generations:
             record.update(log_generations(self.policy, self.tokenizer, records[:generations], iteration=iteration,
@@ -215,7 +170,12 @@ def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = N
     `need_value_model`: set up PPO's value model (`algorithm.value_model`).
     """
     started_at = time.perf_counter()
-    require_sink_packages(config)  # a missing sink package stops the run before any file or model
+    # Every check that needs no model comes before the folder: a failed start leaves nothing behind.
+    expect_config(config)
+    require_sink_packages(config)
+    task = prepare_task(config)  # model source, task options and data, held-out examples; seeded
+    if config.model.init_from and resume_dir is None:  # recorded absolute, so the run's policy can be rebuilt
+        config.model.init_from = str(Path(config.model.init_from).expanduser().resolve())
     if dist.enabled and fsdp_requested(config):
         config.train.fsdp = True  # an Accelerate FSDP launch: recorded in config.yaml, so a resume shards too
     folder = claim_run_folder(config, dist, stem=run_stem(config, kind), command=kind.command,
@@ -223,7 +183,7 @@ def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = N
                               resumable=kind.resumable)  # locked by the main process until `close`
     try:
         config.model.device = rank_device(dist, config.model.device)
-        loaded, task = load_model_and_task(config, need_reference=need_reference)
+        loaded = load_run_model(config, need_reference=need_reference)
         value_model = set_up_value_model(config, loaded) if need_value_model else None
         value_params = [] if value_model is None else value_model.parameters()
         start_ranks(dist, [*trainable_parameters(loaded.policy), *value_params], config.train.seed)  # rank 0's weights
@@ -236,9 +196,8 @@ def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = N
         return RunSession(
             config=config, kind=kind, folder=folder, dist=dist, loaded=loaded, task=task,
             backend=rollout_backend(config, loaded), resume_dir=None if resume_dir is None else Path(resume_dir),
-            started_at=started_at, eval_examples=task.examples("eval", config.train.eval_size, config.train.seed),
-            value_model=value_model,
+            started_at=started_at, eval_examples=held_out_examples(task, config), value_model=value_model,
         )
     except BaseException:
-        folder.release()
+        folder.abandon()  # a new folder holding only config.yaml is removed again
         raise

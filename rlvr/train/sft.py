@@ -42,6 +42,7 @@ from rlvr.rollout import score_completions
 from rlvr.tasks.base import Example
 from rlvr.train.metrics import MetricSums
 from rlvr.train.optim import make_optimizer, make_scheduler
+from rlvr.train.run_setup import expect_config
 from rlvr.train.session import SFT_RUN, open_run
 from rlvr.utils import peak_rss_bytes, read_jsonl_numbered
 
@@ -139,6 +140,7 @@ def epoch_order(num_pairs: int, seed: int, epoch: int) -> list[int]:
 
 def train_sft(config: Config, resume_dir: str | Path | None = None, force_config_change: bool = False) -> Path:
     """Fine-tune according to `config` (or continue the run in `resume_dir`); returns the run folder."""
+    expect_config(config)
     s, train_cfg = config.sft, config.train
     pairs = read_pairs(config)  # before the run folder is created: a bad data path leaves nothing behind
     with open_run(config, SFT_RUN, resume_dir=resume_dir, force_config_change=force_config_change) as session:
