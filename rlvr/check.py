@@ -23,13 +23,14 @@ from rlvr.models import compute_completion_logprobs, reference_context, trainabl
 from rlvr.models.policy import dtype_name, resolve_dtype
 from rlvr.rollout import SamplingSettings
 from rlvr.rollout.base import eos_token_ids
-from rlvr.train.advantages import compute_advantages
+from rlvr.train.advantages import with_advantages
 from rlvr.train.collect import collect_groups, rollout_batch
 from rlvr.train.optim import make_optimizer, make_scheduler
-from rlvr.train.reference import scoring_group_size, with_reference_logprobs
-from rlvr.train.rollout_stats import gather_rollout, rollout_stats
-from rlvr.train.run_setup import load_model_and_task, rollout_backend
+from rlvr.train.reference import needs_reference_logprobs, with_reference_logprobs
+from rlvr.train.rollout_stats import advantage_per_row, gather_rollout, rollout_stats
+from rlvr.train.run_setup import load_model_and_task, rollout_backend, set_up_value_model
 from rlvr.train.update import update_policy
+from rlvr.train.values import forward_group_size, with_old_values
 
 # Estimators whose advantages sum to 0 within each group (z-score, mean-centring, leave-one-out).
 CENTRING_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
@@ -112,8 +113,9 @@ def run_check(config) -> list[CheckRow]:
     rows: list[CheckRow] = []
     rollout, algo = config.rollout, config.algorithm
     check_started = time.perf_counter()
-    loaded, task = load_model_and_task(config, need_reference=algo.kl_coef > 0)
-    params = trainable_parameters(loaded.policy)
+    loaded, task = load_model_and_task(config, need_reference=needs_reference_logprobs(algo))
+    value_model = set_up_value_model(config, loaded) if algo.value_model != "none" else None
+    params = trainable_parameters(loaded.policy) + ([] if value_model is None else value_model.parameters())
     optimizer = make_optimizer(params, config.optim)
     scheduler = make_scheduler(optimizer, config.optim, config.train.iterations * algo.ppo_epochs)
     backend = rollout_backend(config, loaded)
@@ -129,10 +131,12 @@ def run_check(config) -> list[CheckRow]:
     has_reference = loaded.is_lora or loaded.reference is not None
     settings = SamplingSettings.for_task(rollout, task)
     collected = collect_groups(backend, task, settings, config, 0)
-    advantages = compute_advantages(collected.rewards, collected.group_ids, algo)
-    batch = rollout_batch(collected, advantages, tokenizer, task.name)
-    if algo.kl_coef > 0:
+    batch = rollout_batch(collected, tokenizer, task.name)
+    if needs_reference_logprobs(algo):
         batch = with_reference_logprobs(loaded, batch, config)
+    if value_model is not None:
+        batch = with_old_values(policy, value_model, batch, config, with_logprobs=algo.kl_in_reward > 0)
+    batch = with_advantages(batch, collected.rewards, algo)
     stats = rollout_stats(gather_rollout(collected, batch), algo.dynamic_sampling)
     prompt_len = batch.prompt_len
     _stage(f"sampled {len(batch)} completions; recomputing log-probs", check_started)
@@ -153,7 +157,7 @@ def run_check(config) -> list[CheckRow]:
     else:
         rows.append(row("advantages centred", "n/a", "-", None,
                         f"estimator {algo.advantage_estimator} / advantage_clip {algo.advantage_clip} need not centre"))
-    nonzero = float((batch.advantages.abs() > 1e-8).float().mean())
+    nonzero = float((advantage_per_row(batch).abs() > 1e-8).float().mean())
     rows.append(row("nonzero advantages", nonzero, "> 0", nonzero > 0,
                     "" if nonzero > 0 else "no group had reward contrast: the gradient is 0", warn_only=True))
 
@@ -169,8 +173,7 @@ def run_check(config) -> list[CheckRow]:
         sampling_logprobs = compute_per_token_logprobs(policy, input_ids, attention_mask, enable_grad=False,
                                                        temperature=rollout.temperature)  # [b, L-1]
     policy.train(True)  # as update_policy runs it
-    group_size = 1 if config.model.gradient_checkpointing else scoring_group_size(rollout.group_size,
-                                                                                   config.optim.minibatch_size)
+    group_size = forward_group_size(config)
     with torch.no_grad():
         update_logprobs, _ = compute_completion_logprobs(
             policy, input_ids, attention_mask, prompt_len, group_size=group_size, enable_grad=False,
@@ -202,7 +205,8 @@ def run_check(config) -> list[CheckRow]:
     # 7. One update: finite loss, finite non-zero gradient.
     _stage(f"running one update ({algo.ppo_epochs} optimizer steps)", check_started)
     started = time.perf_counter()
-    update = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), config, params)
+    update = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), config, params,
+                           value_model=value_model)
     seconds = time.perf_counter() - started
     loss = update.metrics.get(LOSS, math.nan)
     rows.append(row("loss finite", loss, "finite", math.isfinite(loss),

@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from rlvr.check import CheckRow, row
-from rlvr.config import resolve
+from rlvr.config import ConfigError, resolve
 from rlvr.core import RolloutBatch, build_completion_mask, get_advantage_estimator
 from rlvr.metric_names import CLIP_FRAC_HIGH, CLIP_FRAC_LOW
 from rlvr.models import compute_completion_logprobs, trainable_parameters
@@ -63,6 +63,10 @@ def format_copy_candidates(example) -> list[str]:
 
 def _mechanism_config(config):
     """The user's config with a 2 x 4 batch, one minibatch, 4 epochs and a fresh LoRA adapter."""
+    if config.algorithm.value_model != "none":
+        raise ConfigError(f"rlvr check --mechanism compares fixed candidate responses within their group; "
+                          f"algorithm.value_model={config.algorithm.value_model!r} ({config.algorithm.name}) has no "
+                          "group baseline to compare against: run rlvr check without --mechanism")
     mech = copy.deepcopy(config)
     mech.model.lora = True
     mech.rollout.batch_size, mech.rollout.group_size = 2, len(CANDIDATE_LABELS)

@@ -120,6 +120,9 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
         print(f"{'':24s} advantages={preset.advantage_estimator} loss={preset.policy_loss} "
               f"aggregation={preset.loss_aggregation} epochs={preset.ppo_epochs} "
               f"clip={preset.clip_low}/{preset.clip_high} kl_coef={preset.kl_coef}")
+        if preset.value_model != "none":
+            print(f"{'':24s} value_model={preset.value_model} gamma={preset.gae_gamma} lambda={preset.gae_lambda} "
+                  f"value_clip={preset.value_clip} vf_coef={preset.vf_coef} kl_in_reward={preset.kl_in_reward}")
     return 0
 
 

@@ -110,11 +110,12 @@ class RolloutConfig:
 class AlgorithmConfig:
     """The algorithm: a preset (`rlvr algorithms`) whose fields any non-null key below overrides."""
 
-    name: str = option("grpo", "a preset from `rlvr algorithms`: grpo, gr_reinforce, rloo, dr_grpo, dapo, gspo, ...")
-    advantage_estimator: Optional[str] = option(None, "advantage estimator (grpo, dr_grpo, rloo, ...); null: "
+    name: str = option("grpo", "a preset from `rlvr algorithms`: grpo, gr_reinforce, rloo, dr_grpo, dapo, gspo, "
+                       "ppo, ...")
+    advantage_estimator: Optional[str] = option(None, "advantage estimator (grpo, dr_grpo, rloo, gae, ...); null: "
                                                 "the preset's")
-    policy_loss: Optional[str] = option(None, "policy loss (grpo_clip, gr_reinforce, gspo, reinforce); null: the "
-                                        "preset's")
+    policy_loss: Optional[str] = option(None, "policy loss (grpo_clip or ppo_clip, gr_reinforce, gspo, reinforce); "
+                                        "null: the preset's")
     loss_aggregation: Optional[str] = option(None, "seq_mean_token_mean, token_mean or seq_mean_token_sum_norm; "
                                              "null: the preset's")
     ppo_epochs: Optional[int] = option(None, "optimizer steps (passes) per rollout batch; null: the preset's")
@@ -140,6 +141,21 @@ class AlgorithmConfig:
                                                "the preset's")
     entropy_coef: Optional[float] = option(None, "entropy bonus weight; 0 logs entropy without optimising it; null: "
                                            "the preset's")
+    # PPO (algorithm.name=ppo): a learned value function instead of a group baseline.
+    value_model: Optional[str] = option(None, "none (group baselines), shared (a value head on the policy's "
+                                        "backbone, one forward pass) or separate (a second copy of the base model "
+                                        "with its own adapter); null: the preset's")
+    gae_gamma: Optional[float] = option(None, "GAE discount gamma; 1 for a reward at the end of a completion; null: "
+                                        "the preset's")
+    gae_lambda: Optional[float] = option(None, "GAE lambda: 1 is the Monte Carlo return (unbiased, noisy), 0 the "
+                                         "one-step TD error (leans on the value); null: the preset's")
+    value_clip: Optional[float] = option(None, "clip range of the value prediction around its sampling-time value; "
+                                         "0 disables; null: the preset's")
+    vf_coef: Optional[float] = option(None, "weight of the value loss beside the policy loss; null: the preset's")
+    kl_in_reward: Optional[float] = option(None, "PPO: subtract this times the per-token KL (k1) to the reference "
+                                           "from the reward (InstructGPT style); 0 disables; null: the preset's")
+    value_warmup_iterations: Optional[int] = option(None, "PPO: first iterations that train only the value model "
+                                                    "(the policy is not updated); null: the preset's")
 
 
 @dataclass
@@ -241,6 +257,13 @@ class HealthConfig:
                                     "or eval accuracy over the window, fell by more than this while the reward rose")
     primary_component: str = option("", "the reward component that says the answer is right (reward_divergence "
                                      "watches reward/<it>); empty: the task's (answer for the built-in tasks)")
+    # A value function worse than a constant makes GAE's advantages noisier than no baseline at all.
+    # Once a task is solved the returns hardly vary and the ratio turns noisy (it can dip below 0
+    # while the values are close): hence a long window.
+    explained_variance_min: float = option(0.0, "PPO: warn when the value model's explained variance stays below "
+                                           "this for explained_variance_window iterations")
+    explained_variance_window: int = option(10, "PPO: iterations the explained variance must stay low before it "
+                                            "warns (it starts at 0, and is noisy once the returns hardly vary)")
 
 
 @dataclass
@@ -557,6 +580,7 @@ def validate(config: Config) -> None:
     """Cross-field invariants and names (value ranges: `rlvr/config_ranges.py`); messages name the keys."""
     from rlvr.core import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS, KL_ESTIMATORS
     from rlvr.core.advantages import GROUP_BASELINE_ESTIMATORS
+    from rlvr.models.value_model import VALUE_MODEL_KINDS
     from rlvr.rollout import ROLLOUT_BACKENDS
     from rlvr.tasks import check_task_name
 
@@ -595,6 +619,7 @@ def validate(config: Config) -> None:
             f"its group, so rollout.group_size={r.group_size} gives every advantage 0 and nothing is learned; "
             "use rollout.group_size >= 2, or an estimator without a group baseline (algorithm.name=no_baseline)"
         )
+    _validate_value_model(config, VALUE_MODEL_KINDS)
     if t.eval_temperature == 0 and t.eval_top_p != 1:
         raise ConfigError(f"train.eval_top_p={t.eval_top_p} does nothing when the eval decodes greedily "
                           "(train.eval_temperature=0); set train.eval_temperature > 0 to sample, or leave "
@@ -629,6 +654,28 @@ def validate(config: Config) -> None:
         raise ConfigError(
             f"model.dtype: {config.model.dtype!r} is not one of float32, bfloat16, float16, float64"
         )
+
+
+def _validate_value_model(config: Config, kinds: tuple[str, ...]) -> None:
+    """PPO's keys fit together: GAE needs a value model and a value model needs GAE."""
+    from rlvr.core.advantages import VALUE_BASELINE_ESTIMATORS
+
+    a = config.algorithm
+    if a.value_model not in kinds:
+        raise ConfigError(f"algorithm.value_model: {a.value_model!r} is not one of {', '.join(kinds)}")
+    value_based = a.advantage_estimator in VALUE_BASELINE_ESTIMATORS
+    if value_based and a.value_model == "none":
+        raise ConfigError(f"algorithm.advantage_estimator={a.advantage_estimator!r} needs a learned value: set "
+                          "algorithm.value_model to shared or separate (or use algorithm.name=ppo)")
+    if a.value_model != "none" and not value_based:
+        raise ConfigError(f"algorithm.value_model={a.value_model!r} is only used by a value-based estimator "
+                          f"({', '.join(sorted(VALUE_BASELINE_ESTIMATORS))}); algorithm.advantage_estimator="
+                          f"{a.advantage_estimator!r} uses its group instead: set algorithm.value_model=none")
+    for key, value in (("algorithm.kl_in_reward", a.kl_in_reward),
+                       ("algorithm.value_warmup_iterations", a.value_warmup_iterations)):
+        if value > 0 and a.value_model == "none":
+            raise ConfigError(f"{key}={value} needs a value model (algorithm.name=ppo, or algorithm.value_model "
+                              "shared or separate)")
 
 
 def _validate_names(config: Config) -> None:

@@ -55,6 +55,12 @@ OPTIMIZER_STEPS = "optimizer_steps"
 OPTIMIZER_STEPS_TOTAL = "optimizer_steps_total"
 SKIPPED_NONFINITE_UPDATES = "skipped_nonfinite_updates"
 SKIPPED_NONFINITE_UPDATES_TOTAL = "skipped_nonfinite_updates_total"
+# PPO's value model (algorithm.value_model shared or separate)
+VALUE_LOSS_PER_TOKEN = "value/loss_per_token"  # 0.5 * the larger squared error, token mean over the epochs
+VALUE_CLIP_FRAC = "value/clip_frac"  # share of tokens where the clipped value error is the larger one
+VALUE_MEAN = "value/mean"  # the values at sampling time, token mean
+RETURN_MEAN = "value/return_mean"  # the GAE returns (value targets), token mean
+EXPLAINED_VARIANCE = "value/explained_variance"  # 1 - Var[R - V] / Var[R], values at sampling time
 NLL_PER_TOKEN = "nll_per_token"  # SFT
 RESPONSE_TOKENS = "response_tokens"  # SFT
 
@@ -63,9 +69,10 @@ TIME_PREFIX = "time/"
 TIME_GENERATION = "time/generation"
 TIME_SCORING = "time/scoring"
 TIME_LOGPROBS = "time/logprobs"  # reference log-probs (only with a KL term)
+TIME_VALUES = "time/values"  # the value model's pass over the rollout batch (PPO)
 TIME_UPDATE = "time/update"
 TIME_ITERATION = "time/iteration"
-TIME_PARTS = (TIME_GENERATION, TIME_SCORING, TIME_LOGPROBS, TIME_UPDATE)  # the rest of an iteration is "other"
+TIME_PARTS = (TIME_GENERATION, TIME_SCORING, TIME_LOGPROBS, TIME_VALUES, TIME_UPDATE)  # the rest is "other"
 TOKENS_PER_SECOND = "tokens_per_second"
 
 # ----------------------------------------------------------------------------- health

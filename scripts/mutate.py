@@ -38,6 +38,7 @@ import importlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -165,13 +166,33 @@ def check_subprocess_imports(workdir: str) -> None:
                            f"{done.stdout or done.stderr}")
 
 
+def _own_group(pid: int) -> None:
+    """Make a run (pid 0: this process) the leader of its own process group, so that everything it
+    starts (ranks, launched CLI runs, the verifier worker) can be stopped together."""
+    try:
+        os.setpgid(pid, 0)
+    except (PermissionError, ProcessLookupError):  # already done by the other side, or already gone
+        pass
+
+
+def _stop_group(pid: int) -> None:
+    """Kill whatever is left of a run's process group (a timed-out run, or stragglers of a finished one)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _start_fork(workdir: str, mutation: Mutation | None, tests: list[str], report: str, basetemp: str, log: str,
                 threads: int) -> int:
     pid = os.fork()
     if pid:
+        _own_group(pid)
         return pid
     code = 4
     try:
+        _own_group(0)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -200,7 +221,7 @@ def _start_subprocess(workdir: str, mutation: Mutation | None, tests: list[str],
     env = dict(os.environ, **_child_environment(workdir, threads))
     with open(log, "w") as handle:
         return subprocess.Popen([sys.executable, "-m", "pytest", *_pytest_args(workdir, tests, report, basetemp)],
-                                cwd=workdir, env=env, stdout=handle, stderr=subprocess.STDOUT)
+                                cwd=workdir, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _failed_tests(report: str) -> tuple[list[str], int] | None:
@@ -232,41 +253,41 @@ def _run_all(jobs: list[tuple[str, Mutation | None, list[str]]], workers: int, u
                 originals[mutation.path] = handle.read()
     pending, running, results = list(jobs), {}, {}
     free = list(slots)
-    while pending or running:
-        while pending and free:
-            name, mutation, tests = pending.pop(0)
-            workdir = free.pop()
-            for path, text in originals.items():  # restore every file, then apply this mutation
-                with open(os.path.join(workdir, path), "w", encoding="utf-8") as handle:
-                    handle.write(text)
-            if mutation is not None:
-                with open(os.path.join(workdir, mutation.path), "w", encoding="utf-8") as handle:
-                    handle.write(_mutated_text(mutation, originals[mutation.path]))
-            stem = os.path.join(scratch, name.strip("()"))
-            starter = _start_fork if use_fork else _start_subprocess
-            handle = starter(workdir, mutation, tests, f"{stem}.xml", f"{stem}.tmp", f"{stem}.log", threads)
-            limit = BASELINE_TIMEOUT_S if mutation is None else RUN_TIMEOUT_S
-            running[name] = (handle, workdir, f"{stem}.xml", time.monotonic(), limit)
-        time.sleep(0.2)
-        for name, (handle, workdir, report, started, limit) in list(running.items()):
-            if use_fork:
-                done = os.waitpid(handle, os.WNOHANG)[0] != 0
-            else:
-                done = handle.poll() is not None
-            if not done and time.monotonic() - started > limit:
-                if use_fork:
-                    os.kill(handle, 9)
-                    os.waitpid(handle, 0)
-                else:
-                    handle.kill()
-                    handle.wait()
-                done = True
-            if done:
-                seconds = time.monotonic() - started
-                results[name] = (_failed_tests(report), seconds)
-                del running[name]
-                free.append(workdir)
-                print(f"  finished {name} ({seconds:.0f} s)", file=sys.stderr, flush=True)
+    try:
+        while pending or running:
+            while pending and free:
+                name, mutation, tests = pending.pop(0)
+                workdir = free.pop()
+                for path, text in originals.items():  # restore every file, then apply this mutation
+                    with open(os.path.join(workdir, path), "w", encoding="utf-8") as handle:
+                        handle.write(text)
+                if mutation is not None:
+                    with open(os.path.join(workdir, mutation.path), "w", encoding="utf-8") as handle:
+                        handle.write(_mutated_text(mutation, originals[mutation.path]))
+                stem = os.path.join(scratch, name.strip("()"))
+                starter = _start_fork if use_fork else _start_subprocess
+                started_run = starter(workdir, mutation, tests, f"{stem}.xml", f"{stem}.tmp", f"{stem}.log", threads)
+                pid = started_run if use_fork else started_run.pid
+                limit = BASELINE_TIMEOUT_S if mutation is None else RUN_TIMEOUT_S
+                running[name] = (pid, workdir, f"{stem}.xml", time.monotonic(), limit)
+            time.sleep(0.2)
+            for name, (pid, workdir, report, started, limit) in list(running.items()):
+                # Exited? Asked without reaping it, so its pid (the group's id) cannot be reused
+                # before the group is stopped.
+                done = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+                if done or time.monotonic() - started > limit:
+                    _stop_group(pid)
+                    os.waitpid(pid, 0)
+                    seconds = time.monotonic() - started
+                    results[name] = (_failed_tests(report) if done else None, seconds)
+                    del running[name]
+                    free.append(workdir)
+                    print(f"  finished {name} ({seconds:.0f} s{'' if done else ', timed out'})", file=sys.stderr,
+                          flush=True)
+    finally:  # interrupted (Ctrl-C, SIGTERM): nothing a run started outlives this process
+        for pid, *_ in running.values():
+            _stop_group(pid)
+            os.waitpid(pid, 0)
     return results
 
 
@@ -335,6 +356,7 @@ def main() -> int:
         print("\n".join(problems), file=sys.stderr)
         return 1
 
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # stop the runs on the way out
     use_fork = hasattr(os, "fork") and not args.subprocess
     sys.dont_write_bytecode = True  # a mutated module must never be shadowed by a stale .pyc
     if use_fork:

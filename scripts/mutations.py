@@ -173,6 +173,26 @@ CORE = [
          "    return values.sum() / weights.sum()"),
     ),
     mutation(
+        "gae_bootstraps_from_padding", "rlvr/core/value.py",
+        "GAE runs through masked columns: the last token bootstraps from the padding's value",
+        ("next_value = torch.where(keep[:, t], values[:, t], next_value)  # [B]",
+         "next_value = values[:, t]  # [B]"),
+        ("next_advantage = torch.where(keep[:, t], advantage, next_advantage)  # [B]",
+         "next_advantage = advantage  # [B]"),
+    ),
+    mutation(
+        "value_clip_min_not_max", "rlvr/core/value.py",
+        "clipped value loss takes the optimistic min of the two squared errors",
+        ("per_token = 0.5 * torch.max(unclipped_error, clipped_error)  # [B, T]",
+         "per_token = 0.5 * torch.min(unclipped_error, clipped_error)  # [B, T]"),
+    ),
+    mutation(
+        "whiten_ignores_mask", "rlvr/core/value.py",
+        "whitening statistics taken over padding and prompt columns too",
+        ("kept = values[keep]  # [n]",
+         "kept = values.flatten()  # [n]"),
+    ),
+    mutation(
         "shared_prompt_cache_detached", "rlvr/models/completion_logprobs.py",
         "the prompt run once per group is cut out of the graph: no gradient through the prompt",
         ("cache.batch_repeat_interleave(group_size)  # keys/values",

@@ -193,10 +193,54 @@ def test_group_baseline_estimators_are_exactly_those_that_zero_a_group_of_one():
     import torch
 
     from rlvr.core import ADVANTAGE_ESTIMATORS
-    from rlvr.core.advantages import GROUP_BASELINE_ESTIMATORS
+    from rlvr.core.advantages import GROUP_BASELINE_ESTIMATORS, VALUE_BASELINE_ESTIMATORS
 
     rewards = torch.tensor([0.0, 1.0, 0.3, 2.0])  # different rewards: a baseline-free estimator keeps them
-    zeroed = {name for name in ADVANTAGE_ESTIMATORS
+    zeroed = {name for name in set(ADVANTAGE_ESTIMATORS.names()) - VALUE_BASELINE_ESTIMATORS
               if torch.count_nonzero(ADVANTAGE_ESTIMATORS.get(name)(rewards, group_size=1)) == 0}
     assert zeroed == set(GROUP_BASELINE_ESTIMATORS)
     assert "none" not in zeroed
+    # The value-based estimators take per-token rewards and a value; a group of one is all they need.
+    mask = torch.ones(4, 2)
+    token_rewards = torch.stack([torch.zeros(4), rewards], dim=1)  # [4, 2]: the reward on the last token
+    for name in VALUE_BASELINE_ESTIMATORS:
+        advantages = ADVANTAGE_ESTIMATORS.get(name)(token_rewards, group_size=1, completion_mask=mask,
+                                                    values=torch.zeros(4, 2), gamma=1.0, lam=0.95)
+        assert torch.count_nonzero(advantages) > 0, name
+
+
+def test_the_ppo_preset_and_config_need_no_groups():
+    from pathlib import Path
+
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "format_copy_ppo.yaml")
+    algo = config.algorithm
+    assert (algo.name, algo.advantage_estimator, algo.policy_loss, algo.value_model) == ("ppo", "gae", "ppo_clip",
+                                                                                         "shared")
+    assert (algo.gae_gamma, algo.gae_lambda, algo.value_clip, algo.vf_coef) == (1.0, 0.95, 0.2, 0.1)
+    assert algo.ppo_epochs == ALGORITHMS.get("grpo").ppo_epochs and algo.normalize_advantages
+    assert config.rollout.group_size == 1 and config.rollout_size == load_config().rollout_size  # 32 sequences
+    # The group presets keep no value model.
+    assert load_config().algorithm.value_model == "none"
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["algorithm.name=ppo", "algorithm.value_model=none"], "advantage_estimator='gae' needs a learned value"),
+        (["algorithm.name=grpo", "algorithm.value_model=shared"], "set algorithm.value_model=none"),
+        (["algorithm.name=ppo", "algorithm.value_model=critic"], "'critic' is not one of none, shared, separate"),
+        (["algorithm.name=grpo", "algorithm.kl_in_reward=0.05"], "algorithm.kl_in_reward=0.05 needs a value model"),
+        (["algorithm.name=grpo", "algorithm.value_warmup_iterations=2"], "value_warmup_iterations=2 needs a value"),
+        (["algorithm.name=ppo", "algorithm.gae_lambda=1.5"], "algorithm.gae_lambda must be a finite number in [0, 1]"),
+        (["algorithm.name=ppo", "algorithm.vf_coef=0"], "algorithm.vf_coef must be a finite number > 0"),
+        (["algorithm.name=ppo", "algorithm.value_clip=-0.1"], "algorithm.value_clip must be a finite number >= 0"),
+        (["health.explained_variance_min=2"], "health.explained_variance_min must be a finite number <= 1"),
+    ],
+)
+def test_ppo_keys_are_checked_together(overrides, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, overrides)
+    assert expected in str(info.value)
+    # The same keys in a consistent combination load.
+    load_config(None, ["algorithm.name=ppo", "algorithm.value_model=separate", "algorithm.kl_in_reward=0.05",
+                       "algorithm.value_warmup_iterations=2", "algorithm.gae_lambda=1", "algorithm.value_clip=0"])

@@ -136,7 +136,7 @@ def test_unscorable_completions_get_zero_advantage_and_are_counted(tiny_model_di
     from rlvr.config import load_config
     from rlvr.models import load_policy
     from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings
-    from rlvr.train.advantages import compute_advantages
+    from rlvr.train.advantages import with_advantages
     from rlvr.train.collect import collect_groups, rollout_batch
     from rlvr.train.rollout_stats import gather_rollout, rollout_stats
 
@@ -146,8 +146,7 @@ def test_unscorable_completions_get_zero_advantage_and_are_counted(tiny_model_di
     task = HalfUnscorableTask()
     backend = ROLLOUT_BACKENDS.get(config.rollout.backend)(loaded.policy, loaded.tokenizer)
     collected = collect_groups(backend, task, SamplingSettings.for_task(config.rollout, task), config, 1)
-    advantages = compute_advantages(collected.rewards, collected.group_ids, config.algorithm)
-    batch = rollout_batch(collected, advantages, loaded.tokenizer, task.name)
+    batch = with_advantages(rollout_batch(collected, loaded.tokenizer, task.name), collected.rewards, config.algorithm)
     rows = gather_rollout(collected, batch)
     stats = rollout_stats(rows, dynamic_sampling=False)
     unscorable = [s["reward"] != s["reward"] for s in rows.samples]  # NaN != NaN

@@ -25,11 +25,13 @@ from rlvr.train.distributed import Dist, init_distributed
 from rlvr.train.fsdp import clip_grad_norm, device_mesh, fsdp_requested
 from rlvr.train.optim import make_scheduler
 from rlvr.train.update import update_policy
-from tests.test_distributed import LR, _config, _full_batch, spawn_two_ranks
+from tests.test_distributed import LR, _config, _full_batch, ppo_inputs, spawn_two_ranks
 
 # (preset, LoRA?, optim.max_grad_norm): sequence- and token-mean, adapter and full weights; the
-# last case clips (the norm must then be the global one over sharded and replicated gradients).
-CASES = [("grpo", True, 1e6), ("dapo", False, 1e6), ("dapo", True, 1e6), ("grpo", False, 0.05)]
+# clipping cases need the global norm over sharded and replicated gradients (PPO's value head is
+# replicated, outside the sharded layers, like the LM head).
+CASES = [("grpo", True, 1e6), ("dapo", False, 1e6), ("dapo", True, 1e6), ("grpo", False, 0.05),
+         ("ppo", True, 0.05)]
 PROMPTS = ["say a 1", "hello there 22"]  # rank r decodes PROMPTS[r]
 MAX_NEW = [3, 9]  # ... for this many greedy steps: the ranks run different numbers of forwards
 
@@ -55,15 +57,22 @@ def _update(preset, lora, clip, model_dir, rows, dist, mesh=None, optimizer_name
     loaded = _load(model_dir, lora)
     if mesh is not None:
         assert shard_decoder_layers(loaded.policy, mesh) == 2
-    params = trainable_parameters(loaded.policy)
+    value_model, batch = ppo_inputs(preset, loaded, _full_batch().select(rows))
+    params = trainable_parameters(loaded.policy) + ([] if value_model is None else value_model.parameters())
     assert any(is_dtensor(p) for p in params) == (mesh is not None)
     optimizer = (torch.optim.SGD(params, lr=LR) if optimizer_name == "sgd"
                  else torch.optim.AdamW(params, lr=1e-2, weight_decay=0.0))
     scheduler = make_scheduler(optimizer, config.optim, 10)
-    batch = _full_batch().select(rows)
-    update = update_policy(loaded.policy, optimizer, scheduler, batch, config, params, dist=dist)
-    return loaded, optimizer, scheduler, {**update.metrics, "optimizer_steps": update.optimizer_steps,
-                                          "skipped_nonfinite_updates": update.skipped_nonfinite_updates}
+    update = update_policy(loaded.policy, optimizer, scheduler, batch, config, params, dist=dist,
+                           value_model=value_model)
+    metrics = {**update.metrics, "optimizer_steps": update.optimizer_steps,
+               "skipped_nonfinite_updates": update.skipped_nonfinite_updates}
+    if value_model is not None:  # the replicated head, compared like the metrics
+        head = value_model.head
+        metrics.update({"value_head/weight_sum": float(head.weight.detach().sum()),
+                        "value_head/weight_norm": float(head.weight.detach().norm()),
+                        "value_head/bias": float(head.bias.detach())})
+    return loaded, optimizer, scheduler, metrics
 
 
 def _rank_loss(policy, rank: int) -> torch.Tensor:
@@ -152,6 +161,8 @@ def test_fsdp_two_ranks_equal_one_process(fsdp_results, tiny_model_dir, preset, 
     assert step > 1e-3  # the update did move the weights
     if clip < 1.0:
         assert single_metrics["grad_norm"] > 10 * clip  # clipping was active
+    if preset == "ppo":
+        assert single_metrics["value_head/weight_norm"] > 1e-4  # the head moved (from zero)
     for rank in range(2):
         weights, metrics = ranks[rank][_case_name(preset, lora, clip)]
         assert weights.keys() == single_weights.keys()

@@ -19,7 +19,8 @@ PACKAGE = REPO / "rlvr"
 
 # Modules that write metric records (resume_policy: resumes.jsonl, with the same field names), and
 # modules that only read them.
-PRODUCERS = ("rlvr/train/rollout_stats.py", "rlvr/train/update.py", "rlvr/train/rl.py", "rlvr/train/sft.py",
+PRODUCERS = ("rlvr/train/rollout_stats.py", "rlvr/train/update.py", "rlvr/train/values.py", "rlvr/train/rl.py",
+             "rlvr/train/sft.py",
              "rlvr/train/expert_iteration.py", "rlvr/train/evaluation.py", "rlvr/train/generations.py",
              "rlvr/train/session.py", "rlvr/train/resume_policy.py")
 READERS = ("rlvr/train/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py", "rlvr/check.py",
@@ -114,7 +115,8 @@ def test_every_name_a_reader_uses_is_written_by_a_producer():
     assert unwritten(readers, producers) == {}
     # The health checks read these; each one switched off would go unnoticed without this test.
     assert {metric_names.TRUNCATED_FRAC, metric_names.FRAC_ZERO_VARIANCE_GROUPS, metric_names.KL,
-            metric_names.CLIP_FRAC_LOW, metric_names.ENTROPY} <= readers["rlvr/train/health.py"]
+            metric_names.CLIP_FRAC_LOW, metric_names.ENTROPY,
+            metric_names.EXPLAINED_VARIANCE} <= readers["rlvr/train/health.py"]
 
 
 def test_every_module_that_uses_metric_names_is_a_producer_or_a_reader():

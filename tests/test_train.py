@@ -14,6 +14,7 @@ from rlvr.rollout import SamplingSettings, hf_generate
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
 from tests.test_metric_names import PREFIXES, REPO, names_used
+from tests.test_ppo import PPO_METRICS
 
 REQUIRED_METRICS = [
     "reward/mean", "reward/std", "reward/share", "frac_zero_variance_groups", "frac_nonzero_advantages",
@@ -45,10 +46,11 @@ def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
         assert record["optimizer_steps"] == 2  # grpo: 2 epochs, one optimizer step each
         assert record["frac_zero_variance_groups"] < 1.0  # the toy task has contrast
         assert record["kl"] >= 0
-    # Every metric the health checks and the report read is in this run's records.
+    # Every metric the health checks and the report read is in this run's records (PPO's value
+    # metrics: in a PPO run's, tests/test_ppo.py).
     written = {key for record in records + read_jsonl(run_dir / "eval.jsonl") for key in record}
     for reader in ("rlvr/train/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py"):
-        for name in names_used((REPO / reader).read_text()):
+        for name in names_used((REPO / reader).read_text()) - set(PPO_METRICS):
             assert name in written or (name in PREFIXES and any(key.startswith(name) for key in written)), (reader, name)
     assert records[0]["kl"] == 0.0  # the policy starts equal to the reference (LoRA B = 0)
     assert records[1]["kl"] > 0  # and moves away from it
@@ -60,8 +62,28 @@ def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
     assert lora_b and any(v.abs().max() > 0 for v in lora_b)
 
 
-def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path):
-    extra = {"train.iterations": 4, "train.save_every": 2, "train.eval_every": 2, "algorithm.name": "grpo",
+# PPO: the value head (and a separate value model with its own adapter) is part of the state a resume
+# restores; the separate case also takes the KL penalty in the reward and a value warm-up iteration.
+RESUME_CASES = {
+    "grpo": {"algorithm.name": "grpo"},
+    "ppo": {"algorithm.name": "ppo", "rollout.batch_size": 4, "rollout.group_size": 2},
+    "ppo_separate": {"algorithm.name": "ppo", "algorithm.value_model": "separate", "algorithm.kl_in_reward": 0.05,
+                     "algorithm.value_warmup_iterations": 1},
+}
+
+
+def _value_tensors(run_dir):
+    from safetensors.torch import load_file
+
+    folder = sorted((run_dir / "checkpoints").glob("iter_*"))[-1] / "value"
+    return {**load_file(str(folder / "value_head.safetensors")),
+            **({f"model/{k}": v for k, v in load_file(str(folder / "model" / "adapter_model.safetensors")).items()}
+               if (folder / "model").exists() else {})}
+
+
+@pytest.mark.parametrize("case", sorted(RESUME_CASES))
+def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, case):
+    extra = {"train.iterations": 4, "train.save_every": 2, "train.eval_every": 2, **RESUME_CASES[case],
              "model.lora_rank": 4, "model.lora_alpha": 8, "train.keep_checkpoints": 5}
     full = tmp_path / "full"
     assert main(["train", *tiny_overrides(tiny_model_dir, full, **extra)]) == 0
@@ -85,6 +107,13 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path):
     full_w, part_w = _weights(full, tiny_model_dir), _weights(part, tiny_model_dir)
     for key in full_w:
         assert torch.equal(full_w[key], part_w[key]), key
+    if case.startswith("ppo"):
+        full_v, part_v = _value_tensors(full), _value_tensors(part)
+        assert full_v.keys() == part_v.keys() and len(full_v) > (2 if case == "ppo_separate" else 1)
+        for key in full_v:
+            assert torch.equal(full_v[key], part_v[key]), key
+        assert full_v["weight"].abs().max() > 0  # the head learned (it starts at zero)
+        assert full_records[-1]["value/explained_variance"] == part_records[-1]["value/explained_variance"]
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys):

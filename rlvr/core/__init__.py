@@ -1,7 +1,7 @@
 """rlvr.core: the math of GRPO-family training as pure tensor functions.
 
 Log-probs and masks, KL estimators, the no-contrast rule for groups, advantage estimators,
-policy losses, loss aggregation and minibatching. No config objects, no I/O, no library
+policy losses, loss aggregation, minibatching, and PPO's value side (GAE, whitening, value loss). No config objects, no I/O, no library
 plumbing; named choices live in registries (`ADVANTAGE_ESTIMATORS`, `POLICY_LOSSES`,
 `LOSS_AGGREGATIONS`, `KL_ESTIMATORS`). CS336's versions of some of these, with that course's
 edge cases, are in `rlvr.compat.cs336`.
@@ -40,6 +40,16 @@ from rlvr.core.policy_losses import (
     grpo_clip_loss,
     reinforce_per_token,
 )
+from rlvr.core.value import (
+    explained_variance,
+    explained_variance_from_sums,
+    explained_variance_sums,
+    gae_advantages,
+    masked_whiten,
+    per_token_rewards,
+    terminal_token_rewards,
+    value_loss,
+)
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -58,6 +68,10 @@ __all__ = [
     "compute_rloo_advantages",
     "degenerate_groups",
     "degenerate_rows",
+    "explained_variance",
+    "explained_variance_from_sums",
+    "explained_variance_sums",
+    "gae_advantages",
     "get_advantage_estimator",
     "get_policy_loss",
     "get_response_log_probs",
@@ -69,9 +83,13 @@ __all__ = [
     "masked_mean",
     "masked_mean_per_row",
     "masked_normalize",
+    "masked_whiten",
     "maybe_normalize_advantages",
     "no_contrast",
+    "per_token_rewards",
     "position_ids_from_attention_mask",
     "reinforce_per_token",
+    "terminal_token_rewards",
     "tokenize_prompt_and_output",
+    "value_loss",
 ]

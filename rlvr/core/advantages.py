@@ -1,9 +1,13 @@
-"""Advantage estimators: one scalar per sampled completion, from its reward and its group's.
+"""Advantage estimators: one scalar per sampled completion from its reward and its group's, or
+one per completion token from per-token rewards and a learned value (GAE, for PPO).
 
 A group is the set of completions sampled for the same prompt. Groups are given either by
 `group_size` (contiguous, prompt-major: rows [g*G, (g+1)*G) belong to prompt g) or by arbitrary
 integer `group_ids` in any order. Every estimator in `ADVANTAGE_ESTIMATORS` has the signature
 `fn(rewards [N], group_size=None, group_ids=None, **options) -> advantages [N]`.
+
+The token-level estimator `gae` takes rewards [N, T] with `completion_mask` and `values` [N, T]
+and returns [N, T] (`rlvr.core.value.gae_advantages`); it ignores groups.
 
 Degenerate groups (a single member, or all rewards equal; `rlvr.core.groups.no_contrast`, the
 definition dynamic sampling and the statistics use too) carry no learning signal; their
@@ -17,6 +21,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rlvr.core.groups import DEGENERATE_EPS, no_contrast
+from rlvr.core.value import gae_advantages, masked_whiten
 from rlvr.registry import Registry
 
 AdvantageFn = Callable[..., torch.Tensor]
@@ -148,10 +153,10 @@ def compute_rloo_advantages(
 # Registered estimators share one call: fn(rewards, group_size=None, group_ids=None, **options),
 # with options drawn from COMMON_OPTIONS, so a training loop passes the same keywords whatever
 # estimator is configured. An option that means nothing to an estimator is accepted and ignored.
-# The estimators below are sequence-level: rewards [N] -> advantages [N]. A token-level one (GAE,
-# say) takes per-token rewards [N, T] with `completion_mask` [N, T] and returns [N, T]; the
-# training loop and the losses accept either shape.
-COMMON_OPTIONS = ("std", "eps", "completion_mask")
+# The group estimators are sequence-level: rewards [N] -> advantages [N]. A token-level one (GAE)
+# takes per-token rewards [N, T] with `completion_mask` [N, T] (and `values`, `gamma`, `lam`) and
+# returns [N, T]; the training loop and the losses accept either shape.
+COMMON_OPTIONS = ("std", "eps", "completion_mask", "values", "gamma", "lam")
 
 
 def _check_options(name: str, options: dict[str, Any]) -> None:
@@ -198,9 +203,29 @@ def no_baseline_advantages(
 ADVANTAGE_ESTIMATORS.add("none", no_baseline_advantages)
 ADVANTAGE_ESTIMATORS.add("no_baseline", no_baseline_advantages)
 
+
+@ADVANTAGE_ESTIMATORS.register("gae")
+def gae_estimator(
+    rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
+) -> torch.Tensor:
+    """GAE on per-token rewards [N, T] against a learned value. Options: completion_mask, values [N, T],
+    gamma, lam (required); groups, std and eps are ignored. -> advantages [N, T] (the returns:
+    `rlvr.core.value.gae_advantages`)."""
+    _check_options("gae", options)
+    missing = [name for name in ("completion_mask", "values", "gamma", "lam") if options.get(name) is None]
+    if missing:
+        raise ValueError(f"the gae estimator needs per-token rewards [N, T] and the options {missing} "
+                         "(a value model: algorithm.value_model shared or separate)")
+    advantages, _ = gae_advantages(rewards, options["values"], options["completion_mask"], options["gamma"],
+                                   options["lam"])
+    return advantages  # [N, T]
+
+
 # The estimators whose baseline comes from the other members of the group: a group of one
 # (group_size 1) gives every completion advantage 0, so a run with them could never learn.
 GROUP_BASELINE_ESTIMATORS = frozenset({"grpo", "dr_grpo", "rloo"})
+# The estimators whose baseline is a learned value: they need a value model and per-token rewards.
+VALUE_BASELINE_ESTIMATORS = frozenset({"gae"})
 
 
 def get_advantage_estimator(name: str) -> AdvantageFn:
@@ -209,10 +234,10 @@ def get_advantage_estimator(name: str) -> AdvantageFn:
 
 
 def maybe_normalize_advantages(advantages: torch.Tensor, enabled: bool, eps: float = 1e-8) -> torch.Tensor:
-    """Batch-level z-score (population std) when enabled. [N] -> [N]; a constant batch gives zeros."""
+    """Batch-level z-score (population std) when enabled. [N] -> [N]; a constant batch gives zeros.
+
+    `rlvr.core.value.masked_whiten` with every entry kept.
+    """
     if not enabled or advantages.numel() == 0:
         return advantages
-    if advantages.max() == advantages.min():
-        return torch.zeros_like(advantages)
-    centred = advantages - advantages.mean()  # [N]
-    return centred / (centred.square().mean().sqrt() + eps)
+    return masked_whiten(advantages, torch.ones_like(advantages), eps=eps)  # [N]

@@ -33,9 +33,11 @@ class RolloutBatch:
     input_ids [N, L] long, attention_mask [N, L] long, prompt_len P (completions start at column
     P), completion_mask [N, L-1] float (column t refers to token t+1, see `build_completion_mask`),
     old_logprobs / ref_logprobs [N, L-1] or None, rewards [N] float, advantages [N] (one per
-    sequence) or [N, L-1] (per token, laid out like the log-probs) float, group_ids [N] long
-    (which prompt each sample answers), task_names / completion_texts: optional lists of N
-    strings, for logging. Batches are not changed in place: `replace` makes a new one.
+    sequence) or [N, L-1] (per token, laid out like the log-probs) float, or None until the
+    advantage stage has run, group_ids [N] long (which prompt each sample answers), task_names /
+    completion_texts: optional lists of N strings, for logging; PPO only: old_values (the value
+    model's values at sampling time) and returns (their GAE targets), [N, L-1] or None.
+    Batches are not changed in place: `replace` makes a new one.
     """
 
     input_ids: torch.Tensor
@@ -45,10 +47,12 @@ class RolloutBatch:
     old_logprobs: torch.Tensor | None
     ref_logprobs: torch.Tensor | None
     rewards: torch.Tensor
-    advantages: torch.Tensor
+    advantages: torch.Tensor | None
     group_ids: torch.Tensor
     task_names: list[str] | None = None
     completion_texts: list[str] | None = None
+    old_values: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.input_ids.dim() != 2:
@@ -63,12 +67,15 @@ class RolloutBatch:
             "ref_logprobs": (num_samples, seq_len - 1),
             "rewards": (num_samples,),
             "group_ids": (num_samples,),
+            "old_values": (num_samples, seq_len - 1),
+            "returns": (num_samples, seq_len - 1),
         }
         for name, shape in expected.items():
             value = getattr(self, name)
             if value is not None and tuple(value.shape) != shape:
                 raise ValueError(f"{name} must have shape {shape}, got {tuple(value.shape)}")
-        if tuple(self.advantages.shape) not in ((num_samples,), (num_samples, seq_len - 1)):
+        per_token = (num_samples, seq_len - 1)
+        if self.advantages is not None and tuple(self.advantages.shape) not in ((num_samples,), per_token):
             raise ValueError(f"advantages must have shape ({num_samples},) or ({num_samples}, {seq_len - 1}), "
                              f"got {tuple(self.advantages.shape)}")
         for name in ("task_names", "completion_texts"):
@@ -97,6 +104,8 @@ class RolloutBatch:
             group_ids=_move(self.group_ids, device),
             task_names=None if self.task_names is None else list(self.task_names),
             completion_texts=None if self.completion_texts is None else list(self.completion_texts),
+            old_values=_move(self.old_values, device),
+            returns=_move(self.returns, device),
         )
 
     def select(self, indices: torch.Tensor | Sequence[int]) -> RolloutBatch:
@@ -115,6 +124,8 @@ class RolloutBatch:
             group_ids=_take_tensor(self.group_ids, index),
             task_names=_take_list(self.task_names, positions),
             completion_texts=_take_list(self.completion_texts, positions),
+            old_values=_take_tensor(self.old_values, index),
+            returns=_take_tensor(self.returns, index),
         )
 
 

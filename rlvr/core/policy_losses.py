@@ -85,6 +85,9 @@ def grpo_clip_loss(
     return loss, metrics
 
 
+POLICY_LOSSES.add("ppo_clip", grpo_clip_loss)  # the same clipped surrogate, named for PPO presets
+
+
 @POLICY_LOSSES.register("grpo_no_clip")
 def grpo_no_clip_loss(
     logprobs: torch.Tensor,

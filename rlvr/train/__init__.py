@@ -1,4 +1,4 @@
-"""Training loops, each an explicit function: `rl.train` (GRPO family), `sft.train_sft`,
+"""Training loops, each an explicit function: `rl.train` (GRPO family and PPO), `sft.train_sft`,
 `expert_iteration.expert_iteration`; the run around them in `session.py`.
 
 The package itself is callable: `rlvr.train(config)`, which is what `from rlvr import train`

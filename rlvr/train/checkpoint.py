@@ -6,7 +6,8 @@ replaced atomically afterwards, so a crash at any moment leaves the previous che
 resume each candidate (the `latest` one first, then older ones) is checked against its manifest
 and loaded; a damaged one is reported by name and the next older intact one is used instead.
 Under FSDP every rank gathers the full tensors (`gather_checkpoint_state`) and rank 0 writes them:
-the files are the same as without FSDP. A full disk or a missing permission is said in words.
+the files are the same as without FSDP. PPO's value model (head, and a separate model's trainable
+weights) is saved in `value/` beside the policy's `model/`. A full disk or a missing permission is said in words.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from safetensors import SafetensorError
 from rlvr.models import load_trainable, save_trainable
 from rlvr.models.runs import LATEST, checkpoint_root, latest_checkpoint  # noqa: F401  (the run layout lives there)
 from rlvr.models.trainable_state import trainable_tensors
+from rlvr.models.value_model import load_value_model, save_value_model, value_model_tensors
 from rlvr.train.distributed import SINGLE
 from rlvr.train.fsdp import full_optimizer_state, shard_optimizer_state
 from rlvr.storage_errors import storage_error
@@ -35,17 +37,18 @@ from rlvr.utils import atomic_write_text, rng_state, set_rng_state
 MANIFEST = "manifest.json"
 DAMAGED_PREFIX = "damaged-"  # a checkpoint that failed verification is renamed, never deleted
 REQUIRED = ("model", "optimizer.pt", "trainer_state.pt")
+VALUE_FOLDER = "value"  # PPO's value model, required when the run has one
 # What reading a damaged file raises (truncated safetensors / zip / pickle, missing keys, bad JSON).
 LOAD_DAMAGE_ERRORS = (SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile,
                       OSError, KeyError, json.JSONDecodeError)
 
 
-def gather_checkpoint_state(loaded, optimizer) -> dict:
-    """The trainable tensors and optimizer state, full even when FSDP-sharded (then a collective).
-
-    Pass the result to `save_checkpoint` as `gathered`.
+def gather_checkpoint_state(loaded, optimizer, value_model=None) -> dict:
+    """The trainable tensors and optimizer state (and the value model's tensors), full even when
+    FSDP-sharded (then a collective). Pass the result to `save_checkpoint` as `gathered`.
     """
-    return {"model_tensors": trainable_tensors(loaded), "optimizer_state": full_optimizer_state(optimizer)}
+    return {"model_tensors": trainable_tensors(loaded), "optimizer_state": full_optimizer_state(optimizer),
+            "value_tensors": None if value_model is None else value_model_tensors(value_model)}
 
 
 def remove_orphans(root: Path) -> list[str]:
@@ -110,14 +113,15 @@ def verify_checkpoint(folder: Path) -> str | None:
 
 
 def save_checkpoint(run_dir: Path, iteration: int, loaded, optimizer, scheduler, state: dict, keep: int = 2,
-                    distributed: dict | None = None, gathered: dict | None = None) -> Path:
+                    distributed: dict | None = None, gathered: dict | None = None, value_model=None) -> Path:
     """Write checkpoint `iter_<iteration>` (iteration = number of finished iterations).
 
     `distributed` (world size, every rank's RNG states) is stored for data-parallel runs;
     `gathered` (from `gather_checkpoint_state` on every rank) is needed when the model is sharded.
-    Keeps the newest `keep` checkpoints (at least the one just written).
+    `value_model`: PPO's, written to `value/`. Keeps the newest `keep` checkpoints (at least the
+    one just written).
     """
-    gathered = gathered or {"model_tensors": None, "optimizer_state": optimizer.state_dict()}
+    gathered = gathered or {"model_tensors": None, "optimizer_state": optimizer.state_dict(), "value_tensors": None}
     root = checkpoint_root(run_dir)
     final = root / f"iter_{iteration:06d}"
     tmp = root / f".tmp_iter_{iteration:06d}_{os.getpid()}"
@@ -126,6 +130,8 @@ def save_checkpoint(run_dir: Path, iteration: int, loaded, optimizer, scheduler,
         remove_orphans(root)
         tmp.mkdir()
         save_trainable(loaded, tmp / "model", tensors=gathered["model_tensors"])
+        if value_model is not None:
+            save_value_model(value_model, tmp / VALUE_FOLDER, tensors=gathered.get("value_tensors"))
         _torch_save(gathered["optimizer_state"], tmp / "optimizer.pt")
         _torch_save({"scheduler": scheduler.state_dict(), "iteration": iteration, "rng": rng_state(), "state": state,
                      **({"distributed": distributed} if distributed is not None else {})},
@@ -165,13 +171,15 @@ def checkpoint_candidates(run_dir: Path) -> list[Path]:
     return folders
 
 
-def load_checkpoint(folder: Path, loaded, optimizer, scheduler) -> dict:
+def load_checkpoint(folder: Path, loaded, optimizer, scheduler, value_model=None) -> dict:
     """Restore everything saved by `save_checkpoint`; returns {'iteration', 'state', 'distributed'}."""
     folder = Path(folder)
-    for name in REQUIRED:
+    for name in (*REQUIRED, *([VALUE_FOLDER] if value_model is not None else [])):
         if not (folder / name).exists():
             raise FileNotFoundError(f"checkpoint {folder} is incomplete: {name} is missing")
     load_trainable(loaded, folder / "model")
+    if value_model is not None:
+        load_value_model(value_model, folder / VALUE_FOLDER)
     saved_optimizer = torch.load(folder / "optimizer.pt", weights_only=False)
     optimizer.load_state_dict(shard_optimizer_state(optimizer, saved_optimizer))  # full tensors, sliced if sharded
     trainer_state = torch.load(folder / "trainer_state.pt", weights_only=False)
@@ -181,7 +189,7 @@ def load_checkpoint(folder: Path, loaded, optimizer, scheduler) -> dict:
             "distributed": trainer_state.get("distributed")}
 
 
-def restore_checkpoint(run_dir: Path, loaded, optimizer, scheduler, dist=SINGLE) -> dict:
+def restore_checkpoint(run_dir: Path, loaded, optimizer, scheduler, dist=SINGLE, value_model=None) -> dict:
     """Load the newest intact checkpoint of `run_dir`.
 
     Returns `load_checkpoint`'s result plus 'checkpoint' (its folder) and 'skipped': one entry
@@ -206,7 +214,7 @@ def restore_checkpoint(run_dir: Path, loaded, optimizer, scheduler, dist=SINGLE)
         damaged = reason is not None
         if reason is None:
             try:
-                restored = load_checkpoint(folder, loaded, optimizer, scheduler)
+                restored = load_checkpoint(folder, loaded, optimizer, scheduler, value_model)
             except LOAD_DAMAGE_ERRORS as exc:
                 reason = f"it could not be read ({type(exc).__name__}: {str(exc)[:200]})"
         if reason is not None:

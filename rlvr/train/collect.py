@@ -7,7 +7,8 @@ With dynamic sampling, groups without reward contrast (`rlvr.core.no_contrast`, 
 advantages and the statistics use) are set aside and more rounds are sampled until B groups are
 kept (at most `dynamic_sampling_max_rounds`; a shortfall is filled with set-aside groups and
 counted). Data-parallel, each rank samples its share of every round. `rollout_batch` then lays
-the kept groups out as one `RolloutBatch`.
+the kept groups out as one `RolloutBatch` (the later stages add reference log-probs, PPO's old
+values, and the advantages).
 """
 
 from __future__ import annotations
@@ -160,8 +161,8 @@ def _pad_left_right(tensors: list[torch.Tensor], prompt_lens: list[int], fill: i
     return torch.cat(rows, dim=0), width_prompt
 
 
-def rollout_batch(collected: CollectedGroups, advantages: torch.Tensor, tokenizer, task_name: str) -> RolloutBatch:
-    """The kept groups as one batch (prompt-major), with their advantages; no reference log-probs yet."""
+def rollout_batch(collected: CollectedGroups, tokenizer, task_name: str) -> RolloutBatch:
+    """The kept groups as one batch (prompt-major); no advantages or reference log-probs yet."""
     fill_id = fill_token_id(tokenizer)
     groups = collected.groups
     prompt_lens = [group.prompt_len for group in groups]
@@ -174,6 +175,6 @@ def rollout_batch(collected: CollectedGroups, advantages: torch.Tensor, tokenize
         completion_mask=build_completion_mask(input_ids, attention_mask, prompt_len),  # [N, L-1]
         old_logprobs=None, ref_logprobs=None,
         rewards=torch.where(torch.isfinite(rewards), rewards, torch.zeros_like(rewards)),
-        advantages=advantages, group_ids=collected.group_ids, task_names=[task_name] * len(texts),
+        advantages=None, group_ids=collected.group_ids, task_names=[task_name] * len(texts),
         completion_texts=texts,
     )

@@ -22,6 +22,7 @@ from rlvr.metric_names import (
     DISTINCT_COMPLETIONS_FRAC,
     ENTROPY,
     EVAL_ACCURACY,
+    EXPLAINED_VARIANCE,
     FRAC_ZERO_VARIANCE_GROUPS,
     HEALTH_WARNINGS,
     ITERATION,
@@ -229,6 +230,24 @@ def check_reward_divergence(history: list[dict], thresholds) -> HealthWarning | 
         + ": the reward pays for something other than right answers",
         "read samples.jsonl for what the rising components pay for; weight the primary component more (or pay "
         "format bonuses only with a right answer), and keep the checkpoint with the best eval",
+    )
+
+
+@HEALTH_CHECKS.register("value_not_learning")
+def check_value_not_learning(history: list[dict], thresholds) -> HealthWarning | None:
+    """PPO: the value model's explained variance below `explained_variance_min` for `explained_variance_window`
+    iterations (GAE against such values is noisier than no baseline), while the task is not solved (a
+    solved task's returns hardly vary, and their explained variance is noise)."""
+    values = _values(history, EXPLAINED_VARIANCE, thresholds.explained_variance_window)
+    if values is None or max(values) >= thresholds.explained_variance_min or _solved(history[-1], thresholds):
+        return None
+    return HealthWarning(
+        "value_not_learning",
+        f"the value model's explained variance is {values[-1]:.3f}, below {thresholds.explained_variance_min} for "
+        f"{thresholds.explained_variance_window} iterations (best {max(values):.3f}): its values predict the returns "
+        "worse than their mean",
+        "raise algorithm.vf_coef, add algorithm.value_warmup_iterations, lower optim.lr, or try "
+        "algorithm.value_model=separate",
     )
 
 

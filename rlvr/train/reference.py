@@ -1,6 +1,7 @@
 """The reference stage of an RL iteration: log-probs of the sampled completions under the reference policy.
 
-Needed only for the KL term (`algorithm.kl_coef > 0`). With LoRA the reference is the policy
+Needed only for the KL term (`algorithm.kl_coef > 0`) or PPO's KL penalty in the reward
+(`algorithm.kl_in_reward > 0`). With LoRA the reference is the policy
 with its adapter disabled (no second copy); with full fine-tuning, a frozen copy of the initial
 weights (`rlvr.models.reference_context`). Run in minibatches of `optim.minibatch_size` rows,
 each group's prompt once when minibatches hold whole groups, as in the update.
@@ -12,6 +13,11 @@ import torch
 
 from rlvr.core import RolloutBatch, iter_minibatches
 from rlvr.models import LoadedModel, compute_completion_logprobs, reference_context
+
+
+def needs_reference_logprobs(algo) -> bool:
+    """Whether an iteration needs the reference pass: a KL term in the loss or a KL penalty in the reward."""
+    return algo.kl_coef > 0 or algo.kl_in_reward > 0
 
 
 def scoring_group_size(group_size: int, minibatch_size: int) -> int:

@@ -1,15 +1,18 @@
 """`rlvr train`: the RL loop, top to bottom.
 
-Each iteration runs five stages, each a function with a small typed result: sample B prompts x G
-completions and judge them (`collect_groups`, prompt-major groups), turn the rewards into group
-advantages (`compute_advantages`), add reference log-probs when the KL term is on
-(`reference_logprobs`), run `ppo_epochs` optimizer steps over the batch (`update_policy`); then
-log one line of metrics, evaluate and checkpoint now and then. The run around the loop (folder,
-model, task, rollout backend, evaluation, checkpoints) is a `RunSession` (session.py). Launched
-data-parallel, each rank does this on its share of the B prompts (distributed.py), optionally
-with the decoder layers sharded (FSDP, fsdp.py). Shortcuts taken, on purpose: rollouts and update
-share one model (LoRA's reference is the same model with the adapter disabled), and the old
-log-probs come from the first update epoch instead of a separate forward pass.
+Each iteration runs named stages, each a function with a small typed result: sample B prompts x G
+completions and judge them (`collect_groups`, prompt-major groups), lay them out as one batch
+(`rollout_batch`), add reference log-probs when a KL term needs them (`with_reference_logprobs`),
+PPO only: the value model's values at sampling time (`with_old_values`), then turn the rewards
+into advantages (`with_advantages`: group-relative, or GAE against the values) and run
+`ppo_epochs` optimizer steps over the batch (`update_policy`); then log one line of metrics,
+evaluate and checkpoint now and then. The run around the loop (folder, model, value model, task,
+rollout backend, evaluation, checkpoints) is a `RunSession` (session.py). Launched data-parallel,
+each rank does this on its share of the B prompts (distributed.py), optionally with the decoder
+layers sharded (FSDP, fsdp.py). Shortcuts taken, on purpose: rollouts and update share one model
+(LoRA's reference is the same model with the adapter disabled), and the old log-probs come from
+the first update epoch instead of a separate forward pass (PPO's value pass gives them when the
+KL penalty is in the reward, which needs them before the advantages).
 """
 
 from __future__ import annotations
@@ -39,22 +42,23 @@ from rlvr.metric_names import (
     TIME_LOGPROBS,
     TIME_SCORING,
     TIME_UPDATE,
+    TIME_VALUES,
     TOKENS_PER_SECOND,
     UNIX_TIME,
 )
-from rlvr.models import trainable_parameters
 from rlvr.rollout import SamplingSettings
 from rlvr.tasks.base import primary_component
-from rlvr.train.advantages import compute_advantages
+from rlvr.train.advantages import with_advantages
 from rlvr.train.collect import collect_groups, rollout_batch
 from rlvr.train.distributed import check_divisible, init_distributed
 from rlvr.train.health import HealthMonitor
 from rlvr.train.optim import make_optimizer, make_scheduler
-from rlvr.train.reference import with_reference_logprobs
+from rlvr.train.reference import needs_reference_logprobs, with_reference_logprobs
 from rlvr.train.rollout_stats import gather_rollout, rollout_stats
 from rlvr.train.run_setup import expect_config
 from rlvr.train.session import RL_RUN, open_run
 from rlvr.train.update import update_policy
+from rlvr.train.values import with_old_values
 from rlvr.utils import peak_rss_bytes, read_jsonl
 
 
@@ -67,10 +71,11 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
     dist = init_distributed(config.model.device)  # one process unless launched data-parallel
     check_divisible(dist, config.rollout.batch_size)
     algo, rollout, train_cfg = config.algorithm, config.rollout, config.train
-    with open_run(config, RL_RUN, resume_dir=resume_dir, dist=dist, need_reference=algo.kl_coef > 0,
-                  force_config_change=force_config_change) as session:
+    with open_run(config, RL_RUN, resume_dir=resume_dir, dist=dist, need_reference=needs_reference_logprobs(algo),
+                  need_value_model=algo.value_model != "none", force_config_change=force_config_change) as session:
         policy, tokenizer, task, backend = session.policy, session.tokenizer, session.task, session.backend
-        params = trainable_parameters(policy)  # FSDP: the sharded parameters
+        value_model = session.value_model  # PPO's value head (and its own model); None for the group presets
+        params = session.trainable_parameters()  # the policy's and the value model's; FSDP: the sharded ones
         optimizer = make_optimizer(params, config.optim)
         scheduler = make_scheduler(optimizer, config.optim, train_cfg.iterations * algo.ppo_epochs)
         settings = SamplingSettings.for_task(rollout, task)  # the same for every iteration
@@ -93,23 +98,32 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             # 1-2. Sample B prompts x G completions and judge them (DAPO: more rounds until B groups have contrast).
             collected = collect_groups(backend, task, settings, config, iteration, dist)
             timings = {TIME_GENERATION: collected.generation_seconds, TIME_SCORING: collected.scoring_seconds}
-            # 3. Advantages: each prompt's group against itself; unscorable rows and groups without contrast get 0.
-            advantages = compute_advantages(collected.rewards, collected.group_ids, algo, dist)  # [N]
-            batch = rollout_batch(collected, advantages, tokenizer, task.name)
-            # 4. Reference log-probs, only for the KL term.
-            if algo.kl_coef > 0:
+            batch = rollout_batch(collected, tokenizer, task.name)  # [N, L] ids and masks
+            # 3. Reference log-probs, only for a KL term (in the loss, or PPO's in the reward).
+            if needs_reference_logprobs(algo):
                 started = time.perf_counter()
                 batch = with_reference_logprobs(session.loaded, batch, config)  # ref_logprobs [N, L-1]
                 timings[TIME_LOGPROBS] = time.perf_counter() - started
+            # 4. PPO: the value model's values for every completion token, as it was when sampling.
+            if value_model is not None:
+                started = time.perf_counter()
+                batch = with_old_values(policy, value_model, batch, config,
+                                        with_logprobs=algo.kl_in_reward > 0)  # old_values [N, L-1]
+                timings[TIME_VALUES] = time.perf_counter() - started
+            # 5. Advantages: each prompt's group against itself, or GAE against the values (then also the
+            #    returns); unscorable rows and groups without contrast get 0.
+            batch = with_advantages(batch, collected.rewards, algo, dist)  # advantages [N] or [N, L-1]
             rows = gather_rollout(collected, batch, dist)  # every rank's rows, for the statistics
-            # 5. Update: ppo_epochs optimizer steps over the whole batch (moved to the model one minibatch at a time).
+            # 6. Update: ppo_epochs optimizer steps over the whole batch (moved to the model one minibatch at a
+            #    time); the first value_warmup_iterations train only the value model.
             started = time.perf_counter()
             update = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), config, params,
-                                   dist=dist)
+                                   dist=dist, value_model=value_model,
+                                   value_warmup=iteration < algo.value_warmup_iterations)
             timings[TIME_UPDATE] = time.perf_counter() - started
             state[OPTIMIZER_STEPS] += update.optimizer_steps
             state[SKIPPED_NONFINITE_UPDATES] += update.skipped_nonfinite_updates
-            # 6. Log, evaluate, checkpoint, stop on a health warning named in train.stop_on.
+            # 7. Log, evaluate, checkpoint, stop on a health warning named in train.stop_on.
             seconds = time.perf_counter() - iteration_started
             stats = rollout_stats(rows, algo.dynamic_sampling)
             record = {

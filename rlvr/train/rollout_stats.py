@@ -111,14 +111,17 @@ def distinct_completions_fraction(texts: list[str], group_size: int) -> float:
 
 
 def rollout_stats(rows: RolloutRows, dynamic_sampling: bool) -> dict[str, float]:
-    """The rollout part of an iteration's metrics (names in `rlvr.metric_names`)."""
+    """The rollout part of an iteration's metrics (names in `rlvr.metric_names`).
+
+    With groups of one (PPO may sample one completion per prompt) no group can have contrast, and
+    none needs it: `frac_zero_variance_groups` is left out rather than reported as 1.
+    """
     rewards, verdicts = rows.rewards, rows.verdicts
     finite = rewards[torch.isfinite(rewards)]
     stats = {
         REWARD_MEAN: float(finite.mean()) if finite.numel() else math.nan,
         REWARD_STD: float(finite.std(unbiased=False)) if finite.numel() else math.nan,
         REWARD_MAX: float(finite.max()) if finite.numel() else math.nan,
-        FRAC_ZERO_VARIANCE_GROUPS: zero_variance_fraction(rewards, rows.group_size),
         FRAC_NONZERO_ADVANTAGES: float((rows.advantages.abs() > 1e-8).float().mean()),
         ADVANTAGE_ABS_MEAN: float(rows.advantages.abs().mean()),
         UNSCORABLE: int((~torch.isfinite(rewards)).sum()),
@@ -131,6 +134,8 @@ def rollout_stats(rows: RolloutRows, dynamic_sampling: bool) -> dict[str, float]
         NUM_SEQUENCES: len(verdicts),
         GENERATED_TOKENS: int(rows.lengths.sum()),
     }
+    if rows.group_size > 1:
+        stats[FRAC_ZERO_VARIANCE_GROUPS] = zero_variance_fraction(rewards, rows.group_size)
     for name in verdicts[0].components:
         values = torch.tensor([v.components[name] for v in verdicts], dtype=torch.float32)
         values = values[torch.isfinite(values)]

@@ -5,7 +5,7 @@ and seeded), the held-out examples an eval needs, and the model source (named, i
 cache: nothing is loaded or converted). `rlvr train`, `sft`, `expert-iter`, `check`, `sweep` and
 `eval` call it before they create any folder, so a bad config, task, data file or model name fails
 in seconds with a message that names it, and leaves nothing behind. `load_run_model` then loads
-the policy and `rollout_backend` sets up sampling on it.
+the policy (and `set_up_value_model` PPO's value model) and `rollout_backend` sets up sampling on it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 from rlvr.config import Config, ConfigError
 from rlvr.models import LoadedModel, LoraSettings, check_inference_spec, check_model_spec, load_policy
 from rlvr.models.runs import find_checkpoint, merged_model_from_run
+from rlvr.models.value_model import ValueModel, build_value_model
 from rlvr.rollout import ROLLOUT_BACKENDS, RolloutBackend
 from rlvr.tasks import Task, build_task
 from rlvr.utils import seed_everything
@@ -90,6 +91,13 @@ def load_run_model(config: Config, *, need_reference: bool) -> LoadedModel:
         gradient_checkpointing=config.model.gradient_checkpointing, need_reference=need_reference,
         memory_kernels=config.model.memory_kernels, initial_model=initial,
     )
+
+
+def set_up_value_model(config: Config, loaded: LoadedModel) -> ValueModel:
+    """PPO's value model (`algorithm.value_model`): a head on the policy, or a second copy of the model set
+    up as the policy is (its own LoRA adapter or all weights, from `model.init_from` too) with the head."""
+    return build_value_model(config.algorithm.value_model, loaded,
+                             load_separate=lambda: load_run_model(config, need_reference=False))
 
 
 def load_model_and_task(config: Config, *, need_reference: bool) -> tuple[LoadedModel, Task]:

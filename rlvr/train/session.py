@@ -2,8 +2,9 @@
 
 `open_run` builds the task and makes every check that needs no model (rlvr/train/run_setup.py),
 then claims the run folder (a new one, or the resumed one: locked, the config change checked;
-rlvr/train/run_folder.py), loads the model, places it on each data-parallel rank (FSDP sharding
-included), and sets up the rollout backend and the held-out evaluation. The loop then calls `start` (resume from the newest intact checkpoint, then open the
+rlvr/train/run_folder.py), loads the model (and PPO's value model), places them on each
+data-parallel rank (FSDP sharding included), and sets up the rollout backend and the held-out
+evaluation. The loop then calls `start` (resume from the newest intact checkpoint, then open the
 metric writers), `evaluate`, `save_checkpoint`, and finally `close` (or uses the session as a
 context manager), which releases the folder. Each loop keeps only what is its own: its
 optimizer and schedule size, its steps, its records.
@@ -23,6 +24,7 @@ from rlvr.config import Config
 from rlvr.metric_names import ELAPSED_S, ITERATION, UNIX_TIME
 from rlvr.models import LoadedModel, trainable_parameters
 from rlvr.rollout import RolloutBackend
+from rlvr.models.value_model import ValueModel
 from rlvr.tasks import Task, task_label
 from rlvr.train.checkpoint import gather_checkpoint_state, restore_checkpoint, save_checkpoint
 from rlvr.train.distributed import SINGLE, Dist, checkpoint_extra, rank_device, restore_rank_state, start_ranks
@@ -31,7 +33,7 @@ from rlvr.train.fsdp import fsdp_requested, shard_loaded_model
 from rlvr.train.generations import log_generations
 from rlvr.train.metrics import RunWriter
 from rlvr.train.run_folder import RunFolder, claim_run_folder
-from rlvr.train.run_setup import expect_config, load_run_model, prepare_task, rollout_backend
+from rlvr.train.run_setup import expect_config, load_run_model, prepare_task, rollout_backend, set_up_value_model
 from rlvr.train.sinks import build_sinks, require_sink_packages
 
 
@@ -71,6 +73,7 @@ class RunSession:
     resume_dir: Path | None
     started_at: float
     eval_examples: list = field(default_factory=list)
+    value_model: ValueModel | None = None  # PPO only
     writer: RunWriter | None = None  # opened by `start`, once a resume has made its first writes
 
     @property
@@ -92,6 +95,11 @@ class RunSession:
     def elapsed(self) -> float:
         return time.perf_counter() - self.started_at
 
+    def trainable_parameters(self) -> list:
+        """What the optimizer updates: the policy's trainable weights, then the value model's (if any)."""
+        own = [] if self.value_model is None else self.value_model.parameters()
+        return [*trainable_parameters(self.policy), *own]
+
     def start(self, optimizer, scheduler, fresh_state: dict) -> tuple[int, dict]:
         """(iterations done, loop counters), then the metric writers open.
 
@@ -101,7 +109,8 @@ class RunSession:
         """
         done, state = 0, fresh_state
         if self.resume_dir is not None:
-            restored = restore_checkpoint(self.run_dir, self.loaded, optimizer, scheduler, self.dist)
+            restored = restore_checkpoint(self.run_dir, self.loaded, optimizer, scheduler, self.dist,
+                                          value_model=self.value_model)
             restore_rank_state(self.dist, restored["distributed"], restored["checkpoint"])
             done, state = restored["iteration"], restored["state"]
             self.folder.commit_resume(restored, self.dist)
@@ -128,10 +137,12 @@ class RunSession:
     def save_checkpoint(self, iteration: int, optimizer, scheduler, state: dict) -> None:
         """Checkpoint `iteration` (weights, optimizer, scheduler, counters, RNG). A collective when data-parallel."""
         extra = checkpoint_extra(self.dist)  # every rank's RNG states
-        gathered = gather_checkpoint_state(self.loaded, optimizer)  # full tensors (a collective under FSDP)
+        # Full tensors (a collective under FSDP).
+        gathered = gather_checkpoint_state(self.loaded, optimizer, self.value_model)
         if self.dist.is_main:
             save_checkpoint(self.run_dir, iteration, self.loaded, optimizer, scheduler, state,
-                            self.config.train.keep_checkpoints, distributed=extra, gathered=gathered)
+                            self.config.train.keep_checkpoints, distributed=extra, gathered=gathered,
+                            value_model=self.value_model)
         self.dist.barrier()
 
     def close(self) -> None:
@@ -151,10 +162,12 @@ class RunSession:
 
 
 def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = None, dist: Dist = SINGLE,
-             need_reference: bool = False, force_config_change: bool = False) -> RunSession:
+             need_reference: bool = False, need_value_model: bool = False,
+             force_config_change: bool = False) -> RunSession:
     """Claim the run folder and set up everything a loop needs; see the module docstring.
 
     A resume refuses config changes outside `RESUME_MUTABLE_KEYS` unless `force_config_change`.
+    `need_value_model`: set up PPO's value model (`algorithm.value_model`).
     """
     started_at = time.perf_counter()
     # Every check that needs no model comes before the folder: a failed start leaves nothing behind.
@@ -171,15 +184,19 @@ def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = N
     try:
         config.model.device = rank_device(dist, config.model.device)
         loaded = load_run_model(config, need_reference=need_reference)
-        start_ranks(dist, trainable_parameters(loaded.policy), config.train.seed)  # rank 0's weights, seed + rank
+        value_model = set_up_value_model(config, loaded) if need_value_model else None
+        value_params = [] if value_model is None else value_model.parameters()
+        start_ranks(dist, [*trainable_parameters(loaded.policy), *value_params], config.train.seed)  # rank 0's weights
         if dist.enabled and config.train.fsdp:
             layers = shard_loaded_model(loaded, dist)  # decoder layers sharded; their parameters become DTensors
+            if value_model is not None and value_model.separate is not None:
+                shard_loaded_model(value_model.separate, dist)
             if dist.is_main:
                 print(f"fsdp: {layers} decoder layers sharded across {dist.world_size} processes")
         return RunSession(
             config=config, kind=kind, folder=folder, dist=dist, loaded=loaded, task=task,
             backend=rollout_backend(config, loaded), resume_dir=None if resume_dir is None else Path(resume_dir),
-            started_at=started_at, eval_examples=held_out_examples(task, config),
+            started_at=started_at, eval_examples=held_out_examples(task, config), value_model=value_model,
         )
     except BaseException:
         folder.abandon()  # a new folder holding only config.yaml is removed again

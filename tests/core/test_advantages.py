@@ -14,6 +14,7 @@ from rlvr.core import (
     get_advantage_estimator,
     maybe_normalize_advantages,
 )
+from rlvr.core.advantages import VALUE_BASELINE_ESTIMATORS
 
 
 def test_prompt_major_groups_not_transposed():
@@ -142,17 +143,18 @@ def test_bad_grouping_arguments_raise():
 
 
 def test_registry_and_no_baseline():
-    assert set(ADVANTAGE_ESTIMATORS.names()) == {"grpo", "dr_grpo", "rloo", "none", "no_baseline"}
+    assert set(ADVANTAGE_ESTIMATORS.names()) == {"grpo", "dr_grpo", "rloo", "none", "no_baseline", "gae"}
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.5])
     assert torch.equal(get_advantage_estimator("none")(rewards, group_size=2), rewards)
     assert torch.equal(get_advantage_estimator("no_baseline")(rewards), rewards)
     grpo = get_advantage_estimator("grpo")(rewards, group_size=2, std="sample")
     assert torch.allclose(grpo, compute_group_advantages(rewards, group_size=2, std="sample"))
-    with pytest.raises(KeyError, match="dr_grpo, grpo, no_baseline, none, rloo"):
+    with pytest.raises(KeyError, match="dr_grpo, gae, grpo, no_baseline, none, rloo"):
         get_advantage_estimator("ppo")
-    # One call works for every estimator; unknown options are refused.
+    # One call works for every sequence-level estimator (gae, token-level: tests/core/test_value.py);
+    # unknown options are refused.
     group_ids = torch.tensor([0, 0, 1, 1])
-    for name in ADVANTAGE_ESTIMATORS.names():
+    for name in sorted(set(ADVANTAGE_ESTIMATORS.names()) - VALUE_BASELINE_ESTIMATORS):
         advantages = ADVANTAGE_ESTIMATORS.get(name)(rewards, group_ids=group_ids, std="sample", eps=1e-6)
         assert advantages.shape == (4,) and torch.isfinite(advantages).all()
         with pytest.raises(TypeError, match="scale_by"):

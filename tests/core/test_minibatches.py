@@ -26,6 +26,8 @@ def _fingerprinted_batch() -> RolloutBatch:
         group_ids=index // 2,
         task_names=[f"task{i}" for i in range(NUM_SAMPLES)],
         completion_texts=[f"text{i}" for i in range(NUM_SAMPLES)],
+        old_values=3.0 * index[:, None].double() + torch.zeros(SEQ_LEN - 1, dtype=torch.float64),
+        returns=-4.0 * index[:, None].double() + torch.zeros(SEQ_LEN - 1, dtype=torch.float64),
     )
 
 
@@ -42,6 +44,8 @@ def _decode(minibatch: RolloutBatch) -> dict[str, list[int]]:
         "advantages": (minibatch.advantages / 3).round().long().tolist(),
         "task_names": [int(name[4:]) for name in minibatch.task_names],
         "completion_texts": [int(text[4:]) for text in minibatch.completion_texts],
+        "old_values": (minibatch.old_values[:, 1] / 3).round().long().tolist(),
+        "returns": (-minibatch.returns[:, -1] / 4).round().long().tolist(),
     }
 
 
@@ -54,7 +58,8 @@ def test_every_tensor_field_of_a_minibatch_describes_the_same_samples():
     for minibatch in iter_minibatches(_fingerprinted_batch(), 4, generator=generator):
         decoded = _decode(minibatch)
         reference = decoded["input_ids"]
-        for field in ("attention_mask", "completion_mask", "old_logprobs", "ref_logprobs", "rewards", "advantages"):
+        for field in ("attention_mask", "completion_mask", "old_logprobs", "ref_logprobs", "rewards", "advantages",
+                      "old_values", "returns"):
             assert decoded[field] == reference, field
         assert (minibatch.group_ids == torch.tensor(reference) // 2).all()
 
@@ -104,6 +109,10 @@ def test_select_to_and_validation():
     assert [len(mb) for mb in iter_minibatches(batch, 64)] == [NUM_SAMPLES]
     with pytest.raises(ValueError, match="rewards"):
         batch.replace(rewards=batch.rewards[:3])
+    with pytest.raises(ValueError, match="returns"):
+        batch.replace(returns=batch.returns[:, :2])
+    assert _decode(moved)["returns"] == list(range(NUM_SAMPLES))
+    assert batch.replace(advantages=None).select([1]).advantages is None  # before the advantage stage
 
 
 def test_prompt_len_travels_with_every_minibatch_and_is_checked():
