@@ -94,7 +94,7 @@ def test_a_short_batch_is_filled_with_set_aside_groups_in_order_and_counted():
     # Two rounds keep three groups; the first group set aside (round 0's p2) fills the fourth place.
     assert _prompts(collected) == ["c r0 p0", "c r0 p1", "c r1 p2", "f r0 p2"]
     assert collected.rounds == 2 and collected.sampled_groups == 8 and collected.filled_degenerate == 1
-    batch = rollout_batch(collected, torch.zeros(8), ScriptedBackend().tokenizer, "scripted_contrast")
+    batch = rollout_batch(collected, ScriptedBackend().tokenizer, "scripted_contrast")
     assert len(batch) == 8  # B groups x G, never more
     without = _collect(_config(dynamic_sampling=False))  # the first round as drawn, contrast or not
     assert _prompts(without) == ["c r0 p0", "c r0 p1", "f r0 p2", "f r0 p3"]
@@ -107,8 +107,8 @@ def _two_rank_worker(rank: int, world_size: int, port: int, model_dir: str, out_
     torch.set_num_threads(1)
     dist = init_distributed("cpu")
     collected = _collect(_config(), dist)
-    batch = rollout_batch(collected, torch.zeros(len(collected.groups) * GROUP), ScriptedBackend().tokenizer,
-                          "scripted_contrast")
+    batch = rollout_batch(collected, ScriptedBackend().tokenizer, "scripted_contrast")
+    batch = batch.replace(advantages=torch.zeros(len(batch)))  # the statistics read them; their values do not matter
     stats = rollout_stats(gather_rollout(collected, batch, dist), dynamic_sampling=True)
     result = {"prompts": _prompts(collected), "rounds": collected.rounds, "sampled": collected.sampled_groups,
               "filled": collected.filled_degenerate, "stats": stats}
