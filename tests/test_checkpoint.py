@@ -74,6 +74,28 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(reference_ru
     assert record["skipped_checkpoints"][0]["checkpoint"] == "iter_000004" and record["skipped_checkpoints"][0]["damaged"]
 
 
+def test_a_changed_byte_that_still_loads_is_caught_by_the_manifest(reference_run, tmp_path, capsys):
+    """One flipped byte in the adapter's tensor data: the file has its size and loads (a wrong weight,
+    silently), so only the sha256 in the manifest tells; the resume must fall back to iter_000002."""
+    from safetensors.torch import load_file
+
+    run_dir = _copy(reference_run, tmp_path / "run")
+    weights = run_dir / "checkpoints" / "iter_000004" / "model" / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x01  # inside the last tensor's data, after the header
+    weights.write_bytes(bytes(data))
+    changed, reference = load_file(weights), _weights(reference_run / "checkpoints" / "iter_000004")
+    assert changed.keys() == reference.keys() and any(not torch.equal(changed[k], reference[k]) for k in reference)
+    assert main(["train", "--resume", str(run_dir)]) == 0
+    err = capsys.readouterr().err
+    assert "iter_000004 is damaged: model/adapter_model.safetensors does not match its sha256 in manifest.json" in err
+    assert "resuming from iter_000002 instead of iter_000004" in err
+    (record,) = read_jsonl(run_dir / "resumes.jsonl")
+    assert record["checkpoint"] == "iter_000002" and record["skipped_checkpoints"][0]["damaged"]
+    new_weights = _weights(run_dir / "checkpoints" / "iter_000004")  # redone from iter_000002: as before
+    assert all(torch.equal(new_weights[k], reference[k]) for k in reference)
+
+
 def test_a_checkpoint_without_manifest_that_cannot_be_read_is_skipped(reference_run, tmp_path, capsys):
     run_dir = _copy(reference_run, tmp_path / "run")
     (run_dir / "checkpoints" / "iter_000004" / "manifest.json").unlink()  # as written before manifests

@@ -3,8 +3,9 @@
 The fixed batch, config and SGD step of tests/test_distributed.py (rank 1 holds most completion
 tokens), now with every decoder layer sharded by FSDP2 on a CPU mesh. A sharded layer's gradient
 that FSDP averaged instead of summed would be half the full-batch one, so the weights would
-differ at once (checked in `test_fsdp_two_ranks_equal_one_process`). Also checked: sampling
-gathers the layers once, so ranks may decode different numbers of steps; checkpoints of a
+differ at once (checked in `test_fsdp_two_ranks_equal_one_process`, and on plain gradients in
+`test_fsdp_gradients_are_sums_over_ranks`, beside the clip norm over every rank's shards). Also
+checked: sampling gathers the layers once, so ranks may decode different numbers of steps; checkpoints of a
 sharded model hold the same full tensors as a one-process checkpoint and load back onto shards.
 """
 
@@ -21,7 +22,7 @@ from rlvr.rollout import SamplingSettings
 from rlvr.rollout.decode_loop import decode_loop
 from rlvr.train.checkpoint import gather_checkpoint_state, load_checkpoint, save_checkpoint
 from rlvr.train.distributed import Dist, init_distributed
-from rlvr.train.fsdp import device_mesh, fsdp_requested
+from rlvr.train.fsdp import clip_grad_norm, device_mesh, fsdp_requested
 from rlvr.train.optim import make_scheduler
 from rlvr.train.update import update_policy
 from tests.test_distributed import LR, _config, _full_batch, ppo_inputs, spawn_two_ranks
@@ -74,6 +75,17 @@ def _update(preset, lora, clip, model_dir, rows, dist, mesh=None, optimizer_name
     return loaded, optimizer, scheduler, metrics
 
 
+def _rank_loss(policy, rank: int) -> torch.Tensor:
+    """A loss that differs per rank (other tokens, other weight), for the gradient and clipping checks."""
+    input_ids = (torch.arange(3, 10) + 5 * rank).view(1, -1)  # [1, 7]
+    logits = policy(input_ids=input_ids).logits  # [1, 7, V]
+    return (1.0 + rank) * logits.square().mean()
+
+
+def _gradients(policy) -> dict:
+    return {name: full_tensor(p.grad).detach().clone() for name, p in policy.named_parameters() if p.grad is not None}
+
+
 def _worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
@@ -85,6 +97,19 @@ def _worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str)
     for preset, lora, clip in CASES:
         loaded, _, _, metrics = _update(preset, lora, clip, model_dir, rows, dist, mesh)
         results[_case_name(preset, lora, clip)] = (_full_weights(loaded.policy), metrics)
+
+    # Gradients and clipping by themselves: one backward of a per-rank loss, no optimizer.
+    loaded = _load(model_dir, lora=False)
+    shard_decoder_layers(loaded.policy, mesh)
+    params = trainable_parameters(loaded.policy)
+    _rank_loss(loaded.policy, rank).backward()
+    dist.sum_gradients(params)  # the replicated ones; FSDP summed the layers' during backward
+    results["gradients"] = _gradients(loaded.policy)
+    # What this rank alone holds: its shards of the layers' gradients and the whole replicated ones.
+    results["local_norm"] = float(sum(((p.grad.to_local() if is_dtensor(p.grad) else p.grad).double().square().sum()
+                                       for p in params if p.grad is not None)).sqrt())
+    results["clip_norm"] = float(clip_grad_norm(params, 1e-3, dist))
+    results["clipped"] = _gradients(loaded.policy)
 
     # Sampling: greedy, each rank its own prompt and length, layers gathered once for the block.
     loaded = _load(model_dir, lora=True)
@@ -146,6 +171,40 @@ def test_fsdp_two_ranks_equal_one_process(fsdp_results, tiny_model_dir, preset, 
         assert metrics.keys() == single_metrics.keys()
         for key, value in single_metrics.items():
             assert metrics[key] == pytest.approx(value, rel=1e-9, abs=1e-12), (rank, key)
+
+
+def _one_process_gradients(model_dir: str) -> dict:
+    """The gradients of both ranks' losses summed, in one process without sharding."""
+    loaded = _load(model_dir, lora=False)
+    (_rank_loss(loaded.policy, 0) + _rank_loss(loaded.policy, 1)).backward()
+    return _gradients(loaded.policy)
+
+
+def test_fsdp_gradients_are_sums_over_ranks(fsdp_results, tiny_model_dir):
+    """Sharded layers (FSDP's reduce-scatter) and replicated parameters (`Dist.sum_gradients`) alike."""
+    _, ranks = fsdp_results
+    expected = _one_process_gradients(str(tiny_model_dir))
+    assert any(".layers." in name for name in expected) and "model.embed_tokens.weight" in expected
+    for rank in range(2):
+        gradients = ranks[rank]["gradients"]
+        assert gradients.keys() == expected.keys()
+        for name, value in expected.items():
+            assert value.abs().max() > 1e-6, name  # an average (half the sum) would show
+            assert torch.allclose(gradients[name], value, rtol=1e-9, atol=1e-12), (rank, name)
+
+
+def test_fsdp_clip_norm_counts_every_shard_once(fsdp_results, tiny_model_dir):
+    _, ranks = fsdp_results
+    expected = _one_process_gradients(str(tiny_model_dir))
+    norm = float(torch.sqrt(sum(value.double().square().sum() for value in expected.values())))
+    assert norm > 10 * 1e-3  # the max norm of 1e-3 clips
+    scale = 1e-3 / (norm + 1e-6)  # torch's rule
+    for rank in range(2):
+        assert ranks[rank]["clip_norm"] == pytest.approx(norm, rel=1e-9)
+        # A norm over this rank's shards alone would be clearly smaller.
+        assert ranks[rank]["local_norm"] < 0.95 * norm
+        for name, value in expected.items():
+            assert torch.allclose(ranks[rank]["clipped"][name], value * scale, rtol=1e-9, atol=1e-15), (rank, name)
 
 
 def test_fsdp_sampling_gathers_once_and_reshards(fsdp_results, tiny_model_dir):

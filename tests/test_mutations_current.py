@@ -1,9 +1,10 @@
-"""Every mutation in `scripts/mutate.py` still applies to the current code.
+"""Every mutation `scripts/mutate.py` runs (listed in `scripts/mutations.py`) still applies to the code.
 
 The mutation script edits source files by exact text replacement. A refactor that renames the
 line a mutation targets strands it: the script then stops before running anything, and the
-guarantee that each injected bug is caught silently lapses. This check runs in seconds (no
-mutant is executed) so such a refactor fails the default suite at once.
+guarantee that each injected bug is caught silently lapses. The same holds for the tests each
+mutation names (a file or `file::function`). This check runs in seconds (no mutant is executed)
+so such a refactor fails the default suite at once.
 """
 
 from __future__ import annotations
@@ -62,3 +63,30 @@ def test_every_mutated_file_is_copied_into_the_sandbox(mutate):
     # A mutation of a file the script does not copy would run the unmutated tests against the real tree.
     for mutation in mutate.MUTATIONS:
         assert any(mutation.path == c or mutation.path.startswith(c + "/") for c in mutate.COPIED), mutation.path
+
+
+def test_every_mutation_names_tests_that_exist_and_are_copied(mutate):
+    assert mutate.missing_tests(mutate.MUTATIONS) == []
+    for mutation in mutate.MUTATIONS:
+        assert mutation.tests, mutation.name
+        for entry in mutation.tests:
+            path = entry.partition("::")[0]
+            assert any(path == c or path.startswith(c + "/") for c in mutate.COPIED), (mutation.name, entry)
+
+
+def test_the_test_check_reports_a_missing_file_or_function(mutate, tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_one():\n    pass\n")
+    good = mutate.mutation("good", "m.py", "ok", ("a", "b"), tests=("tests/test_a.py", "tests/test_a.py::test_one"))
+    gone = mutate.mutation("gone", "m.py", "file moved", ("a", "b"), tests=("tests/test_b.py",))
+    renamed = mutate.mutation("renamed", "m.py", "test renamed", ("a", "b"), tests=("tests/test_a.py::test_two",))
+    assert mutate.missing_tests([good, gone, renamed], repo=str(tmp_path)) == [
+        "gone: test path tests/test_b.py does not exist", "renamed: tests/test_a.py defines no test test_two"]
+    assert good.tests and mutate.mutation("core", "m.py", "default", ("a", "b")).tests == ("tests/core",)
+
+
+def test_the_unmutated_run_covers_every_mutations_tests_once(mutate):
+    first = mutate.mutation("a", "m.py", "", ("a", "b"), tests=("tests/core", "tests/test_x.py::test_y"))
+    second = mutate.mutation("b", "m.py", "", ("a", "b"), tests=("tests/test_x.py", "tests/core"))
+    third = mutate.mutation("c", "m.py", "", ("a", "b"), tests=("tests/core/test_k.py::test_k", "tests/test_z.py::t"))
+    assert mutate.union_of_tests([first, second, third]) == ["tests/core", "tests/test_x.py", "tests/test_z.py::t"]

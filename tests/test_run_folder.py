@@ -9,6 +9,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -33,12 +34,56 @@ sys.stdin.readline()
 """
 
 
+# The same, through rlvr's own RunLock (imported from this checkout, as the tests are).
+RLVR_HOLDER = """
+import sys
+from rlvr.train.run_lock import RunLock
+lock = RunLock.acquire(sys.argv[1], "rlvr train")
+print("locked", flush=True)
+sys.stdin.readline()
+lock.release()
+"""
+REPO = Path(__file__).resolve().parents[1]
+# A hang guard, not a timing check: acquiring a held lock returns at once (no waiting) or never.
+ACQUIRE_GUARD_S = 30
+
+
 def _holder(run_dir: Path, mode: str = "wait") -> subprocess.Popen:
     run_dir.mkdir(parents=True, exist_ok=True)
     child = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir / ".lock"), mode], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "locked"
     return child
+
+
+def _rlvr_holder(run_dir: Path) -> subprocess.Popen:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-c", RLVR_HOLDER, str(run_dir)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    assert child.stdout.readline().strip() == "locked"
+    return child
+
+
+def _acquire_without_waiting(run_dir: Path, command: str):
+    """`RunLock.acquire` in a thread: its lock, or the error it raised; fails if it waits on a held lock."""
+    from rlvr.train.run_lock import RunLock
+
+    outcome = {}
+
+    def attempt():
+        try:
+            outcome["lock"] = RunLock.acquire(run_dir, command)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(ACQUIRE_GUARD_S)
+    assert not thread.is_alive(), "RunLock.acquire waited for the holder instead of refusing at once"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["lock"]
 
 
 def _overrides(model_dir, run_dir, **extra):
@@ -139,6 +184,10 @@ def test_a_resume_refuses_config_changes_and_writes_nothing(finished_run, capsys
     assert main(["train", "--resume", str(finished_run), "rollout.group_size=2", "optim.minibatch_size=4"]) == 2
     err = capsys.readouterr().err
     assert "optim.minibatch_size: 8 -> 4" in err and "rollout.group_size: 4 -> 2" in err
+    # A key in the same section as allowed ones (train.iterations, train.eval_every) is still refused.
+    assert main(["train", "--resume", str(finished_run), "train.iterations=4", "train.seed=1"]) == 2
+    err = capsys.readouterr().err
+    assert "train.seed: 0 -> 1" in err and "train.iterations:" not in err
     assert _snapshot(finished_run) == before
 
 
@@ -221,9 +270,46 @@ def test_the_lock_is_exclusive_even_within_one_process_and_released_cleanly(tmp_
     holder = json.loads((tmp_path / ".lock").read_text())
     assert holder["pid"] == os.getpid() and holder["command"] == "rlvr train"
     with pytest.raises(RunFolderBusyError, match=f"pid {os.getpid()} on host .*, rlvr train started"):
-        RunLock.acquire(tmp_path, "rlvr sft")
+        _acquire_without_waiting(tmp_path, "rlvr sft")
     first.release()
     assert not (tmp_path / ".lock").exists()
     with RunLock.acquire(tmp_path, "rlvr sft") as second:
         assert second.previous is None  # the first one released cleanly: nothing to take over
     assert not (tmp_path / ".lock").exists()
+
+
+def test_a_live_rlvr_holder_refuses_a_second_writer_at_once(tmp_path):
+    from rlvr.train.run_lock import RunFolderBusyError
+
+    holder = _rlvr_holder(tmp_path)
+    try:
+        with pytest.raises(RunFolderBusyError, match=f"pid {holder.pid} on host .*, rlvr train started"):
+            _acquire_without_waiting(tmp_path, "rlvr sft")
+        assert json.loads((tmp_path / ".lock").read_text())["pid"] == holder.pid  # the refused one wrote nothing
+    finally:
+        holder.stdin.close()
+        assert holder.wait() == 0
+    assert not (tmp_path / ".lock").exists()  # released cleanly
+    with _acquire_without_waiting(tmp_path, "rlvr sft") as lock:
+        assert lock.previous is None
+
+
+def test_a_resume_may_change_only_the_listed_keys(tmp_path):
+    import yaml
+
+    from rlvr.config import ConfigError, config_to_dict, load_config
+    from rlvr.train.resume_policy import mutable, plan_resume
+
+    assert mutable("train.iterations") and mutable("health.window") and mutable("model.num_threads")
+    # Keys beside a mutable one in its section, and a name that only starts like an allowed prefix.
+    for key in ("train.seed", "train.eval_size", "model.name", "sft.batch_size", "healthy.window"):
+        assert not mutable(key), key
+    saved = load_config(None, [])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(saved)))
+    plan = plan_resume(tmp_path, load_config(None, ["train.iterations=7", "health.window=5"]))
+    assert plan.changes == {"train.iterations": (saved.train.iterations, 7), "health.window": (3, 5)}
+    assert not plan.forced
+    with pytest.raises(ConfigError, match=r"train.seed: 0 -> 1\. A resume may change only"):
+        plan_resume(tmp_path, load_config(None, ["train.iterations=7", "train.seed=1"]))
+    forced = plan_resume(tmp_path, load_config(None, ["train.seed=1"]), force=True)
+    assert forced.forced and forced.changes == {"train.seed": (0, 1)}

@@ -88,15 +88,30 @@ def test_bad_names_and_options():
         build_task("reasoning_gym:mix", use_chat_template=False)
 
 
-def test_refused_answer_is_unjudgeable_not_wrong():
+@pytest.mark.parametrize("answer", [
+    "__import__('os').getcwd()",  # an attribute of a call
+    "open(1) + 2",  # a call of a function the arithmetic grammar does not name
+    "exit + 2",  # a name that is not a symbol of the grammar (countdown has none)
+])
+def test_refused_answer_is_unjudgeable_not_wrong(answer):
     """A countdown answer that is not arithmetic is refused before the scorer (which would
     `parse_expr` it): NaN answer, the format still counts."""
     task = build_task("reasoning_gym:countdown", options={"eval_size": 1, "size": 10}, use_chat_template=False)
     example = task.examples("eval", 1, 0)[0]
-    verdict = task.score(formatted("__import__('os').getcwd()"), example)
+    verdict = task.score(formatted(answer), example)
     assert verdict.status == "unjudgeable" and math.isnan(verdict.components["answer"])
     assert verdict.detail.startswith("refused: ")
     assert verdict.components["format"] == 1.0 and verdict.total == pytest.approx(0.1)
+
+
+def test_a_comment_in_an_answer_never_reaches_the_scorer():
+    """countdown's scorer counts every integer in its text: the `1` in the comment would make the
+    numbers used differ from the ones given (0.05). The scorer gets the canonical rendering instead."""
+    task = build_task("reasoning_gym:countdown", options={"eval_size": 2, "size": 10}, use_chat_template=False)
+    for example in task.examples("eval", 2, 0):
+        verdict = task.score(formatted(f"{example.ground_truth}  # 1"), example)
+        assert verdict.status == "ok" and verdict.correct and verdict.components["answer"] == 1.0, verdict
+        assert "#" not in verdict.detail
 
 
 def test_unaudited_dataset_is_refused_when_the_task_is_built():

@@ -61,6 +61,13 @@ def test_a_swallowed_refusal_is_still_reported(worker, tmp_path):
     assert refused(result, "open for writing") and not canary.exists()
 
 
+def test_an_existing_file_opened_read_write_is_refused(worker, tmp_path):
+    victim = tmp_path / "keep.txt"
+    victim.write_text("keep")
+    assert refused(worker.call("write_with_os_open", str(victim), timeout=30), "open for writing")
+    assert victim.read_text() == "keep"
+
+
 def test_removing_a_file_outside_is_refused(worker, tmp_path):
     victim = tmp_path / "keep.txt"
     victim.write_text("keep")
@@ -106,11 +113,15 @@ def test_legitimate_checks_work_inside_the_sandbox(worker):
     ("open", ("{tmp}/../escape", "w", 0o1101), False),  # resolved before the check
     ("open", (1, "w", 1), False),  # a descriptor: could be the reply pipe
     ("open", ("/etc/x", None, os.O_WRONLY), False),  # os.open
+    ("open", ("/etc/x", None, os.O_RDWR), False),
+    ("open", ("/etc/x", "r+", os.O_RDWR), False),
     ("os.rename", ("{tmp}/a", "/etc/a", None, None), False),
     ("os.remove", ("{tmp}/a", None), True),
     ("os.remove", ("a", 3), False),  # relative to a directory descriptor
     ("socket.connect", (None, ("127.0.0.1", 80)), False),
     ("os.posix_spawn", ("/bin/sh", [], {}), False),
+    ("subprocess.Popen", ("touch", ["touch", "x"], None, None), False),
+    ("os.system", (b"touch x",), False),
     ("import", ("ctypes", None, [], [], []), False),
     ("compile", ("1 + 1", "<string>"), True),  # scorers that evaluate canonical text must still work
 ])
@@ -152,3 +163,36 @@ def test_a_worker_near_its_cpu_time_limit_is_replaced_before_it_is_killed(monkey
         assert probe_worker.restarts == 1 and probe_worker.wait_for_restart()
     finally:
         probe_worker.close()
+
+
+def test_a_check_past_its_limit_is_cut_off_and_never_answers_a_later_call():
+    """The late check's worker is killed: its reply (3.0, after 3 s) must never be taken for the
+    answer to the calls that follow, and the limit, not the check, decides when the call returns."""
+    probe_worker = VerifierWorker(extra_functions=PROBES)
+    try:
+        probe_worker.warm_up()
+        late = probe_worker.call("sleep", 3.0, timeout=0.5)
+        assert late.status == "timeout" and late.value is None and "ran past 0.5 s" in late.detail
+        for value in ("first", "second"):
+            answered = probe_worker.call("echo", value, timeout=30)
+            assert answered.status == "ok" and answered.value == value
+    finally:
+        probe_worker.close()
+
+
+def test_the_scorer_sees_the_canonical_text_never_the_answer_as_written(worker):
+    """countdown's scorer reads every integer in the text it is given: a comment holding a 1 makes the
+    numbers used differ from the ones given (score 0.05). The canonical rendering drops the comment."""
+    import reasoning_gym
+
+    entry = reasoning_gym.create_dataset("countdown", size=1, seed=0)[0]
+    answer = entry["answer"] + "  # 1"
+    assert reasoning_gym.create_dataset("countdown", size=1, seed=0).score_answer(answer, entry) == 0.05
+    result = worker.call("reasoning_gym_score", "countdown", {}, answer, entry, timeout=60)
+    assert result.status == "ok" and result.value["score"] == 1.0, result
+    text = result.value["text"]
+    assert "#" not in text and eval(text) == eval(entry["answer"])  # noqa: S307 - the dataset's own arithmetic
+    # An entry that a composite dataset forwards to countdown is shaped by countdown, whatever name it came through.
+    forwarded = {**entry, "metadata": {**entry["metadata"], "source_dataset": "countdown"}}
+    result = worker.call("reasoning_gym_score", "spell_backward", {}, "open('x')", forwarded, timeout=60)
+    assert result.status == "ok" and "refused" in result.value, result

@@ -32,6 +32,16 @@ def write_in_temp_dir(name: str) -> str:
         return handle.read()
 
 
+def write_with_os_open(path: str) -> str:
+    """An existing file opened read-write with `os.open` (no mode string, only flags), then written."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.write(fd, b"escaped")
+    finally:
+        os.close(fd)
+    return "written"
+
+
 def remove_file(path: str) -> str:
     os.remove(path)
     return "removed"
@@ -99,6 +109,7 @@ FUNCTIONS = {
     "write_file": (write_file, None),
     "write_file_quietly": (write_file_quietly, None),
     "write_in_temp_dir": (write_in_temp_dir, None),
+    "write_with_os_open": (write_with_os_open, None),
     "remove_file": (remove_file, None),
     "connect": (connect, None),
     "run_process": (run_process, None),

@@ -104,8 +104,9 @@ def completion_lengths_from_tokens(
     """Per row: how many tokens were really generated (EOS included), and whether it was cut off.
 
     The pad id may equal the EOS id (SmolLM2), so padding is located from the first EOS, never
-    from the pad id. A row ended by a stop string is filled with pad right after it: when the
-    text before the first EOS already ends with a stop string, that EOS is filler, not generated.
+    from the pad id. A row ended by a stop string is filled with pad right after the token that
+    completed it: when the text before the first EOS already holds a stop string (at its end, or
+    inside a last token that runs past it), that EOS is filler, not generated.
     """
     num_rows, width = completion_ids.shape
     is_eos = torch.zeros_like(completion_ids, dtype=torch.bool)
@@ -119,7 +120,7 @@ def completion_lengths_from_tokens(
         for row in range(num_rows):
             end = int(first_eos[row])
             text = tokenizer.decode(completion_ids[row, :end], skip_special_tokens=True)
-            if any(text.endswith(s) for s in stop_strings):
+            if any(s and s in text for s in stop_strings):
                 stopped[row] = True
                 lengths[row] = end
     truncated = ~has_eos & ~stopped & (lengths >= max_new_tokens)
