@@ -7,6 +7,8 @@ reward and eval curves.
 
     python benchmarks/format_copy_learning.py                       # grpo (the default) and gr_reinforce
     python benchmarks/format_copy_learning.py --configs configs/format_copy_rloo.yaml --out docs/rloo.png
+    python benchmarks/format_copy_learning.py --configs configs/format_copy_grpo.yaml configs/format_copy_ppo.yaml \
+        --out docs/format_copy_ppo_vs_grpo.png --json benchmarks/results/format_copy_ppo_vs_grpo.json
     python benchmarks/format_copy_learning.py --configs configs/format_copy_grpo.yaml --num-processes 2 \
         --override model.num_threads=1 --compare benchmarks/results/format_copy_learning.json \
         --out docs/format_copy_data_parallel.png --json benchmarks/results/format_copy_data_parallel.json \
@@ -21,18 +23,13 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench_runs import REPO, train_in_fresh_process
+
 DEFAULT_CONFIGS = [None, "configs/format_copy_reinforce.yaml"]  # None: `rlvr train` with no config
 REWARD_TARGET, EVAL_TARGET = 1.25, 0.9
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def run_one(config: str | None, overrides: list[str], runs_dir: Path, num_processes: int = 1) -> dict:
@@ -45,11 +42,8 @@ def run_one(config: str | None, overrides: list[str], runs_dir: Path, num_proces
     shutil.rmtree(run_dir, ignore_errors=True)
     command = [sys.executable, "-m", "rlvr", "train", *launch, *([config] if config else []),
                f"train.output_dir={runs_dir}", f"train.run_name={name}", "train.progress=false", *overrides]
-    print("$", " ".join(command[1:]), flush=True)
-    started = time.time()
-    subprocess.run(command, cwd=REPO, check=True)
-    total = time.time() - started
-    metrics, evals = read_jsonl(run_dir / "metrics.jsonl"), read_jsonl(run_dir / "eval.jsonl")
+    run = train_in_fresh_process(command, run_dir, label=name)
+    started, total, metrics, evals = run["started"], run["total_s"], run["metrics"], run["evals"]
 
     def since_start(record):
         return record["time/unix"] - started
@@ -57,7 +51,8 @@ def run_one(config: str | None, overrides: list[str], runs_dir: Path, num_proces
     reward_hit = next((since_start(m) for m in metrics if m["reward/mean"] >= REWARD_TARGET), None)
     eval_hit = next((since_start(e) for e in evals if (e["eval/accuracy"] or 0) >= EVAL_TARGET), None)
     split = {key: statistics.median(m[key] for m in metrics if key in m)
-             for key in ("time/generation", "time/scoring", "time/logprobs", "time/update", "time/iteration")
+             for key in ("time/generation", "time/scoring", "time/logprobs", "time/values", "time/update",
+                         "time/iteration")
              if any(key in m for m in metrics)}
     return {
         "name": name, "config": config or "(defaults)", "total_s": total, "metrics": metrics, "evals": evals,
@@ -117,7 +112,7 @@ def main() -> int:
         return 0
     results = [run_one(c, args.override, (REPO / args.runs_dir).resolve(), args.num_processes) for c in configs]
     print(f"\n{'run':28s} {'reward>=1.25 at':>16s} {'eval>=0.9 at':>13s} {'final reward':>13s} "
-          f"{'final eval':>11s} {'s/iter':>7s} {'gen':>5s} {'logp':>5s} {'upd':>5s}")
+          f"{'final eval':>11s} {'s/iter':>7s} {'gen':>5s} {'logp':>5s} {'val':>5s} {'upd':>5s} {'expl.var':>8s}")
     for r in results:
         last_m, last_e = r["metrics"][-1], r["evals"][-1] if r["evals"] else {}
         fmt = lambda v: f"{v:.0f} s" if v is not None else "never"  # noqa: E731
@@ -125,7 +120,8 @@ def main() -> int:
         print(f"{r['name']:28s} {fmt(r['reward_target_s']):>16s} {fmt(r['eval_target_s']):>13s} "
               f"{last_m['reward/mean']:13.3f} {last_e.get('eval/accuracy', float('nan')):11.3f} "
               f"{split.get('time/iteration', 0):7.1f} {split.get('time/generation', 0):5.1f} "
-              f"{split.get('time/logprobs', 0):5.1f} {split.get('time/update', 0):5.1f}")
+              f"{split.get('time/logprobs', 0):5.1f} {split.get('time/values', 0):5.1f} "
+              f"{split.get('time/update', 0):5.1f} {last_m.get('value/explained_variance', float('nan')):8.3f}")
     plot([r for r in compared if r["config"] in {r["config"] for r in results}] + results, REPO / args.out,
          args.x_axis)
     out_json = REPO / args.json

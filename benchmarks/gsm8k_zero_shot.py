@@ -40,18 +40,20 @@ def main() -> int:
     parser.add_argument("--json", default="benchmarks/results/gsm8k_zero_shot.json")
     args = parser.parse_args()
 
-    from rlvr.evaluation import CATEGORIES, EvalSettings, evaluate_task
+    from rlvr.config import load_config
+    from rlvr.train.evaluation import CATEGORIES, evaluate
 
     rows = []
     for prompt in args.prompts:
         started = time.perf_counter()
-        summary = evaluate_task(
-            "gsm8k", args.model, task_options={"eval_path": args.data, "prompt": prompt}, limit=args.limit,
-            settings=EvalSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                  top_p=args.top_p, batch_size=args.batch_size),
-            output_dir=Path(args.runs_dir) / f"bench-gsm8k-{prompt}",
-        )
-        rows.append({"prompt": prompt, "wall_seconds": time.perf_counter() - started, **summary})
+        config = load_config(None, [
+            "task.name=gsm8k", f"task.options.eval_path={args.data}", f"task.options.prompt={prompt}",
+            f"model.name={args.model}", f"train.eval_size={args.limit}",
+            f"train.eval_max_new_tokens={args.max_new_tokens}", f"train.eval_temperature={args.temperature}",
+            f"train.eval_top_p={args.top_p}", f"train.eval_batch_size={args.batch_size}",
+        ])
+        result = evaluate(config, output_dir=Path(args.runs_dir) / f"bench-gsm8k-{prompt}")
+        rows.append({"prompt": prompt, "wall_seconds": time.perf_counter() - started, **result.summary})
 
     print(f"\nGSM8K test, first {args.limit} problems, {args.model}, temperature {args.temperature}, "
           f"top-p {args.top_p}, max {args.max_new_tokens} new tokens\n")

@@ -35,7 +35,7 @@ def measure(path: str, batch: int, length: int, prompt: int) -> dict:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from rlvr.core import compute_per_token_logprobs
-    from rlvr.core.completion_logprobs import compute_completion_logprobs
+    from rlvr.models.completion_logprobs import compute_completion_logprobs
 
     torch.manual_seed(0)
     torch.set_num_threads(2)

@@ -28,7 +28,6 @@ def main() -> int:
     import torch
 
     from rlvr.models import LoraSettings, load_policy
-    from rlvr.models.merge import merged_adapter
     from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
     from rlvr.tasks.format_copy import FormatCopyTask
 
@@ -36,6 +35,8 @@ def main() -> int:
     loaded = load_policy("smollm2-135m-instruct", lora=LoraSettings(rank=16, alpha=32))
     task = FormatCopyTask()
     settings = SamplingSettings(max_new_tokens=args.max_new_tokens)
+    backends = {name: ROLLOUT_BACKENDS.get(name)(loaded.policy, loaded.tokenizer, merge_lora=True)
+                for name in args.backends}
     seconds = {name: [] for name in args.backends}
     lengths = {name: [] for name in args.backends}
     for repeat in range(args.repeats + 1):
@@ -43,9 +44,8 @@ def main() -> int:
         for name in args.backends if repeat % 2 == 0 else reversed(args.backends):
             torch.manual_seed(repeat)
             started = time.perf_counter()
-            with merged_adapter(loaded.policy, True):
-                generation = ROLLOUT_BACKENDS.get(name)(loaded.policy, loaded.tokenizer, prompts,
-                                                        args.group_size, settings)
+            with backends[name].sync():  # the adapter merged, as in training
+                generation = backends[name].generate(prompts, args.group_size, settings)
             if repeat > 0:  # the first round warms up
                 seconds[name].append(time.perf_counter() - started)
                 lengths[name].append(float(generation.completion_lengths.float().mean()))

@@ -115,75 +115,28 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
 # ------------------------------------------------------------------------------------------ TRL
 def run_trl(steps: int, out: Path) -> dict:
     import torch
-    from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
 
     from rlvr.models import resolve_model_path
     from rlvr.tasks.format_copy import FormatCopyTask
+    from trl_grpo import TrlSettings, build_trainer, task_reward
 
     torch.set_num_threads(THREADS)
-    folder, _ = resolve_model_path(MODEL)
     task = FormatCopyTask()
-    numbers = w1_numbers(PROMPTS_PER_STEP * (steps + 2))
-    dataset = Dataset.from_list([
-        {"prompt": task.make_example(n).prompt, "ground_truth": str(n)} for n in numbers
-    ])
-
-    def format_copy_reward(completions, ground_truth, **_):
-        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        return [task.score(text, task.make_example(int(gt))).total for text, gt in zip(texts, ground_truth)]
-
-    times = {"step": [], "generation": [], "logprobs": []}
-    current = {"generation": 0.0, "logprobs": 0.0}
-
-    class StepTimer(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kwargs):
-            current.update(generation=0.0, logprobs=0.0, started=time.perf_counter())
-
-        def on_step_end(self, args, state, control, **kwargs):
-            times["step"].append(time.perf_counter() - current["started"])
-            times["generation"].append(current["generation"])
-            times["logprobs"].append(current["logprobs"])
-
-    args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, fp16=False, loss_type="grpo",
-        num_generations=GROUP, per_device_train_batch_size=PROMPTS_PER_STEP * GROUP,
-        gradient_accumulation_steps=1, max_completion_length=MAX_NEW_TOKENS, beta=0.0, num_iterations=1,
-        gradient_checkpointing=False, report_to="none", learning_rate=LR, lr_scheduler_type="constant",
-        max_grad_norm=1.0, temperature=1.0, top_p=1.0, top_k=0, epsilon=0.2, max_steps=steps,
-        logging_steps=1, save_strategy="no", shuffle_dataset=False, seed=0, dataloader_num_workers=0,
-    )
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
-    peft_config = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=LORA_TARGETS,
-                             task_type="CAUSAL_LM")
-    trainer = GRPOTrainer(model=model, reward_funcs=[format_copy_reward], args=args, train_dataset=dataset,
-                          processing_class=tokenizer, peft_config=peft_config, callbacks=[StepTimer()])
-
-    def timed(name, method, only_without_grad=False):
-        def wrapper(*a, **kw):
-            started = time.perf_counter()
-            try:
-                return method(*a, **kw)
-            finally:
-                if not only_without_grad or not torch.is_grad_enabled():
-                    current[name] += time.perf_counter() - started
-        return wrapper
-
-    trainer._generate = timed("generation", trainer._generate)
-    # Scoring passes without a graph (old / reference log-probs); the loss's own pass has one.
-    trainer._get_per_token_logps_and_entropies = timed(
-        "logprobs", trainer._get_per_token_logps_and_entropies, only_without_grad=True)
+    examples = [task.make_example(n) for n in w1_numbers(PROMPTS_PER_STEP * (steps + 2))]
+    rows = [{"prompt": example.prompt, "example_index": i} for i, example in enumerate(examples)]
+    settings = TrlSettings(
+        model_path=resolve_model_path(MODEL)[0], prompts_per_step=PROMPTS_PER_STEP, group_size=GROUP,
+        max_new_tokens=MAX_NEW_TOKENS, lr=LR, steps=steps, lora_rank=16, lora_alpha=32,
+        lora_targets=tuple(LORA_TARGETS), clip_low=0.2, clip_high=0.2, loss_type="grpo", seed=0)
+    trainer, times = build_trainer(settings, rows, [task_reward(task, examples)])
     trainer.train()
     rewards = [r["reward"] for r in trainer.state.log_history if "reward" in r]
     result = {
         "side": "trl",
-        "step_seconds": times["step"],
-        "generation_seconds": times["generation"],
-        "logprob_seconds": times["logprobs"],
-        "update_seconds": [s - g - p for s, g, p in zip(times["step"], times["generation"], times["logprobs"])],
+        "step_seconds": times.step,
+        "generation_seconds": times.generation,
+        "logprob_seconds": times.logprobs,
+        "update_seconds": times.update,
         "reward_mean": rewards,
         "peak_rss_bytes": peak_rss(),
     }

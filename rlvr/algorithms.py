@@ -1,4 +1,4 @@
-"""Algorithm presets: each algorithm is data (estimator, loss, aggregation, epochs, clip, KL).
+"""Algorithm presets: each algorithm is data (estimator, loss, aggregation, epochs, clip, KL, value model).
 
 A preset fills every `algorithm.*` field the user left null; nothing here is a subclass with
 copied code. `rlvr algorithms` prints this table.
@@ -30,6 +30,14 @@ class AlgorithmPreset:
     overlong_buffer: int = 0
     overlong_penalty: float = 1.0
     entropy_coef: float = 0.0
+    # PPO's value side; the group presets keep value_model "none" and ignore the rest.
+    value_model: str = "none"
+    gae_gamma: float = 1.0
+    gae_lambda: float = 0.95
+    value_clip: float = 0.2
+    vf_coef: float = 0.1
+    kl_in_reward: float = 0.0
+    value_warmup_iterations: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -99,4 +107,17 @@ _preset(
     advantage_estimator="grpo", policy_loss="reinforce", loss_aggregation="seq_mean_token_mean",
     ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.0, std="sample",
     description="REINFORCE on group-normalised rewards (CS336 reinforce_with_baseline)",
+)
+# PPO with a learned value (Schulman et al. 2017; InstructGPT-style per-token rewards): GAE with
+# gamma 1 (one reward, at the end) and lambda 0.95, whitened over the batch's tokens; the clipped
+# surrogate and a clipped value loss (range 0.2) over token_mean, as verl's default PPO; 2 epochs as
+# GRPO. The value head shares the policy's LoRA backbone, and vf_coef 0.1 (TRL's PPO default) keeps
+# the value loss from steering that shared adapter more than the policy loss does. No KL by default
+# (set algorithm.kl_in_reward, e.g. 0.05, for the penalty in the reward); group size 1 is enough.
+_preset(
+    "ppo",
+    advantage_estimator="gae", policy_loss="ppo_clip", loss_aggregation="token_mean",
+    ppo_epochs=2, clip_low=0.2, clip_high=0.2, kl_coef=0.0, normalize_advantages=True,
+    value_model="shared", gae_gamma=1.0, gae_lambda=0.95, value_clip=0.2, vf_coef=0.1,
+    description="PPO: GAE on a learned value head (shared backbone), clipped value loss, token-mean, 2 epochs",
 )

@@ -17,12 +17,20 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.core import compute_completion_logprobs, compute_per_token_logprobs, kl_per_token
-from rlvr.models import reference_context
-from rlvr.models.merge import merged_adapter
+from rlvr.core import compute_per_token_logprobs, kl_per_token
+from rlvr.metric_names import GRAD_NORM, LOSS, TRUNCATED_FRAC
+from rlvr.models import compute_completion_logprobs, reference_context, trainable_parameters
 from rlvr.models.policy import dtype_name, resolve_dtype
+from rlvr.rollout import SamplingSettings
 from rlvr.rollout.base import eos_token_ids
-from rlvr.train.update import scoring_group_size
+from rlvr.train.advantages import with_advantages
+from rlvr.train.collect import collect_groups, rollout_batch
+from rlvr.train.optim import make_optimizer, make_scheduler
+from rlvr.train.reference import needs_reference_logprobs, with_reference_logprobs
+from rlvr.train.rollout_stats import advantage_per_row, gather_rollout, rollout_stats
+from rlvr.train.run_setup import load_model_and_task, rollout_backend, set_up_value_model
+from rlvr.train.update import update_policy
+from rlvr.train.values import forward_group_size, with_old_values
 
 # Estimators whose advantages sum to 0 within each group (z-score, mean-centring, leave-one-out).
 CENTRING_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
@@ -97,15 +105,20 @@ def _masked_max(values: torch.Tensor, mask: torch.Tensor) -> float:
 
 
 def run_check(config) -> list[CheckRow]:
-    """One rollout batch and one update with `config`'s model and task; returns the table rows."""
-    from rlvr.train.collect import collect_rollout_batch
-    from rlvr.train.rl import setup
-    from rlvr.train.update import update_policy
+    """One rollout batch and one update with `config`'s model and task; returns the table rows.
 
+    The batch goes through the training loop's own stages (collect, advantages, reference
+    log-probs, update), so the rows check what `rlvr train` would do.
+    """
     rows: list[CheckRow] = []
     rollout, algo = config.rollout, config.algorithm
     check_started = time.perf_counter()
-    loaded, task, params, optimizer, scheduler = setup(config)
+    loaded, task = load_model_and_task(config, need_reference=needs_reference_logprobs(algo))
+    value_model = set_up_value_model(config, loaded) if algo.value_model != "none" else None
+    params = trainable_parameters(loaded.policy) + ([] if value_model is None else value_model.parameters())
+    optimizer = make_optimizer(params, config.optim)
+    scheduler = make_scheduler(optimizer, config.optim, config.train.iterations * algo.ppo_epochs)
+    backend = rollout_backend(config, loaded)
     _stage(f"loaded {config.model.name}; sampling one rollout batch", check_started)
     policy, tokenizer = loaded.policy, loaded.tokenizer
 
@@ -114,15 +127,23 @@ def run_check(config) -> list[CheckRow]:
     found = sorted({dtype_name(p.dtype) for p in policy.parameters() if p.is_floating_point()})
     rows.append(row("model dtype", ",".join(found), f"= {config.model.dtype}", found == [dtype_name(wanted)]))
 
-    # 2. One real rollout batch.
+    # 2. One real rollout batch, as iteration 0 of `rlvr train` would sample and score it.
     has_reference = loaded.is_lora or loaded.reference is not None
-    ref_ctx = lambda: reference_context(loaded)  # noqa: E731
-    batch, prompt_len, stats, _, _ = collect_rollout_batch(policy, tokenizer, task, config, 0, ref_ctx)
+    settings = SamplingSettings.for_task(rollout, task)
+    collected = collect_groups(backend, task, settings, config, 0)
+    batch = rollout_batch(collected, tokenizer, task.name)
+    if needs_reference_logprobs(algo):
+        batch = with_reference_logprobs(loaded, batch, config)
+    if value_model is not None:
+        batch = with_old_values(policy, value_model, batch, config, with_logprobs=algo.kl_in_reward > 0)
+    batch = with_advantages(batch, collected.rewards, algo)
+    stats = rollout_stats(gather_rollout(collected, batch), algo.dynamic_sampling)
+    prompt_len = batch.prompt_len
     _stage(f"sampled {len(batch)} completions; recomputing log-probs", check_started)
 
     # 3. The completion mask covers exactly the generated tokens (EOS included, no prompt, no padding).
     expected = expected_completion_mask(batch.input_ids, prompt_len, eos_token_ids(tokenizer, policy),
-                                        rollout.max_new_tokens, tokenizer, tuple(rollout.stop_strings))
+                                        rollout.max_new_tokens, tokenizer, settings.stop_strings)
     wrong = int((expected != batch.completion_mask).sum())
     rows.append(row("completion mask", wrong, "= 0 wrong cells", wrong == 0,
                     f"{int(expected.sum())} generated tokens re-derived from the ids"))
@@ -136,7 +157,7 @@ def run_check(config) -> list[CheckRow]:
     else:
         rows.append(row("advantages centred", "n/a", "-", None,
                         f"estimator {algo.advantage_estimator} / advantage_clip {algo.advantage_clip} need not centre"))
-    nonzero = float((batch.advantages.abs() > 1e-8).float().mean())
+    nonzero = float((advantage_per_row(batch).abs() > 1e-8).float().mean())
     rows.append(row("nonzero advantages", nonzero, "> 0", nonzero > 0,
                     "" if nonzero > 0 else "no group had reward contrast: the gradient is 0", warn_only=True))
 
@@ -148,11 +169,11 @@ def run_check(config) -> list[CheckRow]:
     attention_mask = batch.attention_mask[first].to(device)
     mask = batch.completion_mask[first].to(device)  # [b, L-1]
     policy.train(False)
-    with merged_adapter(policy, rollout.merge_lora):
+    with backend.sync():  # the policy exactly as the backend samples from it
         sampling_logprobs = compute_per_token_logprobs(policy, input_ids, attention_mask, enable_grad=False,
                                                        temperature=rollout.temperature)  # [b, L-1]
     policy.train(True)  # as update_policy runs it
-    group_size = 1 if config.model.gradient_checkpointing else scoring_group_size(config, config.optim.minibatch_size)
+    group_size = forward_group_size(config)
     with torch.no_grad():
         update_logprobs, _ = compute_completion_logprobs(
             policy, input_ids, attention_mask, prompt_len, group_size=group_size, enable_grad=False,
@@ -170,7 +191,7 @@ def run_check(config) -> list[CheckRow]:
         if batch.ref_logprobs is not None:
             ref_logprobs = batch.ref_logprobs[first].to(device)
         else:
-            with ref_ctx() as reference:
+            with reference_context(loaded) as reference:
                 ref_logprobs, _ = compute_completion_logprobs(
                     reference, input_ids, attention_mask, prompt_len, group_size=group_size, enable_grad=False,
                     temperature=rollout.temperature, with_entropy=False, completion_mask=mask)
@@ -184,19 +205,19 @@ def run_check(config) -> list[CheckRow]:
     # 7. One update: finite loss, finite non-zero gradient.
     _stage(f"running one update ({algo.ppo_epochs} optimizer steps)", check_started)
     started = time.perf_counter()
-    metrics, counters = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), prompt_len,
-                                      config, params)
+    update = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), config, params,
+                           value_model=value_model)
     seconds = time.perf_counter() - started
-    loss = metrics.get("loss", math.nan)
+    loss = update.metrics.get(LOSS, math.nan)
     rows.append(row("loss finite", loss, "finite", math.isfinite(loss),
-                    f"{counters['skipped_nonfinite_updates']} of {algo.ppo_epochs} steps skipped"))
-    grad_norm = metrics.get("grad_norm", math.nan)
+                    f"{update.skipped_nonfinite_updates} of {algo.ppo_epochs} steps skipped"))
+    grad_norm = update.metrics.get(GRAD_NORM, math.nan)
     rows.append(row("gradient norm", grad_norm, "finite, > 0", math.isfinite(grad_norm) and grad_norm > 0,
                     f"before clipping at {config.optim.max_grad_norm}"))
 
     # 8. Truncation: the budget has to fit the task. An untrained policy often rambles past it (a
     # warning); when no completion ends at all, no sample shows the policy how to stop (a failure).
-    truncated = stats["truncated_frac"]
+    truncated = stats[TRUNCATED_FRAC]
     limit = config.health.truncation_frac
     if truncated >= 1.0:
         rows.append(row("truncated completions", truncated, "< 1", False,

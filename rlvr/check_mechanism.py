@@ -16,17 +16,18 @@ from typing import Callable
 import torch
 
 from rlvr.check import CheckRow, row
-from rlvr.config import resolve
-from rlvr.core import (
-    RolloutBatch,
-    build_completion_mask,
-    compute_completion_logprobs,
-    get_advantage_estimator,
-    maybe_normalize_advantages,
-)
-from rlvr.models import reference_context
+from rlvr.config import ConfigError, resolve
+from rlvr.core import RolloutBatch, build_completion_mask, get_advantage_estimator
+from rlvr.metric_names import CLIP_FRAC_HIGH, CLIP_FRAC_LOW
+from rlvr.models import compute_completion_logprobs, trainable_parameters
 from rlvr.registry import Registry
-from rlvr.rollout import render_prompts
+from rlvr.rollout import render_prompts, score_completions
+from rlvr.rollout.base import fill_token_id
+from rlvr.train.advantages import compute_advantages
+from rlvr.train.optim import make_optimizer, make_scheduler
+from rlvr.train.reference import with_reference_logprobs
+from rlvr.train.run_setup import load_model_and_task
+from rlvr.train.update import update_policy
 from rlvr.utils import peak_rss_bytes
 
 CANDIDATE_LABELS = ("correct", "wrong", "badly formatted", "no answer")
@@ -62,6 +63,10 @@ def format_copy_candidates(example) -> list[str]:
 
 def _mechanism_config(config):
     """The user's config with a 2 x 4 batch, one minibatch, 4 epochs and a fresh LoRA adapter."""
+    if config.algorithm.value_model != "none":
+        raise ConfigError(f"rlvr check --mechanism compares fixed candidate responses within their group; "
+                          f"algorithm.value_model={config.algorithm.value_model!r} ({config.algorithm.name}) has no "
+                          "group baseline to compare against: run rlvr check without --mechanism")
     mech = copy.deepcopy(config)
     mech.model.lora = True
     mech.rollout.batch_size, mech.rollout.group_size = 2, len(CANDIDATE_LABELS)
@@ -75,7 +80,7 @@ def _mechanism_config(config):
 
 def _encode(tokenizer, prompts: list[str], responses: list[str]) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Prompts left-padded to width P, responses (+ EOS) right-padded after them: ids, attention mask, P."""
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = fill_token_id(tokenizer)
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     response_ids = [tokenizer(r, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for r in responses]
     width_prompt = max(len(p) for p in prompt_ids)
@@ -102,12 +107,12 @@ def _sequence_logprobs(policy, ids, attention, prompt_len, mask, config) -> torc
 
 def run_mechanism_check(config) -> tuple[list[CheckRow], list[CheckRow]]:
     """Returns (one row per candidate response, the check rows)."""
-    from rlvr.train.rl import setup
-    from rlvr.train.update import update_policy
-
     config = _mechanism_config(config)
     algo = config.algorithm
-    loaded, task, params, optimizer, scheduler = setup(config)
+    loaded, task = load_model_and_task(config, need_reference=algo.kl_coef > 0)
+    params = trainable_parameters(loaded.policy)
+    optimizer = make_optimizer(params, config.optim)
+    scheduler = make_scheduler(optimizer, config.optim, config.train.iterations * algo.ppo_epochs)
     policy, tokenizer = loaded.policy, loaded.tokenizer
     device = next(policy.parameters()).device
     builder = MECHANISM_CANDIDATES.get(task.name) if task.name in MECHANISM_CANDIDATES else answer_tag_candidates
@@ -115,37 +120,26 @@ def run_mechanism_check(config) -> tuple[list[CheckRow], list[CheckRow]]:
     responses = [text for example in examples for text in builder(example)]
     group = len(CANDIDATE_LABELS)
     prompts = [p for p in render_prompts(tokenizer, examples, config.task.use_chat_template) for _ in range(group)]
-    verdicts = [task.score(text, examples[i // group]) for i, text in enumerate(responses)]
+    verdicts = score_completions(task, responses, [examples[i // group] for i in range(len(responses))])
 
     ids, attention, prompt_len = _encode(tokenizer, prompts, responses)
     ids, attention = ids.to(device), attention.to(device)
     mask = build_completion_mask(ids, attention, prompt_len)  # [N, L-1]
-    rewards = torch.tensor([v.total for v in verdicts], dtype=torch.float32)  # [N]
+    rewards = torch.tensor([v.total for v in verdicts], dtype=torch.float32)  # [N], NaN where unscorable
     group_ids = torch.arange(len(responses)) // group  # [N]
-    scorable = torch.isfinite(rewards)
-    group_ids = torch.where(scorable, group_ids, len(responses) + torch.arange(len(responses)))
-    estimator = get_advantage_estimator(algo.advantage_estimator)
-    advantages = estimator(torch.where(scorable, rewards, torch.zeros_like(rewards)), group_ids=group_ids, std=algo.std)
-    advantages = torch.where(scorable, advantages, torch.zeros_like(advantages))  # [N]
-    advantages = maybe_normalize_advantages(advantages, algo.normalize_advantages)
-    if algo.advantage_clip > 0:
-        advantages = advantages.clamp(-algo.advantage_clip, algo.advantage_clip)
-
-    ref_logprobs = None
+    advantages = compute_advantages(rewards, group_ids, algo)  # [N], as the training loop computes them
+    batch = RolloutBatch(input_ids=ids, attention_mask=attention, prompt_len=prompt_len, completion_mask=mask,
+                         old_logprobs=None, ref_logprobs=None,
+                         rewards=torch.where(torch.isfinite(rewards), rewards, torch.zeros_like(rewards)),
+                         advantages=advantages.to(device), group_ids=group_ids)
     if algo.kl_coef > 0:
-        with reference_context(loaded) as reference:
-            ref_logprobs, _ = compute_completion_logprobs(reference, ids, attention, prompt_len, group_size=group,
-                                                          enable_grad=False, temperature=config.rollout.temperature,
-                                                          with_entropy=False, completion_mask=mask)
-    batch = RolloutBatch(input_ids=ids, attention_mask=attention, completion_mask=mask, old_logprobs=None,
-                         ref_logprobs=ref_logprobs, rewards=torch.where(scorable, rewards, torch.zeros_like(rewards)),
-                         advantages=advantages.to(device), group_ids=torch.arange(len(responses)) // group)
+        batch = with_reference_logprobs(loaded, batch, config)
 
     before = _sequence_logprobs(policy, ids, attention, prompt_len, mask, config)  # [N]
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    metrics, counters = update_policy(policy, optimizer, scheduler, batch, prompt_len, config, params)
+    update = update_policy(policy, optimizer, scheduler, batch, config, params)
     seconds = time.perf_counter() - started
     change = (_sequence_logprobs(policy, ids, attention, prompt_len, mask, config) - before).cpu()  # [N]
 
@@ -164,13 +158,14 @@ def run_mechanism_check(config) -> tuple[list[CheckRow], list[CheckRow]]:
     separation = float(change[positive].mean() - change[negative].mean()) if contrast else math.nan
     rows.append(row("policy separation", separation, "> 0", separation > 0,
                     "mean logp change of A>0 responses minus that of A<0 ones"))
+    estimator = get_advantage_estimator(algo.advantage_estimator)
     flat = estimator(torch.ones(group), group_ids=torch.zeros(group, dtype=torch.long), std=algo.std)  # [G]
     flat_max = float(flat.abs().max())
     rows.append(row("all-equal group advantages", flat_max, "= 0", flat_max == 0.0, f"estimator {algo.advantage_estimator}"))
-    skipped = counters["skipped_nonfinite_updates"]
-    rows.append(row("updates applied", counters["optimizer_steps"], f"= {MECHANISM_UPDATES}", skipped == 0,
+    skipped = update.skipped_nonfinite_updates
+    rows.append(row("updates applied", update.optimizer_steps, f"= {MECHANISM_UPDATES}", skipped == 0,
                     f"{skipped} skipped as non-finite"))
-    clip = metrics.get("clip_frac/low", 0.0) + metrics.get("clip_frac/high", 0.0)
+    clip = update.metrics.get(CLIP_FRAC_LOW, 0.0) + update.metrics.get(CLIP_FRAC_HIGH, 0.0)
     rows.append(row("clip fraction", clip, f"<= {config.health.clip_frac:g}", clip <= config.health.clip_frac,
                     f"lr {config.optim.lr:g}, clip {algo.clip_low}/{algo.clip_high}", warn_only=True))
     rows.append(row("update time (s)", f"{seconds:.2f}", "-", None, f"{MECHANISM_UPDATES} optimizer steps"))

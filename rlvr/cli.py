@@ -5,8 +5,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
+from rlvr import __version__
 from rlvr.config import ConfigError, load_config
+from rlvr.storage_errors import StorageError
+
+CONFIG_SHOW_HINT = "every key with its type, default and help: rlvr config show [CONFIG.yaml] [key=value ...]"
+START_ERRORS_HINT = ("A bad key or value, task, task option, data file or model name stops the command with exit "
+                     "status 2 and a message naming it, before the model loads and before any folder is made.")
+
+
+def quiet_library_deprecations() -> None:
+    """Hide transformers' deprecation notices (raised by peft and others on every model load): they
+    speak to library authors, not to someone running rlvr. Other warnings still show."""
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category, module=r"transformers(\.|$)")
 
 
 def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]]:
@@ -21,8 +35,10 @@ def _train_or_resume(args: argparse.Namespace, start, resume) -> int:
     if args.resume:
         if config_path is not None:
             raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
-        run_dir = resume(args.resume, overrides)
+        run_dir = resume(args.resume, overrides, force_config_change=args.force_config_change)
     else:
+        if args.force_config_change:
+            raise ConfigError("--force-config-change only applies with --resume RUN_DIR")
         run_dir = start(load_config(config_path, overrides))
     if os.environ.get("RANK", "0") == "0":  # one line from a data-parallel launch, not one per rank
         print(f"run folder: {run_dir}")
@@ -41,6 +57,8 @@ def _launch_train(args: argparse.Namespace) -> int:
     """`rlvr train --num-processes N ...`: the same command under `accelerate launch` with N processes."""
     from rlvr.config import load_run_config
     from rlvr.train.distributed import Dist, check_divisible, launch
+    from rlvr.train.run_setup import prepare_task
+    from rlvr.train.sinks import require_sink_packages
 
     if args.num_processes < 1:
         raise ConfigError(f"--num-processes must be >= 1, got {args.num_processes}")
@@ -49,7 +67,14 @@ def _launch_train(args: argparse.Namespace) -> int:
         raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
     config = load_run_config(args.resume, overrides) if args.resume else load_config(config_path, overrides)
     check_divisible(Dist(world_size=args.num_processes), config.rollout.batch_size)  # fail before launching
-    rlvr_args = ["train", *args.items, *(["--resume", args.resume] if args.resume else [])]
+    require_sink_packages(config)
+    prepare_task(config)  # the model source, the task and its data: every process would fail on them
+    if args.resume:
+        from rlvr.train.resume_policy import plan_resume
+
+        plan_resume(args.resume, config, args.force_config_change)  # a refused config change, before launching
+    rlvr_args = ["train", *args.items, *(["--resume", args.resume] if args.resume else []),
+                 *(["--force-config-change"] if args.force_config_change else [])]
     return launch(args.num_processes, rlvr_args)
 
 
@@ -95,22 +120,50 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
         print(f"{'':24s} advantages={preset.advantage_estimator} loss={preset.policy_loss} "
               f"aggregation={preset.loss_aggregation} epochs={preset.ppo_epochs} "
               f"clip={preset.clip_low}/{preset.clip_high} kl_coef={preset.kl_coef}")
+        if preset.value_model != "none":
+            print(f"{'':24s} value_model={preset.value_model} gamma={preset.gae_gamma} lambda={preset.gae_lambda} "
+                  f"value_clip={preset.value_clip} vf_coef={preset.vf_coef} kl_in_reward={preset.kl_in_reward}")
     return 0
+
+
+def task_summary(name: str, task_class) -> tuple[str, str]:
+    """(name as used in task.name, one plain-text line) from the task module's docstring, whose
+    first line reads "`name`: what it is"."""
+    doc = (sys.modules[task_class.__module__].__doc__ or "").strip()
+    first = doc.splitlines()[0] if doc else ""
+    if first.startswith("`") and "`:" in first:
+        shown, first = first[1:].split("`:", 1)
+        name = shown if shown.split(":")[0] == name else name
+    return name, first.strip().replace("`", "")
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     from rlvr.tasks import TASKS
 
     for name in TASKS:
-        doc = (TASKS.get(name).__module__ and sys.modules[TASKS.get(name).__module__].__doc__ or "").strip()
-        print(f"{name:24s} {doc.splitlines()[0] if doc else ''}")
+        shown, summary = task_summary(name, TASKS.get(name))
+        print(f"{shown:24s} {summary}")
+    print(f"{'FILE.py:NAME':24s} your own task class or factory (or package.module:NAME; see rlvr/tasks/base.py)")
+    return 0
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    from rlvr.config import format_config
+
+    config_path, overrides = _split_config_and_overrides(args.items)
+    print(format_config(load_config(config_path, overrides)))
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from rlvr.report import build_report, figures_dir
 
-    output = build_report(args.run_dirs, args.output)
+    from rlvr.report.interactive import plotly_available
+
+    output = build_report(args.run_dirs, args.output, x=args.x)
+    if not plotly_available():
+        print("rlvr report: plotly is not installed; the page shows static PNGs (pip install plotly for zoom and "
+              "hover)", file=sys.stderr)
     print(f"report: {output} (figures in {figures_dir(output)})")
     return 0
 
@@ -124,48 +177,88 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_task_options(items: list[str]) -> dict:
-    import yaml
+def cmd_export(args: argparse.Namespace) -> int:
+    from rlvr.models.export import export_run
 
-    options = {}
-    for item in items:
-        if "=" not in item:
-            raise ConfigError(f"--task-option {item!r} is not of the form key=value (e.g. eval_path=data/test.jsonl)")
-        key, text = item.split("=", 1)
-        try:
-            options[key.strip()] = yaml.safe_load(text) if text else ""
-        except yaml.YAMLError:
-            options[key.strip()] = text
-    return options
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    from rlvr.evaluation import EvalSettings, evaluate_task
-
-    options = _parse_task_options(args.task_option)
-    if args.prompt is not None:
-        options["prompt"] = args.prompt
-    chat = {"auto": None, "on": True, "off": False}[args.chat_template]
-    settings = EvalSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                            batch_size=args.batch_size)
-    if args.max_new_tokens < 1 or args.temperature < 0 or not 0 < args.top_p <= 1 or args.batch_size < 1:
-        raise ConfigError("--max-new-tokens and --batch-size must be >= 1, --temperature >= 0, --top-p in (0, 1]")
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError("--limit must be >= 1")
-    evaluate_task(args.task, args.model, task_options=options, use_chat_template=chat, limit=args.limit,
-                  settings=settings, output_dir=args.output, dtype=args.dtype, seed=args.seed)
+    result = export_run(args.run, args.out, checkpoint=args.checkpoint, merge=args.merge, base_model=args.base_model)
+    print(f"exported {result.checkpoint} ({result.mode}) to {result.folder}")
+    if result.mode == "adapter":
+        print(f"load it: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({result.base_model!r}), "
+              f"{str(result.folder)!r})")
+    else:
+        print(f"load it: AutoModelForCausalLM.from_pretrained({str(result.folder)!r})")
     return 0
 
 
+# `rlvr eval`'s flags are shorthands for config keys (flag attribute -> key).
+EVAL_FLAG_KEYS = {
+    "task": "task.name", "model": "model.name", "prompt": "task.options.prompt", "limit": "train.eval_size",
+    "max_new_tokens": "train.eval_max_new_tokens", "temperature": "train.eval_temperature",
+    "top_p": "train.eval_top_p", "batch_size": "train.eval_batch_size", "dtype": "model.dtype", "seed": "train.seed",
+}
+CHAT_TEMPLATE_VALUES = {"auto": "null", "on": "true", "off": "false"}  # --chat-template -> task.use_chat_template
+
+
+def _override_key(item: str) -> str:
+    return item.split("=", 1)[0].strip()
+
+
+def _overlaps(key: str, other: str) -> bool:
+    """The same key, or one inside the other (`task.options` and `task.options.path`)."""
+    return key == other or key.startswith(other + ".") or other.startswith(key + ".")
+
+
+def eval_flag_overrides(args: argparse.Namespace, overrides: list[str]) -> list[str]:
+    """`rlvr eval`'s flags as `key=value` overrides; a key set twice (by two flags, or a flag and an override) is
+    an error, so it is never a question of which one wins."""
+    from rlvr.config import yaml_value
+
+    given = [(f"--{flag.replace('_', '-')}", f"{key}={yaml_value(getattr(args, flag))}")
+             for flag, key in EVAL_FLAG_KEYS.items() if getattr(args, flag) is not None]
+    if args.chat_template is not None:
+        given.append(("--chat-template", f"task.use_chat_template={CHAT_TEMPLATE_VALUES[args.chat_template]}"))
+    for item in args.task_option:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ConfigError(f"--task-option {item!r} is not of the form key=value (e.g. eval_path=data/test.jsonl)")
+        given.append(("--task-option", f"task.options.{item.strip()}"))
+    seen = [(item, _override_key(item)) for item in overrides]
+    for flag, item in given:
+        key = _override_key(item)
+        for earlier, other in seen:
+            if _overlaps(key, other):
+                raise ConfigError(f"{flag} sets {key}, and so does {earlier!r}: give it once")
+        seen.append((f"{flag} ({item})", key))
+    return [item for _, item in given]
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rlvr.train.evaluation import evaluate
+
+    config_path, overrides = _split_config_and_overrides(args.items)
+    evaluate(load_config(config_path, overrides + eval_flag_overrides(args, overrides)), output_dir=args.output)
+    return 0
+
+
+FORCE_HELP = ("with --resume: accept overrides that change more than the run's length, cadences and logging "
+              "(refused otherwise; see RESUME_MUTABLE_KEYS); the change is recorded in RUN_DIR/resumes.jsonl")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlvr", description="RL with verifiable rewards for causal LMs.")
+    parser = argparse.ArgumentParser(
+        prog="rlvr", description="RL with verifiable rewards for causal LMs.",
+        epilog="rlvr COMMAND --help tells more. train, sft, expert-iter, check, sweep, eval and config show take "
+               "[CONFIG.yaml] [key=value ...]; rlvr config show lists every key. From Python: from rlvr import "
+               "Config, train, evaluate, register_task (README, \"Python API\").",
+    )
+    parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser(
         "train", help="train a policy (no arguments: GRPO on format_copy with the embedded SmolLM2)",
         description="rlvr train [CONFIG.yaml] [key=value ...]   e.g. rlvr train configs/format_copy_grpo.yaml optim.lr=1e-4",
     )
     train.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
-    train.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last intact checkpoint")
+    train.add_argument("--force-config-change", action="store_true", help=FORCE_HELP)
     train.add_argument("--num-processes", type=int, default=None, metavar="N",
                        help="data-parallel over N local processes (runs `accelerate launch`; one per GPU, "
                             "or CPU processes with gloo); rollout.batch_size must be a multiple of N")
@@ -176,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "sft.data_path=data/pairs.jsonl sft.filter_correct=true",
     )
     sft.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
-    sft.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    sft.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last intact checkpoint")
+    sft.add_argument("--force-config-change", action="store_true", help=FORCE_HELP)
     sft.set_defaults(func=cmd_sft)
     expert = sub.add_parser(
         "expert-iter", help="expert iteration: sample, keep verified answers, fine-tune on them, repeat",
@@ -202,6 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (with metrics.jsonl)")
     report.add_argument("-o", "--output", default=None,
                         help="the HTML file (default: RUN_DIR/report.html for one run, ./report.html for several)")
+    report.add_argument("--x", choices=("iteration", "seconds"), default="iteration",
+                        help="x axis shown first: iterations or wall-clock seconds since the run started (the page "
+                             "switches between them; the PNGs use this one)")
     report.set_defaults(func=cmd_report)
     sweep = sub.add_parser(
         "sweep", help="train every point of a grid of overrides one after another, then write one report",
@@ -213,47 +310,93 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "overrides for every run")
     sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                        help="a grid axis, repeatable (runs = cartesian product); KEY_A+KEY_B=V1,V2 sets both keys")
-    sweep.add_argument("--output", default=None,
+    sweep.add_argument("--output", default=None, metavar="DIR",
                        help="folder for the runs and report.html (default: <train.output_dir>/sweep-<config name>)")
     sweep.set_defaults(func=cmd_sweep)
+    config = sub.add_parser("config", help="show the resolved config", description=CONFIG_SHOW_HINT)
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    show = config_sub.add_parser(
+        "show", help="the resolved config: each key = value, its type, default and one line of help",
+        description="rlvr config show [CONFIG.yaml] [key=value ...]   e.g. rlvr config show configs/format_copy_dapo.yaml "
+                    "optim.lr=3e-4 (a * marks a value that differs from its default)",
+    )
+    show.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
+    show.set_defaults(func=cmd_config_show)
     sub.add_parser("algorithms", help="list the algorithm presets").set_defaults(func=cmd_algorithms)
     sub.add_parser("tasks", help="list the registered tasks").set_defaults(func=cmd_tasks)
     ev = sub.add_parser(
-        "eval", help="sample, score and summarise a model on a task's held-out examples",
-        description="rlvr eval --task gsm8k --model smollm2-135m-instruct --prompt r1_zero "
-                    "--task-option eval_path=data/gsm8k/test.jsonl --limit 200",
+        "eval", help="judge a model or a run on a task's held-out examples, as the in-training eval does",
+        description="rlvr eval [CONFIG.yaml] [key=value ...] [--flags]   e.g. rlvr eval --model runs/RUN "
+                    "--task gsm8k --task-option eval_path=test.jsonl --limit 200 --max-new-tokens 256. "
+                    "It evaluates what the config describes, on the config's model (or a run folder), with the "
+                    "in-training eval's settings: greedy, train.eval_size examples, train.eval_max_new_tokens "
+                    "(default rollout.max_new_tokens), the rollout's stop strings. Each flag is a shorthand for "
+                    "the key in brackets; setting a key both by a flag and by key=value is an error.",
     )
-    ev.add_argument("--task", required=True, help="a registered task, e.g. gsm8k, math, reasoning_gym:spell_backward")
-    ev.add_argument("--model", default="smollm2-135m-instruct", help="embedded name, folder, .gguf or cached hub id")
-    ev.add_argument("--prompt", choices=("r1_zero", "question_only"), default=None,
-                    help="prompt template (default: the task's own, r1_zero for gsm8k/math/reasoning_gym)")
-    ev.add_argument("--limit", type=int, default=None, help="evaluate only the first N held-out examples")
-    ev.add_argument("--max-new-tokens", type=int, default=1024)
-    ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 decodes greedily")
-    ev.add_argument("--top-p", type=float, default=1.0)
-    ev.add_argument("--batch-size", type=int, default=8, help="prompts generated together")
-    ev.add_argument("--output", default=None, help="folder for generations.jsonl and summary.json "
-                                                   "(default runs/eval-<task>-<time>)")
+    ev.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
+    ev.add_argument("--task", metavar="NAME",
+                    help="[task.name] a registered task (gsm8k, math, dataset, reasoning_gym:NAME, ...) or your own "
+                         "as path/to/file.py:Name or package.module:Name")
+    ev.add_argument("--model", metavar="SPEC",
+                    help="[model.name] embedded name, model folder, .gguf, cached hub id, or a run folder (its latest "
+                         "checkpoint) or checkpoint folder")
+    ev.add_argument("--prompt", choices=("r1_zero", "question_only"),
+                    help="[task.options.prompt] prompt template (default: the task's own, r1_zero for "
+                         "gsm8k/math/reasoning_gym)")
+    ev.add_argument("--limit", type=int, metavar="N",
+                    help="[train.eval_size] judge the first N held-out examples (32 unless the config sets it)")
+    ev.add_argument("--max-new-tokens", type=int, metavar="N",
+                    help="[train.eval_max_new_tokens] generation budget (default: rollout.max_new_tokens, 24 unless "
+                         "the config sets it)")
+    ev.add_argument("--temperature", type=float, metavar="T",
+                    help="[train.eval_temperature] 0 (the default) decodes greedily, as the in-training eval does; "
+                         "above 0 samples")
+    ev.add_argument("--top-p", type=float, metavar="P",
+                    help="[train.eval_top_p] nucleus threshold when sampling (default 1)")
+    ev.add_argument("--batch-size", type=int, metavar="N",
+                    help="[train.eval_batch_size] prompts generated together (default 32)")
     ev.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
-                    help="a task option, repeatable (values parsed as YAML), e.g. eval_path=test.jsonl")
-    ev.add_argument("--chat-template", choices=("auto", "on", "off"), default="auto",
-                    help="auto: raw text for the r1_zero prompt, the chat template otherwise")
-    ev.add_argument("--dtype", default="float32")
-    ev.add_argument("--seed", type=int, default=0)
+                    help="[task.options.KEY] a task option, repeatable (values parsed as YAML), e.g. "
+                         "eval_path=test.jsonl")
+    ev.add_argument("--chat-template", choices=tuple(CHAT_TEMPLATE_VALUES),
+                    help="[task.use_chat_template] auto (null, the default): raw text for the r1_zero prompt, the "
+                         "chat template otherwise")
+    ev.add_argument("--dtype", metavar="DTYPE", help="[model.dtype] float32 (the default), bfloat16, float16, float64")
+    ev.add_argument("--seed", type=int, metavar="N", help="[train.seed] the seed (default 0)")
+    ev.add_argument("--output", default=None, metavar="DIR",
+                    help="folder for config.yaml, generations.jsonl and summary.json (default: a new "
+                         "<train.output_dir>/eval-<task>-<time>-<4 hex digits>)")
     ev.set_defaults(func=cmd_eval)
+    export = sub.add_parser(
+        "export", help="write a run's checkpoint as a Hugging Face folder (a merged model or a PEFT adapter)",
+        description="rlvr export RUN_DIR --out DIR [--checkpoint iter_N] [--merge]   LoRA runs give a PEFT adapter "
+                    "folder unless --merge folds the adapter into the weights; full fine-tuning gives the model. "
+                    "DIR has config.json, generation_config.json, safetensors and the tokenizer with its chat "
+                    "template.",
+    )
+    export.add_argument("run", metavar="RUN_DIR", help="a run folder, or one of its checkpoint folders")
+    export.add_argument("--out", required=True, metavar="DIR", help="the new folder (must not exist, or be empty)")
+    export.add_argument("--checkpoint", default=None, metavar="iter_N", help="which checkpoint (default: the latest)")
+    export.add_argument("--merge", action="store_true", help="merge a LoRA adapter into the weights")
+    export.add_argument("--base-model", default=None, metavar="SPEC",
+                        help="load the base model from here instead of the run's model.name (if it moved)")
+    export.set_defaults(func=cmd_export)
+    for name in ("train", "sft", "expert-iter", "check", "sweep", "eval"):  # the commands that take key=value overrides
+        sub.choices[name].epilog = f"{CONFIG_SHOW_HINT}. {START_ERRORS_HINT}"
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_library_deprecations()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # `rlvr sweep CONFIG --grid k=a,b more=overrides`: overrides may follow the options
-        if args.command != "sweep" or any(item.startswith("-") for item in extra):
+        if not hasattr(args, "items") or any(item.startswith("-") for item in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.items += extra
     try:
         return args.func(args)
-    except (ConfigError, FileNotFoundError, FileExistsError, KeyError, ValueError) as exc:
+    except (ConfigError, FileNotFoundError, FileExistsError, KeyError, ValueError, StorageError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"rlvr {args.command}: error: {message}", file=sys.stderr)
         return 2

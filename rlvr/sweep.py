@@ -140,16 +140,25 @@ def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
     """Run (or resume, or skip) every grid point, then write OUTPUT/report.html; returns both."""
     from rlvr.report import build_report
     from rlvr.train.rl import resume, train
+    from rlvr.train.run_setup import prepare_task
+    from rlvr.train.sinks import require_sink_packages
 
     plan = load_plan(config_path, overrides, grid_items)
     if output_dir is None:
         output_dir = Path(load_config(plan.base, plan.overrides).train.output_dir) / f"sweep-{plan.name}"
     output_dir = Path(output_dir)
-    # Every point's config is built (and validated) before the first run starts.
+    # Every point's config, model source, task and data are checked before the first run starts.
     configs = []
     for name, point in grid_points(plan):
         fixed = [f"train.output_dir={output_dir}", f"train.run_name={name}"]
         configs.append((name, point, load_config(plan.base, plan.overrides + point + fixed)))
+    prepared = set()
+    for _, _, config in configs:
+        what = repr((config.model.name, config.task, config.train.seed, config.train.eval_size, config.train.loggers))
+        if what not in prepared:  # points that differ only in training keys share one check
+            require_sink_packages(config)
+            prepare_task(config)
+            prepared.add(what)
     run_dirs = []
     for number, (name, point, config) in enumerate(configs, start=1):
         run_dir = output_dir / name

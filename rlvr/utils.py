@@ -5,6 +5,7 @@ Everything a run writes goes through the atomic helpers so a crash never leaves 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -17,21 +18,44 @@ from typing import Any, Iterable
 
 import torch
 
+from rlvr.storage_errors import storage_error
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux shows it (setting it races with threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over `path`."""
+    """Write to a temporary file in the same folder, fsync, then rename over `path`.
+
+    The file gets the mode a plain `open()` would give it (0o666 minus the umask), not mkstemp's 0o600.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as exc:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        explained = storage_error(exc, path) if isinstance(exc, OSError) else None
+        if explained is not None:
+            raise explained from exc
         raise
 
 
@@ -40,17 +64,9 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def _json_default(value: Any) -> Any:
@@ -79,35 +95,94 @@ def to_json(record: dict) -> str:
 def append_jsonl(path: Path, records: Iterable[dict]) -> None:
     """Append whole lines and flush; a reader never sees half a record from a live run."""
     lines = "".join(to_json(r) + "\n" for r in records)
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(lines)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(lines)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        explained = storage_error(exc, Path(path))
+        if explained is not None:
+            raise explained from exc
+        raise
+
+
+def _jsonl_lines(path: Path) -> list[tuple[int, bytes, bool]]:
+    """(line number, bytes, ends with a newline) for every non-blank line of the file."""
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")
+    out = []
+    for number, raw in enumerate(lines, 1):
+        if raw.strip():
+            out.append((number, raw, number < len(lines)))  # only the text after the last newline is unterminated
+    return out
+
+
+def _decode_record(path: Path, number: int, raw: bytes) -> dict:
+    """One JSON object from one line; any problem is a ValueError naming the file and the line."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                         "save the file as UTF-8") from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{number}: not a JSON line ({exc})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}:{number}: expected a JSON object ({{...}}) per line, got "
+                         f"{type(record).__name__} {text.strip()[:60]}")
+    return record
 
 
 def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines file (none if it does not exist); a bad line names file and line."""
     path = Path(path)
     if not path.exists():
         return []
-    records = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not a JSON line ({exc})") from None
+    return [_decode_record(path, number, raw) for number, raw, _ in _jsonl_lines(path)]
+
+
+def read_jsonl_numbered(path: Path, what: str = "data file") -> list[tuple[int, dict]]:
+    """(line number, record) of a jsonl data file that must exist and hold at least one record."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
+    records = [(number, _decode_record(path, number, raw)) for number, raw, _ in _jsonl_lines(path)]
+    if not records:
+        raise ValueError(f"{path}: the file is empty; a {what} holds one JSON object per line")
     return records
 
 
-def truncate_jsonl(path: Path, keep: callable) -> None:
-    """Rewrite a JSON-lines file atomically keeping the records for which keep(record) is true."""
+def trimmed_jsonl(path: Path, keep: callable) -> tuple[str | None, str | None]:
+    """(text of the records for which keep(record) is true, note), without writing; (None, None) if no file.
+
+    A last line without its newline that does not parse is what an interrupted append leaves; it
+    is dropped and the note says so (None when nothing was dropped). A bad line anywhere else is
+    still an error naming the file and the line.
+    """
     path = Path(path)
-    if path.exists():
-        kept = [r for r in read_jsonl(path) if keep(r)]
-        atomic_write_text(path, "".join(to_json(r) + "\n" for r in kept))
+    if not path.exists():
+        return None, None
+    lines = _jsonl_lines(path)
+    note = None
+    if lines and not lines[-1][2]:
+        number, raw, _ = lines[-1]
+        try:
+            _decode_record(path, number, raw)
+        except ValueError:
+            lines = lines[:-1]
+            note = f"{path}: dropped an incomplete last line ({number}, {len(raw)} bytes) left by an interrupted write"
+    kept = [r for r in (_decode_record(path, number, raw) for number, raw, _ in lines) if keep(r)]
+    return "".join(to_json(r) + "\n" for r in kept), note
+
+
+def truncate_jsonl(path: Path, keep: callable) -> str | None:
+    """Rewrite a JSON-lines file atomically with only the records keep() accepts (see `trimmed_jsonl`)."""
+    text, note = trimmed_jsonl(path, keep)
+    if text is not None:
+        atomic_write_text(Path(path), text)
+    return note
 
 
 def seed_everything(seed: int) -> None:

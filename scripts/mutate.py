@@ -1,217 +1,68 @@
 #!/usr/bin/env python
-"""Mutation testing for rlvr.core: inject realistic bugs one at a time, show the tests catch each.
+"""Mutation testing: inject realistic bugs one at a time, show the tests catch each.
+
+The bugs (`scripts/mutations.py`) cover the math (`rlvr/core`, the completion log-prob path,
+`rlvr/compat/cs336.py`; tests in `tests/core`) and the code around it where a silent error costs
+most: the data-parallel and FSDP step, dynamic sampling, stop strings, the verifier's worker,
+sandbox, answer parsing and `judge`, run-folder locks, checkpoint manifests and the resume policy.
+Each bug names the test files (or `file::test` node ids) that run against it.
 
 Usage (from the repository root or anywhere):
 
     python scripts/mutate.py                 # run every mutation and print the table
-    python scripts/mutate.py --list          # list the mutations and what each one breaks
+    python scripts/mutate.py --list          # list the mutations, what each breaks, its tests
     python scripts/mutate.py --only kl_sign_reversed --only clip_removed
     python scripts/mutate.py --jobs 1        # one run at a time (default: 2)
 
-How it works: `rlvr/__init__.py`, `rlvr/registry.py`, `rlvr/core/` and `tests/core/` are copied
-into one temporary directory per worker, so the working tree is never modified. Torch,
-transformers and TRL are imported once here; each run forks a child that applies one mutation
-(exact text replacement) to its copy, imports rlvr from there and runs pytest on `tests/core`
-with a JUnit XML report, from which the failing tests are read. Without `os.fork` (or with
-`--subprocess`) each run is a fresh `python -m pytest` instead, which is slower.
+How it works: `rlvr/`, `tests/`, `configs/` and `pyproject.toml` are copied into one temporary
+directory per worker, so the working tree is never modified. Torch, transformers and TRL are
+imported once here; each run forks a child that applies one mutation (exact text replacement)
+to its copy, imports rlvr from there (checked: the mutated module must come from the copy) and
+runs pytest on the mutation's tests with a JUnit XML report, from which the failing tests are
+read. Processes the tests start (two-rank gloo runs, `python -m rlvr`, `accelerate launch`, the
+verifier worker) import the mutated copy too: the child puts the copy first on PYTHONPATH (checked
+once per copy by starting a process that must import rlvr from it), and the tests locate the
+repository from their own files; mutations only such a process can catch show it works. Without
+`os.fork` (or with `--subprocess`) each run is a fresh `python -m pytest` instead, which is slower. The unmutated copy is run first
+on the union of the selected mutations' tests.
 
-Exit status 1 when the unmutated suite does not pass, when a mutation's search text does not
-occur exactly once, or when a mutation is caught by fewer than `--min-catches` (2) distinct test
+Exit status 1 when the unmutated tests do not pass, when a mutation's search text does not occur
+exactly once, or when a mutation is caught by fewer than `--min-catches` (2) distinct test
 functions (the cases of one parametrized test count once).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
 import xml.etree.ElementTree as ElementTree
-from dataclasses import dataclass
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COPIED = ["rlvr/__init__.py", "rlvr/registry.py", "rlvr/core", "tests/core"]
-RUN_TIMEOUT_S = 300
+COPIED = ["rlvr", "tests", "configs", "pyproject.toml"]
+RUN_TIMEOUT_S = 600  # one mutation's tests; the unmutated run of them all gets BASELINE_TIMEOUT_S
+BASELINE_TIMEOUT_S = 3600
 
 
-@dataclass(frozen=True)
-class Mutation:
-    name: str
-    path: str  # relative to the repository root
-    description: str
-    replacements: tuple[tuple[str, str], ...]  # (exact text, replacement); each text must occur once
+def _load_catalogue():
+    """`scripts/mutations.py`, loaded by path (this script is also loaded by path, from the tests)."""
+    spec = importlib.util.spec_from_file_location("rlvr_mutations", os.path.join(REPO, "scripts", "mutations.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses need the module registered while it executes
+    spec.loader.exec_module(module)
+    return module
 
 
-def mutation(name: str, path: str, description: str, *replacements: tuple[str, str]) -> Mutation:
-    return Mutation(name, path, description, tuple(replacements))
-
-
-MUTATIONS = [
-    mutation(
-        "mask_keeps_prompt", "rlvr/core/masks.py",
-        "completion mask also covers prompt tokens",
-        ("target_is_completion = target_position >= prompt_len",
-         "target_is_completion = target_position >= 1"),
-    ),
-    mutation(
-        "mask_shifted_by_one", "rlvr/core/masks.py",
-        "completion mask aligned with input tokens instead of targets",
-        ("target_is_real = attention_mask[:, 1:] != 0",
-         "target_is_real = attention_mask[:, :-1] != 0"),
-        ("torch.arange(1, seq_len, device=input_ids.device)",
-         "torch.arange(0, seq_len - 1, device=input_ids.device)"),
-    ),
-    mutation(
-        "logits_not_shifted", "rlvr/core/logprobs.py",
-        "logits at t score token t instead of t+1 (off by one)",
-        ("return torch.cat([input_ids[:, 1:], dummy], dim=1)  # [B, L]",
-         "return input_ids  # [B, L]"),
-    ),
-    mutation(
-        "no_fp32_upcast", "rlvr/core/logprobs.py",
-        "log-softmax taken in bf16/fp16",
-        ("compute_dtype = torch.promote_types(logits.dtype, torch.float32)",
-         "compute_dtype = logits.dtype"),
-    ),
-    mutation(
-        "position_ids_ignore_padding", "rlvr/core/logprobs.py",
-        "left padding shifts the positions of the real tokens",
-        ("position_ids = position_ids_from_attention_mask(attention_mask)  # [B, L]",
-         "position_ids = torch.arange(input_ids.shape[1]).expand_as(input_ids)  # [B, L]"),
-    ),
-    mutation(
-        "kl_sign_reversed", "rlvr/core/kl.py",
-        "d = log(pi / pi_ref) instead of log(pi_ref / pi)",
-        ("log_ratio = logp_ref - logp_new  # [B, T]",
-         "log_ratio = logp_new - logp_ref  # [B, T]"),
-    ),
-    mutation(
-        "kl_missing_minus_one", "rlvr/core/kl.py",
-        "k3 = exp(d) - d without the -1",
-        ("return torch.expm1(log_ratio) - log_ratio",
-         "return torch.exp(log_ratio) - log_ratio"),
-    ),
-    mutation(
-        "kl_not_clamped", "rlvr/core/kl.py",
-        "log-ratio not clamped before exp",
-        ("log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)  # [B, T]",
-         "log_ratio = log_ratio  # [B, T]"),
-    ),
-    mutation(
-        "minibatch_shuffles_only_input_ids", "rlvr/core/batch.py",
-        "the permutation is applied to input_ids only",
-        ("minibatch = batch.select(index)",
-         "minibatch = batch.select(torch.arange(start, start + len(index)))\n"
-         "        minibatch.input_ids = batch.input_ids[index]"),
-    ),
-    mutation(
-        "advantages_groups_transposed", "rlvr/core/advantages.py",
-        "contiguous groups read as a transposed [G, N/G] reshape",
-        ("return torch.arange(num_samples, device=device) // group_size, num_samples // group_size",
-         "return torch.arange(num_samples, device=device) % (num_samples // group_size), num_samples // group_size"),
-    ),
-    mutation(
-        "cs336_rewards_reshaped_transposed", "rlvr/core/advantages.py",
-        "CS336 group normalization reshapes the wrong way round",
-        ("grouped = raw_rewards.view(-1, group_size)",
-         "grouped = raw_rewards.view(group_size, -1).T"),
-    ),
-    mutation(
-        "sample_std_instead_of_population", "rlvr/core/advantages.py",
-        "population std replaced by sample std",
-        ('degrees_of_freedom = stats["counts"] if std == "population" else stats["counts"] - 1',
-         'degrees_of_freedom = stats["counts"] - 1'),
-    ),
-    mutation(
-        "std_eps_dropped", "rlvr/core/advantages.py",
-        "eps no longer added to the group std",
-        ("advantages = centred / (group_std[index] + eps)  # [N]",
-         "advantages = centred / group_std[index]  # [N]"),
-    ),
-    mutation(
-        "zero_spread_groups_not_zeroed", "rlvr/core/advantages.py",
-        "groups without spread keep float-noise advantages",
-        ("        advantages = centred  # [N]\n"
-         "    return torch.where(_degenerate(stats, eps)[index], torch.zeros_like(advantages), advantages)",
-         "        advantages = centred  # [N]\n    return advantages"),
-    ),
-    mutation(
-        "rloo_baseline_includes_self", "rlvr/core/advantages.py",
-        "RLOO baseline is the full group mean",
-        ('baseline = (stats["sums"][index] - rewards) / others',
-         'baseline = stats["means"][index]'),
-    ),
-    mutation(
-        "reinforce_without_advantage", "rlvr/core/policy_losses.py",
-        "REINFORCE loss forgets to weight by the advantage",
-        ("return -advantages * policy_log_probs  # [B, T]",
-         "return -policy_log_probs  # [B, T]"),
-    ),
-    mutation(
-        "clip_loss_wrong_sign", "rlvr/core/policy_losses.py",
-        "GRPO clip loss maximised instead of minimised",
-        ("loss = -torch.min(unclipped_objective, clipped_objective)",
-         "loss = torch.min(unclipped_objective, clipped_objective)"),
-    ),
-    mutation(
-        "clip_removed", "rlvr/core/policy_losses.py",
-        "ratio never clipped",
-        ("clipped_ratio = ratio.clamp(1.0 - cliprange, 1.0 + clip_high)  # [B, T]",
-         "clipped_ratio = ratio  # [B, T]"),
-    ),
-    mutation(
-        "min_replaced_by_max", "rlvr/core/policy_losses.py",
-        "optimistic instead of pessimistic bound",
-        ("loss = -torch.min(unclipped_objective, clipped_objective)",
-         "loss = -torch.max(unclipped_objective, clipped_objective)"),
-    ),
-    mutation(
-        "old_logprobs_not_detached", "rlvr/core/policy_losses.py",
-        "gradient flows into the old policy's log-probs",
-        ("log_ratio = policy_log_probs - old_log_probs.detach()  # [B, T]",
-         "log_ratio = policy_log_probs - old_log_probs  # [B, T]"),
-    ),
-    mutation(
-        "gspo_sum_not_mean", "rlvr/core/policy_losses.py",
-        "GSPO sequence ratio uses the sum, not the mean, of token log-ratios",
-        ("sequence_log_ratio = masked_mean_per_row(log_ratio, mask).unsqueeze(-1)  # [B, 1]",
-         "sequence_log_ratio = (log_ratio * mask).sum(-1, keepdim=True)  # [B, 1]"),
-    ),
-    mutation(
-        "loss_not_divided_by_accumulation", "rlvr/core/train_steps.py",
-        "GRPO microbatch loss not divided by the accumulation steps",
-        ("    loss = batch_loss / gradient_accumulation_steps\n    loss.backward()\n    return loss, {**metadata",
-         "    loss = batch_loss\n    loss.backward()\n    return loss, {**metadata"),
-    ),
-    mutation(
-        "token_mean_ignores_global_count", "rlvr/core/aggregation.py",
-        "token_mean divides by the microbatch's own token count",
-        ("    return values.sum() / num_tokens",
-         "    return values.sum() / weights.sum()"),
-    ),
-    mutation(
-        "shared_prompt_cache_detached", "rlvr/core/completion_logprobs.py",
-        "the prompt run once per group is cut out of the graph: no gradient through the prompt",
-        ("cache.batch_repeat_interleave(group_size)  # keys/values",
-         "[setattr(layer, k, getattr(layer, k).detach()) for layer in cache.layers for k in ('keys', 'values')]; cache.batch_repeat_interleave(group_size)  # keys/values"),
-    ),
-    mutation(
-        "completion_scored_from_own_position", "rlvr/core/completion_logprobs.py",
-        "completion token t scored from the hidden state at t instead of t-1 (off by one)",
-        ("scoring_hidden = torch.cat([last_prompt_hidden, completion_hidden[:, :-1]], dim=1)",
-         "scoring_hidden = completion_hidden"),
-    ),
-    mutation(
-        "head_gradient_without_softmax_term", "rlvr/core/completion_logprobs.py",
-        "frozen LM head: d log p(t) / d h taken as w_t / T, forgetting the -sum_v p_v w_v of the normalizer",
-        ("jacobian_parts.append((weight[chunk_targets].to(compute_dtype) - expected) / temperature)",
-         "jacobian_parts.append(weight[chunk_targets].to(compute_dtype) / temperature)"),
-    ),
-]
+_catalogue = _load_catalogue()
+Mutation, mutation, MUTATIONS = _catalogue.Mutation, _catalogue.mutation, _catalogue.MUTATIONS
 
 
 def _copy_tree(workdir: str) -> None:
@@ -234,45 +85,143 @@ def _mutated_text(mutation: Mutation, original: str) -> str:
     return text
 
 
-def _pytest_args(workdir: str, report: str) -> list[str]:
+def stranded_mutations(mutations: list[Mutation], repo: str = REPO) -> list[str]:
+    """One line per mutation whose search text does not occur exactly once in its file.
+
+    A refactor that renames a line a mutation edits strands that mutation; this is checked by
+    the default test suite (tests/test_mutations_current.py) so it fails at once, not months later.
+    """
+    problems = []
+    for mutation in mutations:
+        path = os.path.join(repo, mutation.path)
+        if not os.path.isfile(path):
+            problems.append(f"{mutation.name}: file {mutation.path} does not exist")
+            continue
+        with open(path, encoding="utf-8") as handle:
+            original = handle.read()
+        try:
+            _mutated_text(mutation, original)
+        except LookupError as error:
+            problems.append(str(error))
+    return problems
+
+
+def missing_tests(mutations: list[Mutation], repo: str = REPO) -> list[str]:
+    """One line per test path or `file::function` node id of a mutation that does not exist."""
+    problems = []
+    for mutation in mutations:
+        if not mutation.tests:
+            problems.append(f"{mutation.name}: names no tests")
+        for entry in mutation.tests:
+            path, _, function = entry.partition("::")
+            full = os.path.join(repo, path)
+            if not os.path.exists(full):
+                problems.append(f"{mutation.name}: test path {path} does not exist")
+            elif function:
+                with open(full, encoding="utf-8") as handle:
+                    if f"def {function}(" not in handle.read():
+                        problems.append(f"{mutation.name}: {path} defines no test {function}")
+    return problems
+
+
+def union_of_tests(mutations: list[Mutation]) -> list[str]:
+    """Every test path the mutations name, once; a node id inside a path already listed is dropped."""
+    entries = list(dict.fromkeys(entry for mutation in mutations for entry in mutation.tests))
+    whole = [entry for entry in entries if "::" not in entry]
+
+    def covered(entry: str) -> bool:
+        path = entry.partition("::")[0]
+        return any(path == other or path.startswith(other.rstrip("/") + "/") for other in whole)
+
+    return whole + [entry for entry in entries if "::" in entry and not covered(entry)]
+
+
+def _pytest_args(workdir: str, tests: list[str], report: str, basetemp: str) -> list[str]:
     return [
-        os.path.join(workdir, "tests", "core"), "-q", "-p", "no:cacheprovider", "--rootdir", workdir,
-        "-o", "addopts=", "-o", "testpaths=tests/core", f"--junitxml={report}",
+        *(os.path.join(workdir, entry) for entry in tests), "-q", "-p", "no:cacheprovider", "--rootdir", workdir,
+        "-o", "addopts=", f"--junitxml={report}", f"--basetemp={basetemp}",
     ]
 
 
-def _start_fork(workdir: str, report: str, log: str, threads: int) -> int:
+def _module_name(path: str) -> str:
+    return path[: -len(".py")].replace("/", ".").removesuffix(".__init__")
+
+
+def _child_environment(workdir: str, threads: int) -> dict[str, str]:
+    """Processes the tests start import the mutated copy and never write bytecode into it."""
+    inherited = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": workdir + (os.pathsep + inherited if inherited else ""), "PYTHONDONTWRITEBYTECODE": "1",
+            "OMP_NUM_THREADS": str(threads)}
+
+
+def check_subprocess_imports(workdir: str) -> None:
+    """A process started with the run's environment, from outside the copy, imports rlvr and tests from it."""
+    env = dict(os.environ, **_child_environment(workdir, 1))
+    code = "import rlvr, tests; print(rlvr.__file__); print(tests.__file__)"
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=os.path.dirname(workdir), capture_output=True,
+                          text=True, timeout=120)
+    files = done.stdout.split()
+    if done.returncode or len(files) != 2 or not all(f.startswith(workdir + os.sep) for f in files):
+        raise RuntimeError(f"a subprocess of the run would not import the copy in {workdir}: "
+                           f"{done.stdout or done.stderr}")
+
+
+def _own_group(pid: int) -> None:
+    """Make a run (pid 0: this process) the leader of its own process group, so that everything it
+    starts (ranks, launched CLI runs, the verifier worker) can be stopped together."""
+    try:
+        os.setpgid(pid, 0)
+    except (PermissionError, ProcessLookupError):  # already done by the other side, or already gone
+        pass
+
+
+def _stop_group(pid: int) -> None:
+    """Kill whatever is left of a run's process group (a timed-out run, or stragglers of a finished one)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _start_fork(workdir: str, mutation: Mutation | None, tests: list[str], report: str, basetemp: str, log: str,
+                threads: int) -> int:
     pid = os.fork()
     if pid:
+        _own_group(pid)
         return pid
     code = 4
     try:
+        _own_group(0)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.chdir(workdir)
         sys.path.insert(0, workdir)
+        os.environ.update(_child_environment(workdir, threads))
         import pytest
         import torch
 
         torch.set_num_threads(threads)
-        import rlvr.core
-
-        if not os.path.abspath(rlvr.core.__file__).startswith(workdir):
-            print(f"rlvr.core imported from {rlvr.core.__file__}, not from {workdir}", flush=True)
-            os._exit(3)
-        code = int(pytest.main(_pytest_args(workdir, report)))
+        modules = ["rlvr", "tests"] + ([_module_name(mutation.path)] if mutation is not None else [])
+        for name in modules:
+            module = importlib.import_module(name)
+            if not os.path.abspath(module.__file__).startswith(workdir + os.sep):
+                print(f"{name} imported from {module.__file__}, not from {workdir}", flush=True)
+                os._exit(3)
+        code = int(pytest.main(_pytest_args(workdir, tests, report, basetemp)))
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
 
 
-def _start_subprocess(workdir: str, report: str, log: str, threads: int) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=workdir, PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=str(threads))
+def _start_subprocess(workdir: str, mutation: Mutation | None, tests: list[str], report: str, basetemp: str,
+                      log: str, threads: int) -> subprocess.Popen:
+    env = dict(os.environ, **_child_environment(workdir, threads))
     with open(log, "w") as handle:
-        return subprocess.Popen([sys.executable, "-m", "pytest", *_pytest_args(workdir, report)],
-                                cwd=workdir, env=env, stdout=handle, stderr=subprocess.STDOUT)
+        return subprocess.Popen([sys.executable, "-m", "pytest", *_pytest_args(workdir, tests, report, basetemp)],
+                                cwd=workdir, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _failed_tests(report: str) -> tuple[list[str], int] | None:
@@ -288,50 +237,57 @@ def _failed_tests(report: str) -> tuple[list[str], int] | None:
     return failed, total
 
 
-def _run_all(jobs: list[tuple[str, Mutation | None]], workers: int, use_fork: bool, scratch: str):
-    """Run every job (None = unmutated). Returns {name: (failed tests, tests run) or None}."""
+def _run_all(jobs: list[tuple[str, Mutation | None, list[str]]], workers: int, use_fork: bool, scratch: str):
+    """Run every job (mutation None = unmutated). Returns {name: ((failed tests, tests run) or None, seconds)}."""
     threads = 1 if workers > 1 else 2
     slots = []
     for index in range(workers):
         workdir = os.path.join(scratch, f"worker{index}")
         _copy_tree(workdir)
+        check_subprocess_imports(workdir)
         slots.append(workdir)
-    originals = {m.path: open(os.path.join(REPO, m.path)).read() for _, m in jobs if m is not None}
+    originals = {}
+    for _, mutation, _ in jobs:
+        if mutation is not None and mutation.path not in originals:
+            with open(os.path.join(REPO, mutation.path), encoding="utf-8") as handle:
+                originals[mutation.path] = handle.read()
     pending, running, results = list(jobs), {}, {}
     free = list(slots)
-    while pending or running:
-        while pending and free:
-            name, mutation = pending.pop(0)
-            workdir = free.pop()
-            for path, text in originals.items():  # restore every file, then apply this mutation
-                with open(os.path.join(workdir, path), "w") as handle:
-                    handle.write(text)
-            if mutation is not None:
-                with open(os.path.join(workdir, mutation.path), "w") as handle:
-                    handle.write(_mutated_text(mutation, originals[mutation.path]))
-            report = os.path.join(scratch, f"{name}.xml")
-            log = os.path.join(scratch, f"{name}.log")
-            starter = _start_fork if use_fork else _start_subprocess
-            running[name] = (starter(workdir, report, log, threads), workdir, report, time.monotonic())
-        time.sleep(0.2)
-        for name, (handle, workdir, report, started) in list(running.items()):
-            if use_fork:
-                done = os.waitpid(handle, os.WNOHANG)[0] != 0
-            else:
-                done = handle.poll() is not None
-            if not done and time.monotonic() - started > RUN_TIMEOUT_S:
-                if use_fork:
-                    os.kill(handle, 9)
-                    os.waitpid(handle, 0)
-                else:
-                    handle.kill()
-                    handle.wait()
-                done = True
-            if done:
-                results[name] = _failed_tests(report)
-                del running[name]
-                free.append(workdir)
-                print(f"  finished {name}", file=sys.stderr, flush=True)
+    try:
+        while pending or running:
+            while pending and free:
+                name, mutation, tests = pending.pop(0)
+                workdir = free.pop()
+                for path, text in originals.items():  # restore every file, then apply this mutation
+                    with open(os.path.join(workdir, path), "w", encoding="utf-8") as handle:
+                        handle.write(text)
+                if mutation is not None:
+                    with open(os.path.join(workdir, mutation.path), "w", encoding="utf-8") as handle:
+                        handle.write(_mutated_text(mutation, originals[mutation.path]))
+                stem = os.path.join(scratch, name.strip("()"))
+                starter = _start_fork if use_fork else _start_subprocess
+                started_run = starter(workdir, mutation, tests, f"{stem}.xml", f"{stem}.tmp", f"{stem}.log", threads)
+                pid = started_run if use_fork else started_run.pid
+                limit = BASELINE_TIMEOUT_S if mutation is None else RUN_TIMEOUT_S
+                running[name] = (pid, workdir, f"{stem}.xml", time.monotonic(), limit)
+            time.sleep(0.2)
+            for name, (pid, workdir, report, started, limit) in list(running.items()):
+                # Exited? Asked without reaping it, so its pid (the group's id) cannot be reused
+                # before the group is stopped.
+                done = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+                if done or time.monotonic() - started > limit:
+                    _stop_group(pid)
+                    os.waitpid(pid, 0)
+                    seconds = time.monotonic() - started
+                    results[name] = (_failed_tests(report) if done else None, seconds)
+                    del running[name]
+                    free.append(workdir)
+                    print(f"  finished {name} ({seconds:.0f} s{'' if done else ', timed out'})", file=sys.stderr,
+                          flush=True)
+    finally:  # interrupted (Ctrl-C, SIGTERM): nothing a run started outlives this process
+        for pid, *_ in running.values():
+            _stop_group(pid)
+            os.waitpid(pid, 0)
     return results
 
 
@@ -342,6 +298,33 @@ def _preload() -> None:
     import transformers  # noqa: F401
     from transformers import LlamaForCausalLM  # noqa: F401
     from trl.trainer.grpo_trainer import GRPOTrainer  # noqa: F401
+
+
+def _print_table(selected: list[Mutation], results: dict, min_catches: int) -> bool:
+    """The table of which tests caught each mutation; True when every one was caught often enough."""
+    ok = True
+    width = max(len(m.name) for m in selected) if selected else 10
+    print(f"\n{'mutation':<{width}}  tests  cases  secs  test functions that caught it (cases if parametrized)")
+    print(f"{'-' * width}  -----  -----  ----  {'-' * 60}")
+    for mutation in selected:
+        result, seconds = results[mutation.name]
+        if result is None:
+            print(f"{mutation.name:<{width}}  {'ERROR':>5}  {'':>5}  {seconds:>4.0f}  "
+                  "(no test report: the run crashed or timed out)")
+            ok = False
+            continue
+        functions: dict[str, int] = {}
+        for case in result[0]:
+            base = case.split("[")[0]
+            functions[base] = functions.get(base, 0) + 1
+        names = [f"{name} ({count})" if count > 1 else name for name, count in functions.items()]
+        lines = textwrap.wrap(", ".join(names), 100) or ["NOT CAUGHT"]
+        print(f"{mutation.name:<{width}}  {len(functions):>5}  {len(result[0]):>5}  {seconds:>4.0f}  {lines[0]}")
+        for line in lines[1:]:
+            print(f"{'':<{width}}  {'':>5}  {'':>5}  {'':>4}  {line}")
+        if len(functions) < min_catches:
+            ok = False
+    return ok
 
 
 def main() -> int:
@@ -358,7 +341,8 @@ def main() -> int:
     if args.list:
         width = max(len(m.name) for m in MUTATIONS)
         for mutation in MUTATIONS:
-            print(f"{mutation.name:<{width}}  {mutation.path:<28}  {mutation.description}")
+            print(f"{mutation.name:<{width}}  {mutation.path:<36}  {mutation.description}")
+            print(f"{'':<{width}}  {'':<36}  tests: {', '.join(mutation.tests)}")
         return 0
     known = {m.name for m in MUTATIONS}
     unknown = [name for name in args.only if name not in known]
@@ -367,54 +351,34 @@ def main() -> int:
         return 2
     selected = [m for m in MUTATIONS if not args.only or m.name in args.only]
 
-    missing = []
-    for mutation in selected:
-        try:
-            _mutated_text(mutation, open(os.path.join(REPO, mutation.path)).read())
-        except LookupError as error:
-            missing.append(str(error))
-    if missing:
-        print("\n".join(missing), file=sys.stderr)
+    problems = stranded_mutations(selected) + missing_tests(selected)
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
         return 1
 
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # stop the runs on the way out
     use_fork = hasattr(os, "fork") and not args.subprocess
     sys.dont_write_bytecode = True  # a mutated module must never be shadowed by a stale .pyc
     if use_fork:
         _preload()
     started = time.monotonic()
-    jobs = [("(unmutated)", None)] + [(m.name, m) for m in selected]
+    baseline_tests = union_of_tests(selected)
+    jobs = [("(unmutated)", None, baseline_tests)] + [(m.name, m, list(m.tests)) for m in selected]
     with tempfile.TemporaryDirectory(prefix="rlvr-mutate-") as scratch:
         results = _run_all(jobs, max(1, args.jobs), use_fork, scratch)
 
     status = 0
-    baseline = results["(unmutated)"]
+    baseline, baseline_seconds = results["(unmutated)"]
     if baseline is None or baseline[0]:
-        print(f"the unmutated suite does not pass: {baseline}", file=sys.stderr)
+        print(f"the unmutated tests do not pass: {baseline}", file=sys.stderr)
         status = 1
     tests_run = baseline[1] if baseline else 0
-    width = max(len(m.name) for m in selected) if selected else 10
-    print(f"\n{'mutation':<{width}}  tests  cases  test functions that caught it (cases if parametrized)")
-    print(f"{'-' * width}  -----  -----  {'-' * 60}")
-    for mutation in selected:
-        result = results[mutation.name]
-        if result is None:
-            print(f"{mutation.name:<{width}}  {'ERROR':>5}  {'':>5}  (no test report: the run crashed or timed out)")
-            status = 1
-            continue
-        functions: dict[str, int] = {}
-        for case in result[0]:
-            base = case.split("[")[0]
-            functions[base] = functions.get(base, 0) + 1
-        names = [f"{name} ({count})" if count > 1 else name for name, count in functions.items()]
-        lines = textwrap.wrap(", ".join(names), 110) or ["NOT CAUGHT"]
-        print(f"{mutation.name:<{width}}  {len(functions):>5}  {len(result[0]):>5}  {lines[0]}")
-        for line in lines[1:]:
-            print(f"{'':<{width}}  {'':>5}  {'':>5}  {line}")
-        if len(functions) < args.min_catches:
-            status = 1
+    if not _print_table(selected, results, args.min_catches):
+        status = 1
     verdict = "OK" if status == 0 else "FAILED"
-    print(f"\n{verdict}: {len(selected)} mutations, {tests_run} tests per run, "
-          f"at least {args.min_catches} catching test functions required, {time.monotonic() - started:.0f} s")
+    print(f"\n{verdict}: {len(selected)} mutations; the unmutated run of their tests ({', '.join(baseline_tests)}): "
+          f"{tests_run} tests, {baseline_seconds:.0f} s; at least {args.min_catches} catching test functions "
+          f"required; {time.monotonic() - started:.0f} s in all")
     return status
 
 

@@ -15,6 +15,7 @@ from rlvr.tasks.base import Example, Verdict
 class CharCountTask:
     name = "char_count"
     component_names = ("share",)
+    stop_strings = ()
 
     def __init__(self, reward_weights=None, use_chat_template=True, seed=0, chars="abcdefghijklm"):
         self.chars = chars

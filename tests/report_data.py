@@ -10,6 +10,7 @@ from rlvr.utils import append_jsonl
 # Reward rises to its best at iteration 3 and falls back, so "final" and "best" differ.
 REWARDS = [0.25, 0.5, 0.9, 0.5]
 EVALS = [(0, 0.0), (2, 0.75), (4, 0.5)]
+EVAL_SECONDS = 6.0  # each eval ends 6 s after the iteration it follows
 TRICKY_COMPLETION = "<answer>12</answer> & <script>alert('x')</script>"
 
 
@@ -24,6 +25,7 @@ def write_fake_run(run_dir: Path, overrides: list[str] = (), full: bool = True, 
             record.update({
                 "reward/answer": reward / 2, "reward/tag": 0.2 * i / 4, "reward/std": 0.1, "reward/max": 1.3,
                 "frac_zero_variance_groups": 0.5 / i, "frac_nonzero_advantages": 1 - 0.5 / i,
+                "distinct_completions_frac": 1 - 0.2 * i,
                 "kl": 0.01 * i, "clip_frac/low": 0.02, "clip_frac/high": 0.03 * i, "entropy": 2.0 - 0.1 * i,
                 "grad_norm": 1.5 / i, "truncated_frac": 0.25, "completion_len/mean": 20.0 - i,
                 "time/generation": 10.0, "time/scoring": 0.5, "time/logprobs": 2.0, "time/update": 12.0,
@@ -34,7 +36,8 @@ def write_fake_run(run_dir: Path, overrides: list[str] = (), full: bool = True, 
         append_jsonl(run_dir / "metrics.jsonl", [record])
     if full:
         append_jsonl(run_dir / "eval.jsonl",
-                     [{"iteration": it, "eval/accuracy": acc, "elapsed_s": 30.0 * it} for it, acc in EVALS])
+                     [{"iteration": it, "eval/accuracy": acc, "elapsed_s": 30.0 * it + EVAL_SECONDS,
+                       "eval/seconds": EVAL_SECONDS} for it, acc in EVALS])
         samples = []
         for iteration in (1, 2, 4):
             for j in range(3):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+import rlvr.train.advantages as advantages_stage
 import rlvr.train.collect as collect
 from rlvr.check import expected_completion_mask, run_check
 from rlvr.check_mechanism import run_mechanism_check
@@ -51,6 +52,20 @@ def test_clean_check_passes_from_the_cli(tiny_model_dir, capsys):
     assert "all checks passed" in out
 
 
+def test_ppo_check_runs_the_value_stage(tiny_model_dir, capsys):
+    """PPO: groups of one, the KL penalty in the reward (a reference pass), the value stage, one update."""
+    overrides = _overrides(tiny_model_dir, **{"algorithm.name": "ppo", "algorithm.kl_coef": 0.0,
+                                              "algorithm.kl_in_reward": 0.05, "rollout.batch_size": 8,
+                                              "rollout.group_size": 1})
+    rows = {r.name: r for r in run_check(load_config(None, overrides))}
+    for name in ("completion mask", "importance ratio at step 0", "loss finite", "gradient norm", "nonzero advantages"):
+        assert rows[name].result == "PASS", name
+    assert rows["advantages centred"].value == "n/a"  # GAE advantages need not sum to 0 per group
+    # --mechanism compares responses within a group: it refuses a value-model preset in words.
+    assert main(["check", "--mechanism", *overrides]) == 2
+    assert "has no group baseline" in capsys.readouterr().err
+
+
 def test_every_completion_truncated_fails_with_exit_code_1(tiny_model_dir, capsys):
     # One token of budget: no sampled completion can end with EOS after its content.
     assert main(["check", *_overrides(tiny_model_dir, **{"rollout.max_new_tokens": 1, "expert_iteration.min_new_tokens": 0})]) == 1
@@ -89,7 +104,7 @@ def test_advantages_without_centring_fail_the_advantage_row(tiny_model_dir, monk
             return rewards / rewards.std().clamp(min=1e-6)  # forgot to subtract the group mean
         return scaled_only
 
-    monkeypatch.setattr(collect, "get_advantage_estimator", uncentred)
+    monkeypatch.setattr(advantages_stage, "get_advantage_estimator", uncentred)
     results = _results(run_check(load_config(None, _overrides(tiny_model_dir))))
     assert results["advantages centred"] == "FAIL"
     assert results["completion mask"] == "PASS"

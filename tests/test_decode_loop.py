@@ -205,6 +205,27 @@ def test_preallocated_with_merged_lora_and_fallback_without(tiny_model_dir):
     assert base.completion_texts != merged.completion_texts  # the adapter changes what is generated
 
 
+def test_a_forward_hook_keeps_the_model_forward(tiny_model_dir):
+    """A hook that edits logits must see every step: the layer-by-layer step would bypass it."""
+    loaded = load_policy(str(tiny_model_dir))
+    model, tokenizer = loaded.policy, loaded.tokenizer
+    settings = SamplingSettings(max_new_tokens=6, do_sample=False)
+    plain = decode_loop(model, tokenizer, PROMPTS, 1, settings)
+    banned = plain.input_ids[0, plain.prompt_len + 1].item()  # the first row's second token
+
+    def ban(module, args, logits):  # logits [B, T, V]
+        logits[..., banned] = -1e9
+        return logits
+
+    handle = model.get_output_embeddings().register_forward_hook(ban)
+    assert "forward hook on lm_head" in DecoderWeights.unsupported_reason(model, 64)
+    hooked = decode_loop(model, tokenizer, PROMPTS, 1, settings)
+    handle.remove()
+    assert DecoderWeights.of(model, 64) is not None
+    completion = hooked.input_ids[:, hooked.prompt_len:]  # [N, C]
+    assert banned not in completion[hooked.attention_mask[:, hooked.prompt_len:].bool()].tolist()
+
+
 def test_unknown_cache_is_an_error(loaded):
     with pytest.raises(ValueError, match="auto, preallocated, dynamic"):
         decode_loop(loaded.policy, loaded.tokenizer, PROMPTS, 1, SamplingSettings(max_new_tokens=2), cache="static")

@@ -4,6 +4,8 @@ One update over a fixed RolloutBatch (no generation) runs once in this process o
 once in 2 spawned ranks of 4 rows each; parameters and logged metrics must match. The rows of
 rank 0 have 1-2 completion tokens and those of rank 1 have 6-8, so a rank that divides by its own
 token count (then lets DDP average the gradients) gets a clearly different token-mean step.
+The PPO case adds a value head on the shared backbone (replicated, its gradient summed like the
+LM head's), per-token advantages, old values and returns, and the explained variance over all ranks.
 """
 
 from __future__ import annotations
@@ -17,17 +19,18 @@ import torch.multiprocessing as mp
 from rlvr.config import load_config
 from rlvr.core import RolloutBatch, build_completion_mask, maybe_normalize_advantages
 from rlvr.models import LoraSettings, load_policy, trainable_parameters
+from rlvr.models.value_model import build_value_model
 from rlvr.train.distributed import (Dist, _free_port, check_divisible, init_distributed, normalize_advantages_global,
                                     reduce_metric_sums, restore_rank_state)
 from rlvr.train.metrics import MetricSums
-from rlvr.train.rl import make_scheduler
+from rlvr.train.optim import make_scheduler
 from rlvr.train.update import update_policy
 
 PROMPT_LEN, COMPLETION_WIDTH, GROUP = 3, 8, 2
 COMPLETION_LENGTHS = [1, 2, 1, 2, 8, 7, 8, 6]  # rows 0-3 go to rank 0, rows 4-7 to rank 1
 ADVANTAGES = [1.0, -1.0, 0.5, -0.5, 1.5, -1.5, -0.7, 0.7]
-# (preset, LoRA?): grpo divides per sequence, dapo per token; one runs LoRA, the other full weights.
-CASES = [("grpo", True), ("dapo", False)]
+# (preset, LoRA?): grpo divides per sequence, dapo and ppo per token; LoRA and full weights.
+CASES = [("grpo", True), ("dapo", False), ("ppo", True)]
 LR = 0.5  # SGD, and a clip norm far above the gradient norm: a wrong gradient scale shows in the weights
 
 
@@ -50,11 +53,23 @@ def _full_batch() -> RolloutBatch:
         attention_mask[row, PROMPT_LEN + length:] = 0
     completion_mask = build_completion_mask(input_ids, attention_mask, PROMPT_LEN)  # [8, L-1]
     ref_logprobs = -0.5 - 2 * torch.rand(completion_mask.shape, generator=generator, dtype=torch.float64)
+    returns = torch.rand(completion_mask.shape, generator=generator, dtype=torch.float64) * 1.5  # PPO's targets
     return RolloutBatch(
-        input_ids=input_ids, attention_mask=attention_mask, completion_mask=completion_mask.double(),
+        input_ids=input_ids, attention_mask=attention_mask, prompt_len=PROMPT_LEN, completion_mask=completion_mask.double(),
         old_logprobs=None, ref_logprobs=ref_logprobs * completion_mask, rewards=torch.tensor(ADVANTAGES).double(),
         advantages=torch.tensor(ADVANTAGES, dtype=torch.float64), group_ids=torch.arange(rows) // GROUP,
+        old_values=torch.zeros(completion_mask.shape, dtype=torch.float64),  # the zero-initialised head's
+        returns=returns * completion_mask,
     )
+
+
+def ppo_inputs(preset: str, loaded, batch: RolloutBatch):
+    """PPO: a value head on the policy and per-token advantages; other presets: (None, batch)."""
+    if preset != "ppo":
+        return None, batch.replace(old_values=None, returns=None)
+    column = torch.arange(batch.completion_mask.shape[1], dtype=torch.float64) / 8  # [L-1]
+    per_token = (batch.advantages[:, None] + column) * batch.completion_mask  # [N, L-1]
+    return build_value_model("shared", loaded), batch.replace(advantages=per_token)
 
 
 def _one_update(preset: str, lora: bool, model_dir: str, rows, dist) -> tuple[dict, dict]:
@@ -63,13 +78,19 @@ def _one_update(preset: str, lora: bool, model_dir: str, rows, dist) -> tuple[di
     torch.manual_seed(0)
     loaded = load_policy(model_dir, dtype="float64", need_reference=False,
                          lora=LoraSettings(rank=4, alpha=8) if lora else None)
-    params = trainable_parameters(loaded.policy)
+    value_model, batch = ppo_inputs(preset, loaded, _full_batch().select(rows))
+    params = trainable_parameters(loaded.policy) + ([] if value_model is None else value_model.parameters())
     optimizer = torch.optim.SGD(params, lr=LR)
-    scheduler = make_scheduler(optimizer, config, 10)
-    batch = _full_batch().select(rows)
-    metrics, counters = update_policy(loaded.policy, optimizer, scheduler, batch, PROMPT_LEN, config, params, dist=dist)
+    scheduler = make_scheduler(optimizer, config.optim, 10)
+    update = update_policy(loaded.policy, optimizer, scheduler, batch, config, params, dist=dist,
+                           value_model=value_model)
+    assert batch.old_logprobs is None  # the update leaves its input batch as it was
     weights = {name: p.detach().clone() for name, p in loaded.policy.named_parameters() if p.requires_grad}
-    return weights, {**metrics, **counters}
+    if value_model is not None:
+        weights.update({"value_head.weight": value_model.head.weight.detach().clone(),
+                        "value_head.bias": value_model.head.bias.detach().clone()})
+    return weights, {**update.metrics, "optimizer_steps": update.optimizer_steps,
+                     "skipped_nonfinite_updates": update.skipped_nonfinite_updates}
 
 
 class NaiveDist(Dist):
@@ -133,15 +154,19 @@ def test_two_ranks_equal_one_process(two_rank_results, tiny_model_dir, preset, l
             assert metrics[key] == pytest.approx(value, rel=1e-9, abs=1e-12), (rank, key)
     assert single_metrics["optimizer_steps"] == 2 and single_metrics["grad_norm"] > 0
     assert single_metrics["kl"] > 0
+    if preset == "ppo":  # the value head learned
+        assert single_weights["value_head.weight"].abs().max() > 1e-3 and single_metrics["value/loss_per_token"] > 0
+        assert single_metrics["value/explained_variance"] == pytest.approx(0.0)  # old values all 0
     torch.manual_seed(0)
     start = load_policy(str(tiny_model_dir), dtype="float64", lora=LoraSettings(rank=4, alpha=8) if lora else None)
     start_weights = {n: p.detach() for n, p in start.policy.named_parameters() if p.requires_grad}
-    step = max(float((v - start_weights[n]).abs().max()) for n, v in single_weights.items())
+    step = max(float((v - start_weights.get(n, torch.zeros_like(v))).abs().max())  # the value head starts at 0
+               for n, v in single_weights.items())
     assert step > 1e-3  # the update did move the weights
     # The naive version: per-rank denominators and averaged gradients.
     naive_weights, _ = two_rank_results[0][f"{preset}/naive"]
     gap = max(float((naive_weights[n] - v).abs().max()) for n, v in single_weights.items())
-    if preset == "dapo":  # token-mean: rank 1 holds 27 of the 35 tokens, not half of them
+    if preset in ("dapo", "ppo"):  # token-mean: rank 1 holds 27 of the 35 tokens, not half of them
         assert gap > 0.1 * step
     else:  # sequence-mean with equal shares: averaging the per-rank means is already right
         assert gap < 1e-10

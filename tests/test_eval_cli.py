@@ -2,12 +2,14 @@
 
 import json
 import math
+import re
 
 import pytest
 import torch
 
 from rlvr.cli import main
-from rlvr.evaluation import CATEGORIES, categorize, cut_at_stop, summarize, wilson_interval
+from rlvr.rollout import cut_at_stop
+from rlvr.train.evaluation import CATEGORIES, categorize, summarize, wilson_interval
 from rlvr.tasks.base import Verdict
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
@@ -110,6 +112,7 @@ class HalfUnscorableTask:
 
     name = "half_unscorable"
     component_names = ("answer", "format")
+    stop_strings = ()
 
     def __init__(self):
         self.calls = 0
@@ -132,14 +135,96 @@ class HalfUnscorableTask:
 def test_unscorable_completions_get_zero_advantage_and_are_counted(tiny_model_dir, tmp_path):
     from rlvr.config import load_config
     from rlvr.models import load_policy
-    from rlvr.train.collect import collect_rollout_batch
+    from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings
+    from rlvr.train.advantages import with_advantages
+    from rlvr.train.collect import collect_groups, rollout_batch
+    from rlvr.train.rollout_stats import gather_rollout, rollout_stats
 
     config = load_config(None, tiny_overrides(tiny_model_dir, tmp_path / "r", **{
         "algorithm.name": "gr_reinforce", "algorithm.kl_coef": 0, "rollout.max_new_tokens": 5}))
     loaded = load_policy(str(tiny_model_dir))
     task = HalfUnscorableTask()
-    batch, _, stats, _, samples = collect_rollout_batch(loaded.policy, loaded.tokenizer, task, config, 1)
-    unscorable = [s["reward"] != s["reward"] for s in samples]  # NaN != NaN
+    backend = ROLLOUT_BACKENDS.get(config.rollout.backend)(loaded.policy, loaded.tokenizer)
+    collected = collect_groups(backend, task, SamplingSettings.for_task(config.rollout, task), config, 1)
+    batch = with_advantages(rollout_batch(collected, loaded.tokenizer, task.name), collected.rewards, config.algorithm)
+    rows = gather_rollout(collected, batch)
+    stats = rollout_stats(rows, dynamic_sampling=False)
+    unscorable = [s["reward"] != s["reward"] for s in rows.samples]  # NaN != NaN
     assert sum(unscorable) == 4 == stats["unscorable"] and stats["status/timeout"] == 4
     assert all(batch.advantages[i] == 0 for i, bad in enumerate(unscorable) if bad)
     assert torch.isfinite(batch.rewards).all()
+
+
+def _completions(path) -> list[str]:
+    return [record["completion"] for record in read_jsonl(path)]
+
+
+def test_rlvr_eval_of_a_run_reproduces_its_last_in_training_eval(tiny_model_dir, tmp_path):
+    from rlvr.metric_names import (EVAL_ACCURACY, EVAL_COMPLETION_LEN_MEAN, EVAL_EXAMPLES, EVAL_NUM_EXAMPLES,
+                                   EVAL_REWARD_MEAN, EVAL_TRUNCATED_FRAC)
+
+    run_dir = tmp_path / "run"
+    assert main(["train", *tiny_overrides(tiny_model_dir, run_dir, **{
+        "train.iterations": 2, "train.eval_every": 0, "train.eval_size": 5, "model.lora_rank": 4,
+        "model.lora_alpha": 8})]) == 0
+    last = read_jsonl(run_dir / "eval.jsonl")[-1]  # after the last update, from the weights of the last checkpoint
+    out = tmp_path / "eval"
+    assert main(["eval", str(run_dir / "config.yaml"), "--model", str(run_dir), "--output", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    for key in (EVAL_ACCURACY, EVAL_REWARD_MEAN, EVAL_TRUNCATED_FRAC, EVAL_COMPLETION_LEN_MEAN, EVAL_NUM_EXAMPLES):
+        assert summary["metrics"][key] == last[key], key
+    completions = _completions(out / "generations.jsonl")
+    assert len(completions) == 5 and completions[:4] == [example["completion"] for example in last[EVAL_EXAMPLES]]
+    assert summary["do_sample"] is False and summary["max_new_tokens"] == 6  # greedy, rollout.max_new_tokens
+    # Sampling (rlvr eval's old default, temperature 1) gives other completions: the match is not luck.
+    sampled = tmp_path / "sampled"
+    assert main(["eval", str(run_dir / "config.yaml"), "--model", str(run_dir), "--temperature", "1",
+                 "--output", str(sampled)]) == 0
+    assert _completions(sampled / "generations.jsonl") != completions
+    assert json.loads((sampled / "summary.json").read_text())["do_sample"] is True
+
+
+def test_eval_takes_a_config_file_key_overrides_and_flags(tiny_model_dir, gsm8k_file, tmp_path):
+    config_file = tmp_path / "gsm8k.yaml"
+    config_file.write_text(f"task:\n  name: gsm8k\n  options: {{eval_path: {gsm8k_file}, prompt: question_only}}\n"
+                           "rollout:\n  max_new_tokens: 5\ntrain:\n  eval_size: 7\n")
+    out = tmp_path / "eval"
+    assert main(["eval", str(config_file), "train.eval_size=3", "--model", str(tiny_model_dir),
+                 "--output", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_examples"] == 3 and summary["task"] == "gsm8k"  # the override beat the file's 7
+    assert summary["use_chat_template"] is True and summary["stop_strings"] == []  # question_only: the task decides
+    assert (summary["max_new_tokens"], summary["do_sample"], summary["temperature"]) == (5, False, 0.0)
+    assert summary["model"] == str(tiny_model_dir)
+    saved = (out / "config.yaml").read_text()
+    assert "eval_size: 3" in saved and "name: gsm8k" in saved
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train.eval_size=4", "--limit", "3"], "--limit sets train.eval_size, and so does 'train.eval_size=4'"),
+    (["task.options={eval_path: a.jsonl}", "--task-option", "eval_path=b.jsonl"],
+     "--task-option sets task.options.eval_path, and so does 'task.options={eval_path: a.jsonl}'"),
+    (["--prompt", "r1_zero", "--task-option", "prompt=question_only"],
+     "--task-option sets task.options.prompt, and so does '--prompt (task.options.prompt=r1_zero)'"),
+    (["--task-option", "path=a.jsonl", "--task-option", "path=b.jsonl"], "--task-option sets task.options.path"),
+    (["--chat-template", "off", "task.use_chat_template=true"], "--chat-template sets task.use_chat_template"),
+    (["--top-p", "0.9"], "train.eval_top_p=0.9 does nothing when the eval decodes greedily"),
+    (["--limit", "0"], "train.eval_size=0: nothing to evaluate"),
+])
+def test_eval_refuses_a_key_given_twice_or_a_setting_that_does_nothing(tiny_model_dir, tmp_path, monkeypatch, capsys,
+                                                                       args, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--model", str(tiny_model_dir), "--task", "char_count", *args]) == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no output folder
+
+
+def test_eval_output_folders_get_unique_default_names(tiny_model_dir, tmp_path):
+    args = ["eval", f"train.output_dir={tmp_path / 'runs'}", "--model", str(tiny_model_dir), "--task", "char_count",
+            "--chat-template", "off", "--limit", "2", "--max-new-tokens", "2"]
+    assert main(args) == 0 and main(args) == 0
+    folders = sorted((tmp_path / "runs").iterdir())
+    assert len(folders) == 2
+    for folder in folders:
+        assert re.fullmatch(r"eval-char_count-\d{8}-\d{6}-[0-9a-f]{4}", folder.name)
+        assert {p.name for p in folder.iterdir()} == {"config.yaml", "generations.jsonl", "summary.json"}

@@ -12,6 +12,7 @@ from rlvr.config import load_config
 from rlvr.models import load_policy
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, hf_generate
 from rlvr.tasks import build_task
+from rlvr.train.evaluation import evaluate_examples
 from rlvr.train.expert_iteration import sample_correct
 from rlvr.train.generations import log_generations
 from rlvr.utils import read_jsonl
@@ -49,8 +50,9 @@ def test_sample_correct_keeps_only_verified_completions(tiny_model_dir):
     loaded = load_policy(str(tiny_model_dir))
     task = build_task("char_count", use_chat_template=False, options={"chars": "abcdefghijklmnopqrstuvwxyz0123456789"})
     questions = task.examples("train", 3, 0)
+    backend = ROLLOUT_BACKENDS.get(config.rollout.backend)(loaded.policy, loaded.tokenizer)
     torch.manual_seed(0)
-    accepted, stats = sample_correct(loaded.policy, loaded.tokenizer, task, questions, config)
+    accepted, stats = sample_correct(backend, task, questions, config)
     assert stats["samples"] == 12
     eos = loaded.tokenizer.eos_token
     for pair in accepted:
@@ -60,8 +62,8 @@ def test_sample_correct_keeps_only_verified_completions(tiny_model_dir):
     # Same seed, all samples: the accepted ones are exactly those the verifier accepts.
     torch.manual_seed(0)
     settings = SamplingSettings(max_new_tokens=6, min_new_tokens=2)
-    generate = ROLLOUT_BACKENDS.get(config.rollout.backend)
-    generation = generate(loaded.policy, loaded.tokenizer, [q.prompt for q in questions], 4, settings)
+    with backend.sync():
+        generation = backend.generate([q.prompt for q in questions], 4, settings)
     expected = [t for t in generation.completion_texts if task.score(t, questions[0]).correct]
     assert [p["response"][: -len(eos)] for p in accepted] == expected
     solved = sum(any(task.score(t, q).correct for t in generation.completion_texts[i * 4 : (i + 1) * 4])
@@ -77,13 +79,14 @@ def test_min_reward_keeps_only_high_reward_correct_samples(tiny_model_dir):
     loaded = load_policy(str(tiny_model_dir))
     task = build_task("char_count", use_chat_template=False, options={"chars": chars})
     questions = task.examples("train", 3, 0)
+    backend = ROLLOUT_BACKENDS.get("decode_loop")(loaded.policy, loaded.tokenizer)
     runs = {}
     for threshold in (None, 0.8):
         extra = {} if threshold is None else {"expert_iteration.min_reward": threshold}
         config = load_config(None, tiny_overrides(tiny_model_dir, tiny_model_dir.parent / "unused",
                                                   **overrides, **extra))
         torch.manual_seed(0)
-        runs[threshold], _ = sample_correct(loaded.policy, loaded.tokenizer, task, questions, config)
+        runs[threshold], _ = sample_correct(backend, task, questions, config)
     eos = loaded.tokenizer.eos_token
     totals = [task.score(p["response"][: -len(eos)], questions[0]).total for p in runs[None]]
     expected = [p for p, total in zip(runs[None], totals) if total >= 0.8]
@@ -111,14 +114,19 @@ def test_log_generations_summary_and_records(tiny_model_dir, tmp_path):
     loaded = load_policy(str(tiny_model_dir))
     task = build_task("char_count", use_chat_template=False)
     examples = task.examples("eval", 4, 0)
-    summary = log_generations(loaded.policy, loaded.tokenizer, task, examples, iteration=3, run_dir=tmp_path,
-                              max_new_tokens=5, use_chat_template=False, print_summary=False)
-    records = read_jsonl(tmp_path / "generations.jsonl")
-    assert len(records) == 4 and all(r["iteration"] == 3 for r in records)
-    lengths = [r["response_len"] for r in records]
+    backend = ROLLOUT_BACKENDS.get("decode_loop")(loaded.policy, loaded.tokenizer)
+    records = evaluate_examples(backend, task, examples, SamplingSettings(max_new_tokens=5, do_sample=False),
+                                use_chat_template=False, batch_size=4)
+    summary = log_generations(loaded.policy, loaded.tokenizer, records, iteration=3, run_dir=tmp_path,
+                              print_summary=False)
+    lines = read_jsonl(tmp_path / "generations.jsonl")
+    assert len(lines) == 4 and all(r["iteration"] == 3 for r in lines)
+    assert [line["response"] for line in lines] == [r["completion"] for r in records]
+    lengths = [r["response_len"] for r in lines]
+    assert lengths == [float(r["completion_tokens"]) for r in records]
     assert summary["gen/response_len"] == sum(lengths) / 4
-    correct = [r["response_len"] for r in records if r["correct"]]
+    correct = [r["response_len"] for r in lines if r["correct"]]
     if correct:
         assert summary["gen/response_len_correct"] == sum(correct) / len(correct)
-    assert summary["gen/accuracy"] == sum(r["correct"] for r in records) / 4
-    assert all(r["entropy"] > 0 for r in records if r["response"])
+    assert summary["gen/accuracy"] == sum(r["correct"] for r in lines) / 4
+    assert all(r["entropy"] > 0 for r in lines if r["response"])

@@ -3,8 +3,9 @@
 The fixed batch, config and SGD step of tests/test_distributed.py (rank 1 holds most completion
 tokens), now with every decoder layer sharded by FSDP2 on a CPU mesh. A sharded layer's gradient
 that FSDP averaged instead of summed would be half the full-batch one, so the weights would
-differ at once (checked in `test_fsdp_two_ranks_equal_one_process`). Also checked: sampling
-gathers the layers once, so ranks may decode different numbers of steps; checkpoints of a
+differ at once (checked in `test_fsdp_two_ranks_equal_one_process`, and on plain gradients in
+`test_fsdp_gradients_are_sums_over_ranks`, beside the clip norm over every rank's shards). Also
+checked: sampling gathers the layers once, so ranks may decode different numbers of steps; checkpoints of a
 sharded model hold the same full tensors as a one-process checkpoint and load back onto shards.
 """
 
@@ -21,14 +22,16 @@ from rlvr.rollout import SamplingSettings
 from rlvr.rollout.decode_loop import decode_loop
 from rlvr.train.checkpoint import gather_checkpoint_state, load_checkpoint, save_checkpoint
 from rlvr.train.distributed import Dist, init_distributed
-from rlvr.train.fsdp import device_mesh, fsdp_requested
-from rlvr.train.rl import make_scheduler
+from rlvr.train.fsdp import clip_grad_norm, device_mesh, fsdp_requested
+from rlvr.train.optim import make_scheduler
 from rlvr.train.update import update_policy
-from tests.test_distributed import LR, PROMPT_LEN, _config, _full_batch, spawn_two_ranks
+from tests.test_distributed import LR, _config, _full_batch, ppo_inputs, spawn_two_ranks
 
 # (preset, LoRA?, optim.max_grad_norm): sequence- and token-mean, adapter and full weights; the
-# last case clips (the norm must then be the global one over sharded and replicated gradients).
-CASES = [("grpo", True, 1e6), ("dapo", False, 1e6), ("dapo", True, 1e6), ("grpo", False, 0.05)]
+# clipping cases need the global norm over sharded and replicated gradients (PPO's value head is
+# replicated, outside the sharded layers, like the LM head).
+CASES = [("grpo", True, 1e6), ("dapo", False, 1e6), ("dapo", True, 1e6), ("grpo", False, 0.05),
+         ("ppo", True, 0.05)]
 PROMPTS = ["say a 1", "hello there 22"]  # rank r decodes PROMPTS[r]
 MAX_NEW = [3, 9]  # ... for this many greedy steps: the ranks run different numbers of forwards
 
@@ -54,14 +57,33 @@ def _update(preset, lora, clip, model_dir, rows, dist, mesh=None, optimizer_name
     loaded = _load(model_dir, lora)
     if mesh is not None:
         assert shard_decoder_layers(loaded.policy, mesh) == 2
-    params = trainable_parameters(loaded.policy)
+    value_model, batch = ppo_inputs(preset, loaded, _full_batch().select(rows))
+    params = trainable_parameters(loaded.policy) + ([] if value_model is None else value_model.parameters())
     assert any(is_dtensor(p) for p in params) == (mesh is not None)
     optimizer = (torch.optim.SGD(params, lr=LR) if optimizer_name == "sgd"
                  else torch.optim.AdamW(params, lr=1e-2, weight_decay=0.0))
-    scheduler = make_scheduler(optimizer, config, 10)
-    batch = _full_batch().select(rows)
-    metrics, counters = update_policy(loaded.policy, optimizer, scheduler, batch, PROMPT_LEN, config, params, dist=dist)
-    return loaded, optimizer, scheduler, {**metrics, **counters}
+    scheduler = make_scheduler(optimizer, config.optim, 10)
+    update = update_policy(loaded.policy, optimizer, scheduler, batch, config, params, dist=dist,
+                           value_model=value_model)
+    metrics = {**update.metrics, "optimizer_steps": update.optimizer_steps,
+               "skipped_nonfinite_updates": update.skipped_nonfinite_updates}
+    if value_model is not None:  # the replicated head, compared like the metrics
+        head = value_model.head
+        metrics.update({"value_head/weight_sum": float(head.weight.detach().sum()),
+                        "value_head/weight_norm": float(head.weight.detach().norm()),
+                        "value_head/bias": float(head.bias.detach())})
+    return loaded, optimizer, scheduler, metrics
+
+
+def _rank_loss(policy, rank: int) -> torch.Tensor:
+    """A loss that differs per rank (other tokens, other weight), for the gradient and clipping checks."""
+    input_ids = (torch.arange(3, 10) + 5 * rank).view(1, -1)  # [1, 7]
+    logits = policy(input_ids=input_ids).logits  # [1, 7, V]
+    return (1.0 + rank) * logits.square().mean()
+
+
+def _gradients(policy) -> dict:
+    return {name: full_tensor(p.grad).detach().clone() for name, p in policy.named_parameters() if p.grad is not None}
 
 
 def _worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str) -> None:
@@ -75,6 +97,19 @@ def _worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str)
     for preset, lora, clip in CASES:
         loaded, _, _, metrics = _update(preset, lora, clip, model_dir, rows, dist, mesh)
         results[_case_name(preset, lora, clip)] = (_full_weights(loaded.policy), metrics)
+
+    # Gradients and clipping by themselves: one backward of a per-rank loss, no optimizer.
+    loaded = _load(model_dir, lora=False)
+    shard_decoder_layers(loaded.policy, mesh)
+    params = trainable_parameters(loaded.policy)
+    _rank_loss(loaded.policy, rank).backward()
+    dist.sum_gradients(params)  # the replicated ones; FSDP summed the layers' during backward
+    results["gradients"] = _gradients(loaded.policy)
+    # What this rank alone holds: its shards of the layers' gradients and the whole replicated ones.
+    results["local_norm"] = float(sum(((p.grad.to_local() if is_dtensor(p.grad) else p.grad).double().square().sum()
+                                       for p in params if p.grad is not None)).sqrt())
+    results["clip_norm"] = float(clip_grad_norm(params, 1e-3, dist))
+    results["clipped"] = _gradients(loaded.policy)
 
     # Sampling: greedy, each rank its own prompt and length, layers gathered once for the block.
     loaded = _load(model_dir, lora=True)
@@ -102,7 +137,7 @@ def _worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str)
         fresh = _load(model_dir, lora, seed=1)  # a different LoRA init: loading must overwrite it
         shard_decoder_layers(fresh.policy, mesh)
         fresh_optimizer = torch.optim.AdamW(trainable_parameters(fresh.policy), lr=1e-2, weight_decay=0.0)
-        fresh_scheduler = make_scheduler(fresh_optimizer, _config("dapo", model_dir), 10)
+        fresh_scheduler = make_scheduler(fresh_optimizer, _config("dapo", model_dir).optim, 10)
         load_checkpoint(os.path.join(folder, "checkpoints", "iter_000001"), fresh, fresh_optimizer, fresh_scheduler)
         results[f"resume/{lora}"] = (_full_weights(loaded.policy), _full_weights(fresh.policy),
                                      gathered["optimizer_state"], gather_checkpoint_state(fresh, fresh_optimizer))
@@ -126,6 +161,8 @@ def test_fsdp_two_ranks_equal_one_process(fsdp_results, tiny_model_dir, preset, 
     assert step > 1e-3  # the update did move the weights
     if clip < 1.0:
         assert single_metrics["grad_norm"] > 10 * clip  # clipping was active
+    if preset == "ppo":
+        assert single_metrics["value_head/weight_norm"] > 1e-4  # the head moved (from zero)
     for rank in range(2):
         weights, metrics = ranks[rank][_case_name(preset, lora, clip)]
         assert weights.keys() == single_weights.keys()
@@ -134,6 +171,40 @@ def test_fsdp_two_ranks_equal_one_process(fsdp_results, tiny_model_dir, preset, 
         assert metrics.keys() == single_metrics.keys()
         for key, value in single_metrics.items():
             assert metrics[key] == pytest.approx(value, rel=1e-9, abs=1e-12), (rank, key)
+
+
+def _one_process_gradients(model_dir: str) -> dict:
+    """The gradients of both ranks' losses summed, in one process without sharding."""
+    loaded = _load(model_dir, lora=False)
+    (_rank_loss(loaded.policy, 0) + _rank_loss(loaded.policy, 1)).backward()
+    return _gradients(loaded.policy)
+
+
+def test_fsdp_gradients_are_sums_over_ranks(fsdp_results, tiny_model_dir):
+    """Sharded layers (FSDP's reduce-scatter) and replicated parameters (`Dist.sum_gradients`) alike."""
+    _, ranks = fsdp_results
+    expected = _one_process_gradients(str(tiny_model_dir))
+    assert any(".layers." in name for name in expected) and "model.embed_tokens.weight" in expected
+    for rank in range(2):
+        gradients = ranks[rank]["gradients"]
+        assert gradients.keys() == expected.keys()
+        for name, value in expected.items():
+            assert value.abs().max() > 1e-6, name  # an average (half the sum) would show
+            assert torch.allclose(gradients[name], value, rtol=1e-9, atol=1e-12), (rank, name)
+
+
+def test_fsdp_clip_norm_counts_every_shard_once(fsdp_results, tiny_model_dir):
+    _, ranks = fsdp_results
+    expected = _one_process_gradients(str(tiny_model_dir))
+    norm = float(torch.sqrt(sum(value.double().square().sum() for value in expected.values())))
+    assert norm > 10 * 1e-3  # the max norm of 1e-3 clips
+    scale = 1e-3 / (norm + 1e-6)  # torch's rule
+    for rank in range(2):
+        assert ranks[rank]["clip_norm"] == pytest.approx(norm, rel=1e-9)
+        # A norm over this rank's shards alone would be clearly smaller.
+        assert ranks[rank]["local_norm"] < 0.95 * norm
+        for name, value in expected.items():
+            assert torch.allclose(ranks[rank]["clipped"][name], value * scale, rtol=1e-9, atol=1e-15), (rank, name)
 
 
 def test_fsdp_sampling_gathers_once_and_reshards(fsdp_results, tiny_model_dir):

@@ -13,7 +13,8 @@ from rlvr.train.health import HEALTH_CHECKS, HealthMonitor
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
 
-T = HealthConfig()  # window 3, truncation 0.5, zero variance 0.5, clip 0.3, kl 4 / 0.1, entropy 0.25 / 10
+T = HealthConfig()  # window 3, truncation 0.5, zero variance 0.5, clip 0.3, kl 4 / 0.1, entropy 0.25 / any
+W5 = HealthConfig(explained_variance_window=5)
 
 
 def stream(key, values, **constant):
@@ -56,18 +57,49 @@ def test_kl_growth_needs_a_rising_window_and_the_threshold():
     assert fires("kl_growth", stream("kl", [0.9, 0.02, 0.05, 0.08, 0.11]))  # only the last 4 count
 
 
+def test_value_not_learning_needs_the_whole_window_below_the_threshold():
+    assert (T.explained_variance_min, T.explained_variance_window) == (0.0, 10)
+    assert fires("value_not_learning", stream("value/explained_variance", [-0.001] * 10))
+    assert not fires("value_not_learning", stream("value/explained_variance", [-0.001] * 9))
+
+    def fires_w5(values):  # threshold 0 over 5 iterations
+        return fires("value_not_learning", stream("value/explained_variance", values), W5)
+
+    # Just below for all five fires; one just above (or at) the threshold breaks it.
+    assert fires_w5([-0.5, -0.2, -0.01, -0.001, -0.001])
+    assert not fires_w5([-0.5, -0.2, 0.001, -0.001, -0.001])
+    assert not fires_w5([-0.5, -0.2, 0.0, -0.001, -0.001])
+    assert not fires_w5([-0.9] * 4)  # window not filled
+    assert not fires_w5([0.3] * 8)
+    assert fires_w5([0.8, 0.9] + [-0.1] * 5)  # only the last 5 count
+    # A group preset never writes the value metrics: nothing to warn about.
+    assert not fires("value_not_learning", stream("kl", [0.0] * 12))
+    # Quiet on a solved task (correct_frac >= solved_frac 0.9), whose returns hardly vary.
+    assert not fires("value_not_learning", stream("value/explained_variance", [-0.5] * 10, correct_frac=0.9))
+    assert fires("value_not_learning", stream("value/explained_variance", [-0.5] * 10, correct_frac=0.89))
+    stricter = HealthConfig(explained_variance_min=0.5, explained_variance_window=2)
+    assert fires("value_not_learning", stream("value/explained_variance", [0.49, 0.499]), stricter)
+    assert not fires("value_not_learning", stream("value/explained_variance", [0.49, 0.501]), stricter)
+    warning = HEALTH_CHECKS.get("value_not_learning")(stream("value/explained_variance", [-0.25] * 5), W5)
+    assert "-0.250" in warning.message and "algorithm.vf_coef" in warning.advice
+
+
 def test_nonfinite_fires_on_any_skipped_update():
     assert fires("nonfinite", [{"skipped_nonfinite_updates": 1}])
     assert not fires("nonfinite", [{"skipped_nonfinite_updates": 0}])
     assert not fires("nonfinite", [{"skipped_nonfinite_updates": 3}, {"skipped_nonfinite_updates": 0}])
 
 
-def test_entropy_collapse_is_relative_to_the_first_value_and_only_early():
+def test_entropy_collapse_is_relative_to_the_running_maximum_at_any_iteration():
     assert fires("entropy_collapse", stream("entropy", [2.0, 1.0, 0.49]))  # 24.5% of 2.0
     assert not fires("entropy_collapse", stream("entropy", [2.0, 1.0, 0.51]))  # 25.5%
-    late = stream("entropy", [2.0] * 10 + [0.1])  # 11 iterations: past entropy_collapse_within=10
-    assert not fires("entropy_collapse", late)
-    assert fires("entropy_collapse", late, HealthConfig(entropy_collapse_within=11))
+    late = stream("entropy", [2.0] * 10 + [0.1])  # iteration 11: the old rule looked at the first 10 only
+    assert fires("entropy_collapse", late)
+    assert not fires("entropy_collapse", late, HealthConfig(entropy_collapse_within=10))  # the old limit, on request
+    # Rise then fall: 0.9 is above a quarter of the first value 1.0 but below a quarter of the peak 4.0.
+    risen = stream("entropy", [1.0, 4.0, 0.9])
+    assert fires("entropy_collapse", risen)
+    assert 0.9 >= 0.25 * 1.0  # so a first-value baseline would stay quiet here
 
 
 def test_monitor_prints_once_per_streak_and_records_active_warnings():

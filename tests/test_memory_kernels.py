@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from peft import LoraConfig, get_peft_model
 from torch import nn
 
-from rlvr.core import compute_completion_logprobs
+from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.models.kernels import (
     GQA_ATTENTION,
     WEIGHT_MAJOR_ABOVE_ROWS,

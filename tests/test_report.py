@@ -1,5 +1,6 @@
 """rlvr report: figures only where there is data, overlaid runs, config differences, final and
-best numbers, escaped samples from the first and last logged iterations, files beside the page."""
+best numbers, escaped samples from the first and last logged iterations, files beside the page,
+interactive figures with both x axes (iterations, seconds) and eval durations, PNGs without plotly."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ import re
 import pytest
 
 from rlvr.cli import main
+import sys
+
 from rlvr.report import FIGURES, build_report, figures_dir, load_runs
-from rlvr.report.figures import plot_lines, time_parts
+from rlvr.report.figures import FIGURES as SPECS, X_LABELS, lines, select_figures, time_parts
+from rlvr.report.interactive import plotly_figure, plotly_js
+from rlvr.report.png import draw_lines
 from rlvr.report.runs import differing_config_keys, summarize
-from tests.report_data import TRICKY_COMPLETION, write_fake_run
+from tests.report_data import EVAL_SECONDS, EVALS, TRICKY_COMPLETION, write_fake_run
 
 ALL_FIGURES = {spec.name for spec in FIGURES}
 
@@ -26,17 +31,67 @@ def two_run_report(tmp_path_factory):
     return root, output
 
 
-def test_report_embeds_every_figure_and_writes_the_pngs_beside_it(two_run_report):
+def test_report_draws_every_figure_interactively_and_writes_the_pngs_beside_it(two_run_report):
     _, output = two_run_report
     page = output.read_text()
     folder = figures_dir(output)
     assert folder == output.parent / "compare_figures"
     assert {p.stem for p in folder.glob("*.png")} == ALL_FIGURES
-    embedded = dict(re.findall(r"<figure id='fig-([\w]+)'><img alt='[^']*' src='data:image/png;base64,([^']+)'>", page))
-    assert set(embedded) == ALL_FIGURES
+    drawn = re.findall(r"<figure class=report-figure id='fig-(\w+)'><div[^>]*>\s*<div id=\"plot-(\w+)\"", page)
+    assert [a for a, b in drawn if a == b] == [spec.name for spec in FIGURES]
+    assert page.count(plotly_js()) == 1  # plotly.js written into the page once
+    assert "src='http" not in page and 'src="http' not in page and "<img " not in page  # self-contained
+
+
+def test_without_plotly_the_page_embeds_the_pngs(two_run_report, tmp_path, monkeypatch, capsys):
+    root, _ = two_run_report
+    monkeypatch.setitem(sys.modules, "plotly", None)  # `import plotly` fails as if it were not installed
+    assert main(["report", str(root / "grpo"), str(root / "rloo"), "-o", str(tmp_path / "static.html")]) == 0
+    assert "plotly is not installed" in capsys.readouterr().err
+    page = (tmp_path / "static.html").read_text()
+    embedded = dict(re.findall(r"<figure class=report-figure id='fig-(\w+)'><img alt='[^']*' "
+                               r"src='data:image/png;base64,([^']+)'>", page))
+    assert set(embedded) == ALL_FIGURES and "plotly is not installed" in page
     for name, data in embedded.items():
-        assert base64.b64decode(data) == (folder / f"{name}.png").read_bytes()
-    assert "src='http" not in page and "src=\"http" not in page  # self-contained
+        assert base64.b64decode(data) == (figures_dir(tmp_path / "static.html") / f"{name}.png").read_bytes()
+    assert "Plotly.newPlot" not in page
+
+
+def test_every_point_has_its_iteration_and_second_and_evals_their_duration(two_run_report):
+    root, _ = two_run_report
+    runs = load_runs([root / "grpo"])
+    (evals,) = [d for d in select_figures(runs) if d.name == "eval_accuracy"][0].series
+    # eval.jsonl: evals after iterations 0, 2, 4 (30 s each), each ending EVAL_SECONDS later.
+    assert evals.iterations == [it for it, _ in EVALS] == [0, 2, 4]
+    assert evals.seconds == [30.0 * it + EVAL_SECONDS for it, _ in EVALS] == [6.0, 66.0, 126.0]
+    assert evals.durations == [EVAL_SECONDS] * 3
+    (reward,) = [d for d in select_figures(runs) if d.name == "reward"][0].series
+    assert reward.iterations == [1, 2, 3, 4] and reward.seconds == [30.0, 60.0, 90.0, 120.0]
+    assert reward.durations is None  # a rollout point is not an eval
+    # The time figure stacks the eval after the iteration it followed, the step-0 eval alone.
+    (time_figure,) = [d for d in select_figures(runs) if d.name == "time"]
+    ((_, parts),) = time_figure.panels
+    (eval_part,) = [s for s in parts if s.label == "eval"]
+    assert eval_part.iterations == [0, 1, 2, 3, 4] and eval_part.values == [6.0, 0.0, 6.0, 0.0, 6.0]
+
+
+def test_plotly_figure_switches_x_axis_and_shows_eval_spans_only_in_seconds(two_run_report):
+    root, _ = two_run_report
+    runs = load_runs([root / "grpo"])
+    data = [d for d in select_figures(runs) if d.name == "eval_accuracy"][0]
+    by_seconds = plotly_figure(data, x="seconds")
+    (trace,) = by_seconds.data
+    assert list(trace.x) == [6.0, 66.0, 126.0] and trace.error_x.visible is True
+    assert list(trace.error_x.arrayminus) == [EVAL_SECONDS] * 3 and list(trace.error_x.array) == [0.0] * 3
+    assert by_seconds.layout.xaxis.title.text == X_LABELS["seconds"]
+    (by_iteration_trace,) = plotly_figure(data, x="iteration").data
+    assert list(by_iteration_trace.x) == [0, 2, 4] and by_iteration_trace.error_x.visible is False
+    # The buttons carry both axes: iteration first, then seconds.
+    (menu,) = by_seconds.layout.updatemenus
+    assert [b.label for b in menu.buttons] == ["x: iteration", "x: seconds"] and menu.active == 1
+    assert menu.buttons[0].args[0]["x"] == [[0, 2, 4]] and menu.buttons[1].args[0]["x"] == [[6.0, 66.0, 126.0]]
+    assert menu.buttons[1].args[0]["error_x.visible"] == [True] and menu.buttons[0].args[0]["error_x.visible"] == [False]
+    assert menu.buttons[1].args[1]["xaxis.title.text"] == X_LABELS["seconds"]
 
 
 def test_summary_has_final_and_best_reward_and_eval(two_run_report):
@@ -46,7 +101,7 @@ def test_summary_has_final_and_best_reward_and_eval(two_run_report):
     # REWARDS = [0.25, 0.5, 0.9, 0.5]: the best is not the last; eval.jsonl includes the step-0 eval.
     assert (summary.final_reward, summary.best_reward, summary.best_reward_iteration) == (0.5, 0.9, 3)
     assert (summary.final_eval, summary.best_eval, summary.best_eval_iteration) == (0.5, 0.75, 2)
-    assert summary.iterations == 4 and summary.wall_s == 120.0
+    assert summary.iterations == 4 and summary.wall_s == 126.0  # the last eval ends 6 s after iteration 4
 
 
 def test_config_table_lists_only_the_keys_that_differ(two_run_report):
@@ -80,19 +135,26 @@ def test_missing_keys_skip_their_figures_and_stale_pngs_go(tmp_path):
     build_report([sparse], output)
     assert {p.stem for p in figures_dir(output).glob("*.png")} == {"reward"}
     page = output.read_text()
-    assert page.count("<img ") == 1 and "no samples logged" in page and "One run" in page
+    assert page.count("class=report-figure") == 1 and "no samples logged" in page and "One run" in page
 
 
 def test_overlaid_lines_have_one_colour_per_run_and_a_style_per_key(two_run_report):
     root, _ = two_run_report
     runs = load_runs([root / "grpo", root / "rloo"])
-    figure = plot_lines(runs, ["clip_frac/low", "clip_frac/high", "absent/key"], "clip", "fraction")
-    lines = figure.axes[0].get_lines()
-    assert [line.get_label() for line in lines] == [
+    spec = [s for s in SPECS if s.name == "clip_frac"][0]
+    data = lines(runs, ["clip_frac/low", "clip_frac/high", "absent/key"], spec)
+    assert [s.label for s in data.series] == [
         "grpo: clip_frac/low", "grpo: clip_frac/high", "rloo: clip_frac/low", "rloo: clip_frac/high"]
-    assert lines[0].get_color() == lines[1].get_color() != lines[2].get_color()
-    assert lines[0].get_linestyle() != lines[1].get_linestyle()
-    assert plot_lines(runs, ["absent/key"], "none", "") is None
+    assert data.series[0].color == data.series[1].color != data.series[2].color
+    assert data.series[0].style_index != data.series[1].style_index
+    assert lines(runs, ["absent/key"], spec) is None
+    # Both renderers keep the colours and styles.
+    drawn = draw_lines(data).axes[0].get_lines()
+    assert drawn[0].get_color() == drawn[1].get_color() != drawn[2].get_color()
+    assert drawn[0].get_linestyle() != drawn[1].get_linestyle()
+    traces = plotly_figure(data).data
+    assert traces[0].line.color == traces[1].line.color != traces[2].line.color
+    assert traces[0].line.dash != traces[1].line.dash
 
 
 def test_time_parts_put_the_unnamed_rest_into_other():
@@ -110,3 +172,5 @@ def test_cli_report_and_its_errors(two_run_report, tmp_path, capsys):
     assert "is not a run folder" in capsys.readouterr().err
     assert main(["report", str(root / "grpo"), "-o", str(tmp_path / "r.pdf")]) == 2
     assert "must end in .html" in capsys.readouterr().err
+    assert main(["report", str(root / "grpo"), "--x", "seconds", "-o", str(tmp_path / "s.html")]) == 0
+    assert X_LABELS["seconds"] in (tmp_path / "s.html").read_text()

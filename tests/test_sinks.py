@@ -1,5 +1,6 @@
-"""Metric sinks: TensorBoard event files hold the logged scalars, W&B gets offline-mode calls,
-and a requested sink whose package is missing fails with an install hint (absent ones are fine)."""
+"""Metric sinks through accelerate's trackers: TensorBoard event files and an MLflow file store
+hold the logged scalars, W&B and Aim get the expected calls (fake modules), and a requested sink
+whose package is missing fails with an install hint (absent ones are fine)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from rlvr.config import ConfigError, load_config
 from rlvr.train.metrics import RunWriter
-from rlvr.train.sinks import SINKS, MissingSinkPackage, TensorBoardSink, WandbSink, build_sinks
+from rlvr.train.sinks import SINKS, MissingSinkPackage, TrackerSink, build_sinks
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
 
@@ -72,7 +73,7 @@ def test_wandb_sink_runs_offline_and_logs_numbers_by_iteration(tmp_path, monkeyp
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
     config = load_config(None, ["train.loggers=[wandb]", "train.wandb_project=demo"])
     sinks = build_sinks(config, tmp_path / "run-a")
-    assert isinstance(sinks[0], WandbSink)
+    assert isinstance(sinks[0], TrackerSink) and type(sinks[0].tracker).__name__ == "WandBTracker"
     writer = RunWriter(tmp_path, sinks=sinks)
     writer.metrics({"iteration": 3, "reward/mean": 0.5, "status": "ok"})
     writer.close()
@@ -83,7 +84,7 @@ def test_wandb_sink_runs_offline_and_logs_numbers_by_iteration(tmp_path, monkeyp
     assert calls["finish"] == [True]
 
 
-@pytest.mark.parametrize("sink, module", [("tensorboard", "tensorboard"), ("wandb", "wandb")])
+@pytest.mark.parametrize("sink, module", [("tensorboard", "tensorboard"), ("wandb", "wandb"), ("mlflow", "mlflow"), ("aim", "aim")])
 def test_missing_package_is_a_clear_error_only_when_asked_for(tmp_path, monkeypatch, sink, module):
     monkeypatch.setitem(sys.modules, module, None)  # `import module` now raises ImportError
     with pytest.raises(MissingSinkPackage, match=rf"pip install 'rlvr\[{sink}\]'"):
@@ -105,10 +106,58 @@ def test_missing_package_stops_train_before_the_model_loads(tmp_path, monkeypatc
     assert "pip install 'rlvr[wandb]'" in capsys.readouterr().err
 
 
+def test_mlflow_sink_writes_a_file_store_in_the_run_folder(tmp_path):
+    pytest.importorskip("mlflow", reason="mlflow-skinny is in the test extra; install rlvr[test]")
+    from mlflow.tracking import MlflowClient
+
+    run_dir = tmp_path / "run-m"
+    config = load_config(None, ["train.loggers=[mlflow]", "optim.lr=3e-4"])
+    writer = RunWriter(run_dir, sinks=build_sinks(config, run_dir))
+    writer.metrics({"iteration": 1, "reward/mean": 0.25, "note": "text", "nan": float("nan")})
+    writer.metrics({"iteration": 2, "reward/mean": 0.75})
+    writer.eval({"iteration": 2, "eval/accuracy": 0.5})
+    writer.close()
+    client = MlflowClient(tracking_uri=(run_dir / "mlflow").resolve().as_uri())  # nothing outside the run folder
+    (run,) = client.search_runs([client.get_experiment_by_name("rlvr").experiment_id])
+    assert run.info.run_name == "run-m" and run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "reward/mean")
+    assert [(m.step, m.value) for m in history] == [(1, 0.25), (2, 0.75)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "eval/accuracy")] == [(2, 0.5)]
+    assert not {"note", "nan", "iteration"} & set(run.data.metrics)
+    assert run.data.params["optim.lr"] == "0.0003" and run.data.params["train.loggers"] == "['mlflow']"
+
+
+def test_aim_sink_tracks_each_value_and_stores_the_config(tmp_path, monkeypatch):
+    created = []
+
+    class FakeAimRun:
+        def __init__(self, repo, **kwargs):
+            self.repo, self.tracked, self.items, self.closed = repo, [], {}, False
+            created.append(self)
+
+        def __setitem__(self, key, value):
+            self.items[key] = value
+
+        def track(self, value, name, step):
+            self.tracked.append((name, step, value))
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setitem(sys.modules, "aim", types.SimpleNamespace(Run=FakeAimRun))
+    config = load_config(None, ["train.loggers=[aim]"])
+    writer = RunWriter(tmp_path, sinks=build_sinks(config, tmp_path / "run-b"))
+    writer.metrics({"iteration": 4, "reward/mean": 0.5, "kl": 0.01, "status": "ok"})
+    writer.close()
+    (run,) = created
+    assert run.repo == str(tmp_path / "run-b" / "aim") and run.name == "run-b"
+    assert run.tracked == [("reward/mean", 4, 0.5), ("kl", 4, 0.01)]
+    assert run.items["hparams"]["rollout.group_size"] == 8 and run.closed
+
+
 def test_unknown_logger_and_mode_are_config_errors():
-    assert SINKS.names() == ["tensorboard", "wandb"]
-    with pytest.raises(ConfigError, match="valid choices: tensorboard, wandb"):
+    assert SINKS.names() == ["aim", "mlflow", "tensorboard", "wandb"]
+    with pytest.raises(ConfigError, match="valid choices: aim, mlflow, tensorboard, wandb"):
         load_config(None, ["train.loggers=[tensorbored]"])
     with pytest.raises(ConfigError, match="online, offline, disabled"):
         load_config(None, ["train.wandb_mode=cloud"])
-    assert TensorBoardSink is SINKS.get("tensorboard")

@@ -1,104 +1,88 @@
-"""`StopStringMatcher` gives the same answers as decoding every row's last tokens at every step.
+"""Stop strings: where a completion's text ends, which of its tokens count as generated, and which apply.
 
-The tokenizer here is byte-level with multi-character tokens, so a stop string can be reached in
-several tokenizations (`</answer>` whole, `</` + `answer` + `>`, or `...r>x` running past it) and a
-two-byte character can be split over two tokens. Random token sequences are checked step by step
-against the plain rule (decode the window, look for each stop string), up to each row's first hit.
+A stop string ends a completion and is kept; with several, the earliest one in the text counts,
+and text a token carried past it is dropped (`cut_at_stop`). Tokens after the stop (EOS filler)
+are not generated and stay out of the loss mask. The tiny tokenizer has one token per character,
+so no token runs past a stop string there: `run_past` adds the token `xay`, which carries the
+stop string `a` with text on both sides, and steers the model to emit it.
 """
 
 from __future__ import annotations
 
-import random
-
+import pytest
 import torch
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from rlvr.rollout.stop_strings import StopStringMatcher
-
-BYTE_SPELLING = bytes_to_unicode()
-MULTI_CHARACTER = ["</", "answer", "</answer>", "r>x", "wer", "an", "é"]
-STOPS = ("</answer>", "é", "x\n")
+from rlvr.models import load_policy
+from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, cut_at_stop
+from rlvr.rollout.base import completion_lengths_from_tokens
 
 
-def _spell(text: str) -> str:
-    return "".join(BYTE_SPELLING[b] for b in text.encode("utf-8"))
+@pytest.mark.parametrize("text, stops, kept", [
+    ("a </answer> extra", ("</answer>",), "a </answer>"),
+    ("x\n\ny </answer> z", ("</answer>", "\n\n"), "x\n\n"),  # the earliest in the text, not in the tuple
+    ("x </answer>\n\n", ("\n\n", "</answer>"), "x </answer>"),
+    ("abab", ("b",), "ab"),  # its first occurrence
+    ("xay", ("y", "a"), "xa"),
+    ("no stop", ("</answer>",), "no stop"),
+    ("ab", ("", "b"), "ab"),  # an empty stop string is ignored
+])
+def test_cut_at_stop_keeps_text_up_to_the_earliest_stop_string(text, stops, kept):
+    assert cut_at_stop(text, stops) == kept
 
 
-def _byte_level_tokenizer(clean_up: bool = False) -> PreTrainedTokenizerFast:
-    vocab = {BYTE_SPELLING[b]: b for b in range(256)}
-    for token in MULTI_CHARACTER:
-        vocab[_spell(token)] = len(vocab)
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens([AddedToken("<|end|>", special=True)])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|end|>", pad_token="<|end|>",
-                                   clean_up_tokenization_spaces=clean_up)
+def test_completion_lengths_count_the_stop_string_but_not_the_filler_after_it(tiny_model_dir):
+    tokenizer = load_policy(str(tiny_model_dir)).tokenizer
+    eos = tokenizer.eos_token_id  # also the pad id, as in SmolLM2
+
+    def ids(text: str, fill: int) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"] + [eos] * fill
+
+    completions = torch.tensor([
+        ids("xa", 3),  # ended by the stop string `a`: the three EOS are filler
+        ids("xb", 3),  # ended by a generated EOS: it counts
+        ids("bbbbb", 0),  # ran to the budget
+    ])  # [3, 5]
+    lengths, truncated = completion_lengths_from_tokens(completions, {eos}, 5, tokenizer, ("a",))
+    assert lengths.tolist() == [2, 3, 5]
+    assert truncated.tolist() == [False, False, True]
+    lengths, _ = completion_lengths_from_tokens(completions, {eos}, 5)  # without stop strings: EOS only
+    assert lengths.tolist() == [3, 3, 5]
 
 
-def _plain_rule(tokenizer, row_tokens: list[int], window: int) -> bool:
-    tail = tokenizer.decode(row_tokens[-window:], skip_special_tokens=True)
-    return any(stop in tail for stop in STOPS)
+@pytest.fixture(scope="module")
+def run_past(tiny_model_dir):
+    """The tiny model and tokenizer plus a token `xay`, steered by a hook on the LM head: after a `b`
+    the model says `b`, after anything else `xay`."""
+    loaded = load_policy(str(tiny_model_dir))
+    tokenizer, model = loaded.tokenizer, loaded.policy
+    tokenizer.add_tokens(["xay"])
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    run_past_id, b_id = tokenizer.convert_tokens_to_ids("xay"), tokenizer.convert_tokens_to_ids("b")
+    inputs = {}
+
+    def remember_inputs(module, args, kwargs):
+        inputs["ids"] = kwargs["input_ids"]
+
+    def steer(module, args, logits):  # logits [B, T, V]
+        wanted = torch.where(inputs["ids"] == b_id, b_id, run_past_id)  # [B, T]
+        return logits + 100.0 * torch.nn.functional.one_hot(wanted, logits.shape[-1]).to(logits.dtype)
+
+    model.register_forward_pre_hook(remember_inputs, with_kwargs=True)
+    model.get_output_embeddings().register_forward_hook(steer)
+    return model, tokenizer
 
 
-def _sequences(tokenizer, rows: int, length: int, seed: int) -> torch.Tensor:
-    pieces = ["<", "/", "a", "n", "s", "w", "e", "r", ">", "x", "\n", " "] + MULTI_CHARACTER
-    ids = [tokenizer.convert_tokens_to_ids(_spell(p)) for p in pieces]
-    ids += [0xC3, 0xA9, tokenizer.convert_tokens_to_ids("<|end|>")]  # "é" as two byte tokens; a special token
-    rng = random.Random(seed)
-    return torch.tensor([[rng.choice(ids) for _ in range(length)] for _ in range(rows)])
-
-
-def _first_disagreement(matcher, tokenizer, tokens) -> str | None:
-    rows, length = tokens.shape
-    live = list(range(rows))
-    hits = 0
-    for step in range(length):
-        if not live:
-            break
-        active = torch.tensor(live, dtype=torch.long)
-        chosen = tokens[active, step]
-        got = matcher.finished(tokens, active, chosen, step, torch.zeros(len(live), dtype=torch.bool)).tolist()
-        for row, stopped in zip(live, got):
-            if stopped != _plain_rule(tokenizer, tokens[row, : step + 1].tolist(), matcher.window):
-                return f"row {row} step {step}: {tokenizer.decode(tokens[row, :step + 1])!r}"
-        hits += sum(got)
-        live = [row for row, stopped in zip(live, got) if not stopped]
-    assert hits > 20, hits  # the sequences do reach stop strings, in many ways
-    return None
-
-
-def test_filtered_check_equals_decoding_every_row():
-    tokenizer = _byte_level_tokenizer()
-    matcher = StopStringMatcher(tokenizer, STOPS, len(tokenizer))
-    assert matcher.candidates is not None
-    candidates = {tokenizer.decode([i]) for i in matcher.candidates.nonzero().flatten().tolist()}
-    assert {">", "r>x", "</answer>", "é", "\n"} <= candidates and not {"a", "</", "answer", "wer"} & candidates
-    assert "<|end|>" not in candidates and "\ufffd" in candidates  # byte halves of "é" are checked
-    tokens = _sequences(tokenizer, rows=64, length=40, seed=0)
-    assert _first_disagreement(matcher, tokenizer, tokens) is None
-    # Power: filtering on each stop string's first character instead of its last misses stops.
-    first_characters = {s[0] for s in STOPS}
-    matcher.candidates = torch.tensor([any(c in tokenizer.decode([i]) for c in first_characters)
-                                       for i in range(len(tokenizer))])
-    assert _first_disagreement(matcher, tokenizer, tokens) is not None
-
-
-def test_no_filter_when_decoding_cleans_up_spaces():
-    tokenizer = _byte_level_tokenizer(clean_up=True)
-    matcher = StopStringMatcher(tokenizer, STOPS, len(tokenizer))
-    assert matcher.candidates is None  # every row is decoded every step
-    assert _first_disagreement(matcher, tokenizer, _sequences(tokenizer, rows=64, length=40, seed=1)) is None
-
-
-def test_rows_already_ended_stay_ended_and_no_stops_is_a_no_op():
-    tokenizer = _byte_level_tokenizer()
-    tokens = _sequences(tokenizer, rows=4, length=3, seed=2)
-    ended = torch.tensor([True, False, True, False])
-    assert StopStringMatcher(tokenizer, (), len(tokenizer)).finished(tokens, torch.arange(4), tokens[:, 2], 2,
-                                                                      ended) is ended
-    result = StopStringMatcher(tokenizer, STOPS, len(tokenizer)).finished(tokens, torch.arange(4), tokens[:, 2], 2,
-                                                                           ended)
-    assert bool(result[0]) and bool(result[2])
+@pytest.mark.parametrize("backend", ["hf_generate", "decode_loop"])
+@pytest.mark.parametrize("stops", [("a",), ("y", "a")])
+def test_a_token_running_past_the_stop_string_is_cut_and_nothing_after_it_is_generated(run_past, backend, stops):
+    model, tokenizer = run_past
+    sample = ROLLOUT_BACKENDS.get(backend).sample_fn
+    settings = SamplingSettings(max_new_tokens=4, do_sample=False, stop_strings=stops, share_prompt_prefill=False)
+    generation = sample(model, tokenizer, ["say 1", "bb"], 2, settings)
+    # "say 1" -> the token `xay`: stopped by `a` (with `y` too: `a` is earlier in the text), text
+    # cut after it; the text of that row does not end with a stop string. "bb" -> `bbbb`: truncated.
+    assert generation.completion_texts == ["xa", "xa", "bbbb", "bbbb"]
+    assert generation.completion_lengths.tolist() == [1, 1, 4, 4]
+    assert generation.truncated.tolist() == [False, False, True, True]
+    completion_mask = generation.attention_mask[:, generation.prompt_len:]  # [4, C]
+    assert completion_mask.sum(1).tolist() == [1, 1, 4, 4]  # the filler after `xay` is not in the mask

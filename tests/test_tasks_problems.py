@@ -1,8 +1,7 @@
-"""gsm8k, math and integer tasks: data sources, held-out splits, prompts, filters and verdicts."""
+"""gsm8k and math tasks: data sources, held-out splits, prompts, filters and verdicts (integer: test_integer_task.py)."""
 
 import json
 import math
-import operator
 
 import pytest
 
@@ -91,7 +90,8 @@ def test_prompts(gsm8k_file):
     (" 16 - 3 = 13 </think> <answer>$1,250.00</answer>", 1.0, 1.0, True),
     (" </think> <answer>1250</answer>", 1.0, 1.0, True),
     (" </think> <answer>1,249</answer>", 0.0, 1.0, False),
-    (" </think> <answer></answer>", 0.0, 1.0, False),
+    (" </think> <answer></answer>", 0.0, 0.0, False),  # an empty span is no answer: no format either
+    (" </think> <answer> answer here </answer>", 0.0, 0.0, False),  # copied from the r1_zero prompt
     (" The answer is 1250.", 0.0, 0.0, False),
 ])
 def test_gsm8k_verdicts(gsm8k_file, completion, answer, format_, correct):
@@ -137,50 +137,8 @@ def test_math_verdicts_and_timeout(math_file):
 def test_colon_names_reach_the_family(gsm8k_file):
     with pytest.raises(ValueError, match="task 'format_copy:x': bad task.options"):
         build_task("format_copy:x")
-    with pytest.raises(KeyError, match="unknown task 'nope'"):
+    with pytest.raises(KeyError, match="unknown task 'nope:x': 'nope' is not a registered task family"):
         build_task("nope:x")
-
-
-# ----------------------------------------------------------------------------- integer
-
-
-@pytest.mark.parametrize("completion, answer, format_, status, total", [
-    ("42", 1.0, 1.0, "ok", 1.2),
-    (" 42\n", 1.0, 1.0, "ok", 1.2),
-    ("The answer is 42.", 1.0, 0.0, "ok", 1.0),
-    ("<answer>42</answer>", 1.0, 0.0, "ok", 1.0),
-    ("1,042", 0.0, 0.0, "ok", 0.0),
-    ("41", 0.0, 1.0, "ok", 0.2),
-    ("-42", 0.0, 1.0, "ok", 0.2),
-    ("40 or 42 or 41", 0.0, 0.0, "ok", 0.0),  # the last integer counts
-    ("forty-two", math.nan, 0.0, "unjudgeable", 0.0),
-    ("", math.nan, 0.0, "unjudgeable", 0.0),
-])
-def test_integer_verdicts(completion, answer, format_, status, total):
-    task = build_task("integer")
-    example = task.make_example("What is 40 + 2? Reply with only the integer.", 42)
-    verdict = task.score(completion, example)
-    assert verdict.status == status
-    assert verdict.components["format"] == format_
-    assert (math.isnan(verdict.components["answer"]) and math.isnan(answer)) or verdict.components["answer"] == answer
-    assert verdict.total == pytest.approx(total)
-
-
-def test_integer_unjudgeable_is_unscorable_without_format_weight():
-    task = build_task("integer", reward_weights={"format": 0.0})
-    example = task.make_example("What is 1 + 1?", 2)
-    assert not task.score("two", example).scorable
-    assert task.score("3", example).total == 0.0
-
-
-def test_integer_examples_are_right_and_held_out():
-    task = build_task("integer", options={"eval_size": 50, "high": 9})
-    for example in task.examples("train", 20, 1) + task.examples("eval", 50, 0):
-        a, op, b = example.metadata["question"].split("?")[0].split()[2:5]
-        assert int(example.ground_truth) == {"+": operator.add, "-": operator.sub, "*": operator.mul}[op](int(a), int(b))
-    held_out = {e.metadata["question"] for e in task.iter_eval()}
-    train = {e.metadata["question"] for seed in range(20) for e in task.examples("train", 10, seed)}
-    assert not held_out & train
 
 
 def test_gsm8k_from_a_dataset_name_uses_the_named_splits(monkeypatch):
@@ -219,3 +177,105 @@ def test_dataset_name_without_the_datasets_package_is_a_clear_error(monkeypatch)
     monkeypatch.setattr(builtins, "__import__", no_datasets)
     with pytest.raises(ValueError, match="needs the `datasets` package"):
         build_task("gsm8k", options={"dataset": "openai/gsm8k"}, use_chat_template=False)
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"", "the file is empty"),
+    (b"\n  \n", "the file is empty"),
+    (b'{"question": "q1?", "answer": "#### 1"}\n{"question": "q2?", "answer": "no final line"}\n',
+     ":2: GSM8K answer has no '#### N' line"),
+    (b'{"question": "q1?", "answer": "#### 1"}\n\n{"question": "caf\xe9?", "answer": "#### 2"}\n',
+     ":3: not UTF-8 text (byte 0xe9 at column 18)"),
+    (b'{"question": "q1?", "answer": "#### 1"}\n42\n', ":2: expected a JSON object ({...}) per line, got int 42"),
+    (b'{"question": "q1?", "answer": "#### 1"}\n{"question": \n', ":2: not a JSON line"),
+    (b'{"question": "q1?"}\n', ":1: gsm8k: a record needs 'question' and 'answer' fields"),
+])
+def test_gsm8k_data_errors_name_the_file_and_the_line(tmp_path, content, expected):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as info:
+        build_task("gsm8k", options={"path": str(path)}, use_chat_template=False)
+    assert str(path) in str(info.value) and expected in str(info.value)
+
+
+def test_math_data_errors_name_the_file_and_the_line(tmp_path):
+    path = tmp_path / "math.jsonl"
+    path.write_text('{"problem": "1+1?", "answer": "2"}\n["not", "an", "object"]\n')
+    pytest.importorskip("math_verify", reason="the math task needs math-verify")
+    with pytest.raises(ValueError, match=f"{path}:2: expected a JSON object"):
+        build_task("math", options={"path": str(path)}, use_chat_template=False)
+    path.write_text('{"problem": "1+1?", "answer": "2"}\n{"question_text": "?"}\n')
+    with pytest.raises(ValueError, match=f"{path}:2: math: a record needs a 'problem' field"):
+        build_task("math", options={"path": str(path)}, use_chat_template=False)
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({"eval_size": -1}, "gsm8k: task.options.eval_size=-1 must be an integer >= 0"),
+    ({"eval_size": 2.5}, "gsm8k: task.options.eval_size=2.5 must be an integer >= 0"),
+    ({"split_seed": "x"}, "gsm8k: task.options.split_seed='x' must be an integer >= 0"),
+    ({"timeout_seconds": 0}, "gsm8k: task.options.timeout_seconds=0 must be a finite number of seconds > 0"),
+])
+def test_gsm8k_option_ranges(gsm8k_file, options, expected):
+    with pytest.raises(ValueError) as info:
+        build_task("gsm8k", options={"path": str(gsm8k_file), **options}, use_chat_template=False)
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize("name, options, expected", [
+    ("format_copy", {"eval_size": -1}, "format_copy: task.options.eval_size=-1 must be an integer >= 0"),
+    ("integer", {"eval_size": -5}, "integer: task.options.eval_size=-5 must be an integer >= 0"),
+    ("integer", {"low": 1.5}, "integer: task.options.low=1.5 must be an integer"),
+])
+def test_generated_task_option_ranges(name, options, expected):
+    with pytest.raises(ValueError) as info:
+        build_task(name, options=options)
+    assert expected in str(info.value)
+
+
+def test_a_bad_task_option_fails_before_the_model_is_loaded(tmp_path, capsys):
+    from rlvr.cli import main
+
+    missing_model = tmp_path / "no-such-model"  # loading it would fail with a different message
+    assert main(["train", f"model.name={missing_model}", "task.name=format_copy", "task.options={eval_size: -1}",
+                 f"train.output_dir={tmp_path}", "train.run_name=run", "train.progress=false"]) == 2
+    assert "format_copy: task.options.eval_size=-1 must be an integer >= 0" in capsys.readouterr().err
+
+
+def test_train_path_alone_holds_out_a_slice_and_says_so(gsm8k_file, capsys):
+    task = build_task("gsm8k", options={"train_path": str(gsm8k_file), "eval_size": 5}, use_chat_template=False)
+    assert "no eval_path given: 5 problems of train_path are held out" in capsys.readouterr().err
+    held_out = {e.metadata["question"] for e in task.iter_eval()}
+    train = {e.metadata["question"] for seed in range(30) for e in task.examples("train", 6, seed)}
+    assert len(held_out) == 5 and not held_out & train and len(held_out | train) == 41
+    default = build_task("gsm8k", options={"train_path": str(gsm8k_file)}, use_chat_template=False)
+    assert len(list(default.iter_eval())) == 4  # 10% of 41, as with `path`
+
+
+def test_training_with_no_held_out_examples_is_refused(gsm8k_file, tmp_path, capsys):
+    from rlvr.cli import main
+
+    options = f"task.options={{train_path: {gsm8k_file}, eval_size: 0, prompt: question_only}}"
+    assert main(["train", f"model.name={tmp_path / 'no-such-model'}", "task.name=gsm8k", options,
+                 f"train.output_dir={tmp_path}", "train.run_name=run", "train.progress=false",
+                 "train.eval_size=8"]) == 2
+    err = capsys.readouterr().err
+    assert "task 'gsm8k' has no held-out examples but train.eval_size=8" in err and "train.eval_size=0" in err
+
+
+def test_an_unreachable_dataset_says_so_and_suggests_a_local_file(tmp_path):
+    """Offline (HF_DATASETS_OFFLINE=1, empty cache): no traceback, a message naming the fix. No network is used."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("datasets", reason="the `datasets` package (installed with trl) is needed here")
+    code = ("from rlvr.tasks import build_task\n"
+            "try:\n"
+            "    build_task('gsm8k', options={'dataset': 'openai/gsm8k'}, use_chat_template=False)\n"
+            "except ValueError as exc:\n"
+            "    print(exc)\n")
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "task.options.dataset='openai/gsm8k' (split 'train'): HF_DATASETS_OFFLINE is set" in done.stdout
+    assert "task.options.path=data.jsonl" in done.stdout

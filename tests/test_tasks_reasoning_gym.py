@@ -1,5 +1,5 @@
 """reasoning_gym tasks: round trips through each dataset's own answers, format reward, mixtures,
-the answer screen that keeps model output away from `eval`, and the time limit."""
+refused answers, and the time limit. (Escape attempts: tests/test_verifier_escapes.py.)"""
 
 import math
 import time
@@ -7,7 +7,6 @@ import time
 import pytest
 
 from rlvr.tasks import build_task
-from rlvr.tasks.reasoning_gym_tasks import refusal, tag_format_score
 from rlvr.tasks.worker import WORKER
 
 SHORT_WORDS = {"min_word_len": 3, "max_word_len": 5}
@@ -47,24 +46,18 @@ def test_round_trip_other_datasets(name):
         assert verdict.verifier == f"reasoning_gym/{name}"
 
 
-@pytest.mark.parametrize("completion, expected", [
-    ("<think> a </think> <answer>x</answer>", 1.0),
-    (" a </think> <answer>x</answer>", 0.75),  # the raw prompt's <think> is not in the completion
-    ("<answer>x</answer>", 0.5),
-    ("</think>", 0.25),
-    ("plain text", 0.0),
-])
-def test_tag_format_score(completion, expected):
-    assert tag_format_score(completion) == expected
-
-
-def test_format_counts_the_prompts_think_tag(spell):
+def test_format_needs_an_answer_span_of_its_own(spell):
+    """r1_zero: a non-empty span after `</think>`; the prompt's own `<think>` earns nothing any more."""
     example = spell.examples("eval", 1, 0)[0]
-    assert spell.score(formatted("zzz"), example).components["format"] == 1.0  # r1_zero prompt ends in <think>
-    chat = build_task("reasoning_gym:spell_backward", options={**SHORT_WORDS, "eval_size": 2, "prompt": "question_only"})
-    assert chat.score(formatted("zzz"), chat.examples("eval", 1, 0)[0]).components["format"] == 0.75
+    assert spell.score(formatted("zzz"), example).components["format"] == 1.0  # wrong, but an answer
     missing = spell.score(" thinking, no tags", example)
-    assert missing.components == {"answer": 0.0, "format": 0.25, "binary": 0.0} and missing.status == "ok"
+    assert missing.components == {"answer": 0.0, "format": 0.0, "binary": 0.0} and missing.status == "ok"
+    no_close = spell.score(" thinking <answer>zzz</answer>", example)  # never closed <think>
+    assert no_close.components["format"] == 0.0
+    chat = build_task("reasoning_gym:spell_backward", options={**SHORT_WORDS, "eval_size": 2, "prompt": "question_only"})
+    chat_example = chat.examples("eval", 1, 0)[0]
+    assert chat.score("<answer>zzz</answer>", chat_example).components["format"] == 1.0  # no </think> asked for
+    assert chat.score("<answer> </answer>", chat_example).components["format"] == 0.0
 
 
 def test_eval_is_held_out_and_train_is_deterministic(spell):
@@ -95,41 +88,42 @@ def test_bad_names_and_options():
         build_task("reasoning_gym:mix", use_chat_template=False)
 
 
-@pytest.mark.parametrize("answer, refused", [
-    ("ainomma", False),
-    ("94*4 - 61 - 6", False),
-    ("42*(30 - 4 - 23)", False),
-    ("sqrt(2) + 2(3)", False),
-    ("['a', 'b']", False),
-    ("Mr. Smith went home", False),
-    ("__import__('os').system('true')", True),
-    ("open('/etc/passwd').read()", True),
-    ("exec ('1')", True),
-    ("(lambda: 1)()", True),
-    ("[print][0]('x')", True),
-    ("open\\\n('x')", True),  # backslash continuation
-    ("(open #c\n('x'))", True),  # a comment between name and call
-    ("ｏｐｅｎ('x')", True),  # fullwidth letters normalise to `open`
-    ("x.sqrt(2)", True),  # a method call, even of a safe name
-    ("f'{1}'", False),
-    ("f'{open(1)}'", True),
+@pytest.mark.parametrize("answer", [
+    "__import__('os').getcwd()",  # an attribute of a call
+    "open(1) + 2",  # a call of a function the arithmetic grammar does not name
+    "exit + 2",  # a name that is not a symbol of the grammar (countdown has none)
 ])
-def test_answer_screen(answer, refused):
-    assert (refusal(answer) is not None) is refused, answer
-
-
-def test_refused_answer_is_unjudgeable_not_wrong(spell):
-    example = spell.examples("eval", 1, 0)[0]
-    verdict = spell.score(formatted("__import__('os').getcwd()"), example)
+def test_refused_answer_is_unjudgeable_not_wrong(answer):
+    """A countdown answer that is not arithmetic is refused before the scorer (which would
+    `parse_expr` it): NaN answer, the format still counts."""
+    task = build_task("reasoning_gym:countdown", options={"eval_size": 1, "size": 10}, use_chat_template=False)
+    example = task.examples("eval", 1, 0)[0]
+    verdict = task.score(formatted(answer), example)
     assert verdict.status == "unjudgeable" and math.isnan(verdict.components["answer"])
+    assert verdict.detail.startswith("refused: ")
     assert verdict.components["format"] == 1.0 and verdict.total == pytest.approx(0.1)
 
 
+def test_a_comment_in_an_answer_never_reaches_the_scorer():
+    """countdown's scorer counts every integer in its text: the `1` in the comment would make the
+    numbers used differ from the ones given (0.05). The scorer gets the canonical rendering instead."""
+    task = build_task("reasoning_gym:countdown", options={"eval_size": 2, "size": 10}, use_chat_template=False)
+    for example in task.examples("eval", 2, 0):
+        verdict = task.score(formatted(f"{example.ground_truth}  # 1"), example)
+        assert verdict.status == "ok" and verdict.correct and verdict.components["answer"] == 1.0, verdict
+        assert "#" not in verdict.detail
+
+
+def test_unaudited_dataset_is_refused_when_the_task_is_built():
+    with pytest.raises(ValueError, match="'composite' is not among the audited scorers.*reasoning_gym:mix"):
+        build_task("reasoning_gym:composite", use_chat_template=False)
+
+
 def test_scorer_hang_becomes_timeout_within_twice_the_limit():
-    """countdown parses the answer with sympy; `9**9**9**9` would compute for hours."""
+    """simple_integration parses the answer with sympy; `9**9**9**9` would compute for hours."""
     limit = 1.0
-    task = build_task("reasoning_gym:countdown", options={"eval_size": 1, "size": 10, "timeout_seconds": limit},
-                      use_chat_template=False)
+    task = build_task("reasoning_gym:simple_integration", options={"eval_size": 1, "size": 10,
+                                                                   "timeout_seconds": limit}, use_chat_template=False)
     example = task.examples("eval", 1, 0)[0]
     WORKER.warm_up("reasoning_gym")
     started = time.monotonic()

@@ -13,6 +13,8 @@ from rlvr.models import LoraSettings, load_policy, load_trainable
 from rlvr.rollout import SamplingSettings, hf_generate
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
+from tests.test_metric_names import PREFIXES, REPO, names_used
+from tests.test_ppo import PPO_METRICS
 
 REQUIRED_METRICS = [
     "reward/mean", "reward/std", "reward/share", "frac_zero_variance_groups", "frac_nonzero_advantages",
@@ -44,6 +46,12 @@ def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
         assert record["optimizer_steps"] == 2  # grpo: 2 epochs, one optimizer step each
         assert record["frac_zero_variance_groups"] < 1.0  # the toy task has contrast
         assert record["kl"] >= 0
+    # Every metric the health checks and the report read is in this run's records (PPO's value
+    # metrics: in a PPO run's, tests/test_ppo.py).
+    written = {key for record in records + read_jsonl(run_dir / "eval.jsonl") for key in record}
+    for reader in ("rlvr/train/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py"):
+        for name in names_used((REPO / reader).read_text()) - set(PPO_METRICS):
+            assert name in written or (name in PREFIXES and any(key.startswith(name) for key in written)), (reader, name)
     assert records[0]["kl"] == 0.0  # the policy starts equal to the reference (LoRA B = 0)
     assert records[1]["kl"] > 0  # and moves away from it
     # First epoch is on-policy: the ratio is exactly 1 there.
@@ -54,8 +62,28 @@ def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
     assert lora_b and any(v.abs().max() > 0 for v in lora_b)
 
 
-def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path):
-    extra = {"train.iterations": 4, "train.save_every": 2, "train.eval_every": 2, "algorithm.name": "grpo",
+# PPO: the value head (and a separate value model with its own adapter) is part of the state a resume
+# restores; the separate case also takes the KL penalty in the reward and a value warm-up iteration.
+RESUME_CASES = {
+    "grpo": {"algorithm.name": "grpo"},
+    "ppo": {"algorithm.name": "ppo", "rollout.batch_size": 4, "rollout.group_size": 2},
+    "ppo_separate": {"algorithm.name": "ppo", "algorithm.value_model": "separate", "algorithm.kl_in_reward": 0.05,
+                     "algorithm.value_warmup_iterations": 1},
+}
+
+
+def _value_tensors(run_dir):
+    from safetensors.torch import load_file
+
+    folder = sorted((run_dir / "checkpoints").glob("iter_*"))[-1] / "value"
+    return {**load_file(str(folder / "value_head.safetensors")),
+            **({f"model/{k}": v for k, v in load_file(str(folder / "model" / "adapter_model.safetensors")).items()}
+               if (folder / "model").exists() else {})}
+
+
+@pytest.mark.parametrize("case", sorted(RESUME_CASES))
+def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, case):
+    extra = {"train.iterations": 4, "train.save_every": 2, "train.eval_every": 2, **RESUME_CASES[case],
              "model.lora_rank": 4, "model.lora_alpha": 8, "train.keep_checkpoints": 5}
     full = tmp_path / "full"
     assert main(["train", *tiny_overrides(tiny_model_dir, full, **extra)]) == 0
@@ -79,6 +107,13 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path):
     full_w, part_w = _weights(full, tiny_model_dir), _weights(part, tiny_model_dir)
     for key in full_w:
         assert torch.equal(full_w[key], part_w[key]), key
+    if case.startswith("ppo"):
+        full_v, part_v = _value_tensors(full), _value_tensors(part)
+        assert full_v.keys() == part_v.keys() and len(full_v) > (2 if case == "ppo_separate" else 1)
+        for key in full_v:
+            assert torch.equal(full_v[key], part_v[key]), key
+        assert full_v["weight"].abs().max() > 0  # the head learned (it starts at zero)
+        assert full_records[-1]["value/explained_variance"] == part_records[-1]["value/explained_variance"]
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys):
@@ -139,19 +174,23 @@ def test_nonfinite_updates_are_skipped_and_counted(tiny_model_dir, tmp_path):
 
 def test_rollouts_stop_at_the_tasks_stop_string(tiny_model_dir, tmp_path):
     """With rollout.stop_strings empty, generation ends at the task's own stop string (kept)."""
+    from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings
     from rlvr.tasks import build_task
-    from rlvr.train.collect import sample_round
+    from rlvr.train.collect import collect_groups
 
     config = load_config(None, tiny_overrides(tiny_model_dir, tmp_path / "run", **{
         "rollout.max_new_tokens": 40, "rollout.group_size": 8}))
     loaded = load_policy(str(tiny_model_dir))
     task = build_task("char_count", use_chat_template=False)
     task.stop_strings = ("a",)
+    backend = ROLLOUT_BACKENDS.get(config.rollout.backend)(loaded.policy, loaded.tokenizer)
+    settings = SamplingSettings.for_task(config.rollout, task)
+    assert settings.stop_strings == ("a",)
     torch.manual_seed(0)
-    scored = sample_round(loaded.policy, loaded.tokenizer, task, task.examples("train", 2, 0), config, {})
-    texts = [t for group in scored.texts for t in group]
-    lengths = torch.cat(scored.lengths).tolist()
-    completions = torch.cat(scored.input_ids)[:, scored.prompt_len[0]:]  # [N, C]
+    collected = collect_groups(backend, task, settings, config, 0)
+    texts = [t for group in collected.groups for t in group.texts]
+    lengths = torch.cat([group.lengths for group in collected.groups]).tolist()
+    completions = torch.cat([group.input_ids[:, group.prompt_len:] for group in collected.groups])  # [N, C]
     stopped = [t for t in texts if t.endswith("a")]
     assert stopped, "no completion reached the stop string: the test would not see a missing stop"
     assert all("a" not in t[:-1] for t in texts)  # nothing generated past the stop string
@@ -160,3 +199,6 @@ def test_rollouts_stop_at_the_tasks_stop_string(tiny_model_dir, tmp_path):
         if text.endswith("a"):  # the mask ends exactly with the token that completed the stop string
             assert decode(completions[row, :length], skip_special_tokens=True).endswith("a")
             assert "a" not in decode(completions[row, : length - 1], skip_special_tokens=True)
+    # rollout.stop_strings, when set, replaces the task's.
+    config.rollout.stop_strings = ["b"]
+    assert SamplingSettings.for_task(config.rollout, task).stop_strings == ("b",)

@@ -1,21 +1,23 @@
 """rlvr.core: the math of GRPO-family training as pure tensor functions.
 
-Log-probs and masks, KL estimators, advantage estimators, policy losses, loss aggregation and
-minibatching. No config objects, no I/O; named choices live in registries
-(`ADVANTAGE_ESTIMATORS`, `POLICY_LOSSES`, `LOSS_AGGREGATIONS`, `KL_ESTIMATORS`).
+Log-probs and masks, KL estimators, the no-contrast rule for groups, advantage estimators,
+policy losses, loss aggregation, minibatching, and PPO's value side (GAE, whitening, value loss). No config objects, no I/O, no library
+plumbing; named choices live in registries (`ADVANTAGE_ESTIMATORS`, `POLICY_LOSSES`,
+`LOSS_AGGREGATIONS`, `KL_ESTIMATORS`). CS336's versions of some of these, with that course's
+edge cases, are in `rlvr.compat.cs336`.
 """
 
 from rlvr.core.advantages import (
     ADVANTAGE_ESTIMATORS,
     compute_group_advantages,
-    compute_group_normalized_rewards,
     compute_rloo_advantages,
     get_advantage_estimator,
     maybe_normalize_advantages,
 )
 from rlvr.core.aggregation import LOSS_AGGREGATIONS, aggregate_loss
 from rlvr.core.batch import RolloutBatch, iter_minibatches
-from rlvr.core.completion_logprobs import compute_completion_logprobs
+from rlvr.core.groups import DEGENERATE_EPS, degenerate_groups, degenerate_rows, no_contrast
+from rlvr.core.head_logprobs import head_logprobs
 from rlvr.core.kl import KL_ESTIMATORS, approx_kl, kl_per_token
 from rlvr.core.logprobs import (
     compute_entropy,
@@ -34,15 +36,24 @@ from rlvr.core.masks import (
 )
 from rlvr.core.policy_losses import (
     POLICY_LOSSES,
-    compute_grpo_clip_loss,
-    compute_naive_policy_gradient_loss,
-    compute_policy_gradient_loss,
     get_policy_loss,
+    grpo_clip_loss,
+    reinforce_per_token,
 )
-from rlvr.core.train_steps import grpo_microbatch_train_step, sft_microbatch_train_step
+from rlvr.core.value import (
+    explained_variance,
+    explained_variance_from_sums,
+    explained_variance_sums,
+    gae_advantages,
+    masked_whiten,
+    per_token_rewards,
+    terminal_token_rewards,
+    value_loss,
+)
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "DEGENERATE_EPS",
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
     "POLICY_LOSSES",
@@ -50,28 +61,35 @@ __all__ = [
     "aggregate_loss",
     "approx_kl",
     "build_completion_mask",
-    "compute_completion_logprobs",
     "compute_entropy",
     "compute_group_advantages",
-    "compute_group_normalized_rewards",
-    "compute_grpo_clip_loss",
-    "compute_naive_policy_gradient_loss",
     "compute_per_token_logprobs",
     "compute_per_token_logprobs_and_entropy",
-    "compute_policy_gradient_loss",
     "compute_rloo_advantages",
+    "degenerate_groups",
+    "degenerate_rows",
+    "explained_variance",
+    "explained_variance_from_sums",
+    "explained_variance_sums",
+    "gae_advantages",
     "get_advantage_estimator",
     "get_policy_loss",
     "get_response_log_probs",
-    "grpo_microbatch_train_step",
+    "grpo_clip_loss",
+    "head_logprobs",
     "iter_minibatches",
     "kl_per_token",
     "logprobs_from_logits",
     "masked_mean",
     "masked_mean_per_row",
     "masked_normalize",
+    "masked_whiten",
     "maybe_normalize_advantages",
+    "no_contrast",
+    "per_token_rewards",
     "position_ids_from_attention_mask",
-    "sft_microbatch_train_step",
+    "reinforce_per_token",
+    "terminal_token_rewards",
     "tokenize_prompt_and_output",
+    "value_loss",
 ]

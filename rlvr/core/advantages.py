@@ -1,11 +1,16 @@
-"""Advantage estimators: one scalar per sampled completion, from its reward and its group's.
+"""Advantage estimators: one scalar per sampled completion from its reward and its group's, or
+one per completion token from per-token rewards and a learned value (GAE, for PPO).
 
 A group is the set of completions sampled for the same prompt. Groups are given either by
 `group_size` (contiguous, prompt-major: rows [g*G, (g+1)*G) belong to prompt g) or by arbitrary
 integer `group_ids` in any order. Every estimator in `ADVANTAGE_ESTIMATORS` has the signature
 `fn(rewards [N], group_size=None, group_ids=None, **options) -> advantages [N]`.
 
-Degenerate groups (a single member, or all rewards equal) carry no learning signal; their
+The token-level estimator `gae` takes rewards [N, T] with `completion_mask` and `values` [N, T]
+and returns [N, T] (`rlvr.core.value.gae_advantages`); it ignores groups.
+
+Degenerate groups (a single member, or all rewards equal; `rlvr.core.groups.no_contrast`, the
+definition dynamic sampling and the statistics use too) carry no learning signal; their
 advantages are exactly 0, never NaN or a huge number from dividing by a zero std.
 """
 
@@ -15,6 +20,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from rlvr.core.groups import DEGENERATE_EPS, no_contrast
+from rlvr.core.value import gae_advantages, masked_whiten
 from rlvr.registry import Registry
 
 AdvantageFn = Callable[..., torch.Tensor]
@@ -64,7 +71,7 @@ def _group_index(
 
 
 def _group_statistics(rewards: torch.Tensor, index: torch.Tensor, num_groups: int) -> dict[str, torch.Tensor]:
-    """Per-group count, sum, mean, sum of squared deviations, and 'no spread' flag, all [num_groups]."""
+    """Per-group count, sum, mean, sum of squared deviations, highest and lowest reward, all [num_groups]."""
     zeros = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device)  # [G]
     counts = zeros.index_add(0, index, torch.ones_like(rewards))  # [G]
     sums = zeros.index_add(0, index, rewards)  # [G]
@@ -83,10 +90,8 @@ def _group_statistics(rewards: torch.Tensor, index: torch.Tensor, num_groups: in
 
 
 def _degenerate(stats: dict[str, torch.Tensor], eps: float) -> torch.Tensor:
-    """Groups without signal: one member, or max - min within eps (relative to the reward scale)."""
-    scale = torch.maximum(stats["highest"].abs(), stats["lowest"].abs()).clamp(min=1.0)  # [G]
-    no_spread = (stats["highest"] - stats["lowest"]) <= eps * scale  # [G]
-    return (stats["counts"] < 2) | no_spread  # [G]
+    """Groups without signal (`no_contrast`): one member, or max - min within eps of the reward scale."""
+    return no_contrast(stats["counts"], stats["highest"], stats["lowest"], eps)  # [G]
 
 
 def compute_group_advantages(
@@ -96,7 +101,7 @@ def compute_group_advantages(
     *,
     scale: str = "std",
     std: str = "population",
-    eps: float = 1e-6,
+    eps: float = DEGENERATE_EPS,
 ) -> torch.Tensor:
     """Group-relative advantages. rewards [N] -> advantages [N].
 
@@ -128,7 +133,7 @@ def compute_rloo_advantages(
     group_size: int | None = None,
     group_ids: torch.Tensor | Sequence[int] | None = None,
     *,
-    eps: float = 1e-6,
+    eps: float = DEGENERATE_EPS,
 ) -> torch.Tensor:
     """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024). rewards [N] -> [N].
 
@@ -148,7 +153,10 @@ def compute_rloo_advantages(
 # Registered estimators share one call: fn(rewards, group_size=None, group_ids=None, **options),
 # with options drawn from COMMON_OPTIONS, so a training loop passes the same keywords whatever
 # estimator is configured. An option that means nothing to an estimator is accepted and ignored.
-COMMON_OPTIONS = ("std", "eps")
+# The group estimators are sequence-level: rewards [N] -> advantages [N]. A token-level one (GAE)
+# takes per-token rewards [N, T] with `completion_mask` [N, T] (and `values`, `gamma`, `lam`) and
+# returns [N, T]; the training loop and the losses accept either shape.
+COMMON_OPTIONS = ("std", "eps", "completion_mask", "values", "gamma", "lam")
 
 
 def _check_options(name: str, options: dict[str, Any]) -> None:
@@ -181,7 +189,7 @@ def rloo_advantages(
 ) -> torch.Tensor:
     """r_i - mean of the other members of its group. Options: eps; std is ignored."""
     _check_options("rloo", options)
-    return compute_rloo_advantages(rewards, group_size, group_ids, eps=options.get("eps", 1e-6))
+    return compute_rloo_advantages(rewards, group_size, group_ids, eps=options.get("eps", DEGENERATE_EPS))
 
 
 def no_baseline_advantages(
@@ -196,58 +204,40 @@ ADVANTAGE_ESTIMATORS.add("none", no_baseline_advantages)
 ADVANTAGE_ESTIMATORS.add("no_baseline", no_baseline_advantages)
 
 
+@ADVANTAGE_ESTIMATORS.register("gae")
+def gae_estimator(
+    rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
+) -> torch.Tensor:
+    """GAE on per-token rewards [N, T] against a learned value. Options: completion_mask, values [N, T],
+    gamma, lam (required); groups, std and eps are ignored. -> advantages [N, T] (the returns:
+    `rlvr.core.value.gae_advantages`)."""
+    _check_options("gae", options)
+    missing = [name for name in ("completion_mask", "values", "gamma", "lam") if options.get(name) is None]
+    if missing:
+        raise ValueError(f"the gae estimator needs per-token rewards [N, T] and the options {missing} "
+                         "(a value model: algorithm.value_model shared or separate)")
+    advantages, _ = gae_advantages(rewards, options["values"], options["completion_mask"], options["gamma"],
+                                   options["lam"])
+    return advantages  # [N, T]
+
+
+# The estimators whose baseline comes from the other members of the group: a group of one
+# (group_size 1) gives every completion advantage 0, so a run with them could never learn.
+GROUP_BASELINE_ESTIMATORS = frozenset({"grpo", "dr_grpo", "rloo"})
+# The estimators whose baseline is a learned value: they need a value model and per-token rewards.
+VALUE_BASELINE_ESTIMATORS = frozenset({"gae"})
+
+
 def get_advantage_estimator(name: str) -> AdvantageFn:
     """The registered estimator; an unknown name raises KeyError listing the valid ones."""
     return ADVANTAGE_ESTIMATORS.get(name)
 
 
 def maybe_normalize_advantages(advantages: torch.Tensor, enabled: bool, eps: float = 1e-8) -> torch.Tensor:
-    """Batch-level z-score (population std) when enabled. [N] -> [N]; a constant batch gives zeros."""
+    """Batch-level z-score (population std) when enabled. [N] -> [N]; a constant batch gives zeros.
+
+    `rlvr.core.value.masked_whiten` with every entry kept.
+    """
     if not enabled or advantages.numel() == 0:
         return advantages
-    if advantages.max() == advantages.min():
-        return torch.zeros_like(advantages)
-    centred = advantages - advantages.mean()  # [N]
-    return centred / (centred.square().mean().sqrt() + eps)
-
-
-def compute_group_normalized_rewards(
-    reward_fn: Callable[[str, str], dict[str, float]],
-    rollout_responses: Sequence[str],
-    repeated_ground_truths: Sequence[str],
-    group_size: int,
-    advantage_eps: float,
-    normalize_by_std: bool,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-    """CS336 assignment 5 group normalization. -> (advantages [N], raw_rewards [N], metadata).
-
-    reward_fn(response, ground_truth) returns {"reward", "format_reward", "answer_reward"}.
-    Rewards are viewed as [N / group_size, group_size]; A = (r - mean) / (std + eps) with torch's
-    default sample std (n - 1), or A = r - mean when normalize_by_std is False. As specified there,
-    group_size 1 with normalize_by_std gives NaN (the sample std of one value).
-    """
-    if len(rollout_responses) != len(repeated_ground_truths):
-        raise ValueError(f"{len(rollout_responses)} responses but {len(repeated_ground_truths)} ground truths")
-    if not rollout_responses:
-        raise ValueError("no rollout responses to score")
-    if group_size < 1 or len(rollout_responses) % group_size != 0:
-        raise ValueError(f"group_size {group_size} does not divide the number of responses {len(rollout_responses)}")
-    scores = [reward_fn(response, truth) for response, truth in zip(rollout_responses, repeated_ground_truths)]
-    raw_rewards = torch.tensor([float(score["reward"]) for score in scores], dtype=torch.float32)  # [N]
-    grouped = raw_rewards.view(-1, group_size)  # [N / G, G], prompt-major
-    centred = grouped - grouped.mean(dim=1, keepdim=True)  # [N / G, G]
-    if normalize_by_std:
-        grouped_advantages = centred / (grouped.std(dim=1, keepdim=True) + advantage_eps)
-    else:
-        grouped_advantages = centred
-    advantages = grouped_advantages.reshape(-1)  # [N]
-    metadata = {
-        "reward_mean": raw_rewards.mean().item(),
-        "reward_std": raw_rewards.std().item() if raw_rewards.numel() > 1 else 0.0,
-        "reward_max": raw_rewards.max().item(),
-        "reward_min": raw_rewards.min().item(),
-        "format_reward_mean": sum(float(s.get("format_reward", 0.0)) for s in scores) / len(scores),
-        "answer_reward_mean": sum(float(s.get("answer_reward", 0.0)) for s in scores) / len(scores),
-        "frac_groups_zero_std": (grouped.max(dim=1).values == grouped.min(dim=1).values).float().mean().item(),
-    }
-    return advantages, raw_rewards, metadata
+    return masked_whiten(advantages, torch.ones_like(advantages), eps=eps)  # [N]

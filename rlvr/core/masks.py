@@ -1,4 +1,4 @@
-"""Completion masks, masked reductions, and CS336-style prompt/output tokenization.
+"""Completion masks, masked reductions, and prompt/output tokenization for supervised losses.
 
 Masks follow the log-prob alignment of `rlvr.core.logprobs`: column t of a [B, L-1] mask refers to
 token t+1. Padding is read from the attention mask, never from token ids (pad may equal EOS).
@@ -42,9 +42,11 @@ def _masked_values(tensor: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tens
 
 
 def masked_mean(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """sum(tensor * mask, dim) / sum(mask, dim) (CS336 assignment 5).
+    """sum(tensor * mask, dim) / sum(mask, dim), the safe variant the training loop uses.
 
-    dim=None averages over every element. Where the mask sums to 0 the result is 0, not NaN.
+    dim=None averages over every element. Where the mask sums to 0 the result is 0, not NaN, and
+    values under the mask (NaN, inf) never reach the result. CS336's definition, NaN for an empty
+    mask, is `rlvr.compat.cs336.masked_mean`.
     """
     values, weights = _masked_values(tensor, mask)
     if dim is None:
@@ -66,7 +68,7 @@ def masked_normalize(
     dim: int | None = None,
     normalize_constant: float = 1.0,
 ) -> torch.Tensor:
-    """sum(tensor * mask, dim) / normalize_constant (CS336 assignment 5; dim=None sums everything)."""
+    """sum(tensor * mask, dim) / normalize_constant (dim=None sums everything); garbage under the mask is ignored."""
     values, _ = _masked_values(tensor, mask)
     total = values.sum() if dim is None else values.sum(dim)
     return total / normalize_constant

@@ -6,8 +6,7 @@ Every registered loss has one signature,
 and returns the loss per token, unreduced: aggregation (`rlvr.core.aggregation`) is a separate
 choice. `metrics` holds detached [B, T] tensors `ratio`, `clipped_low`, `clipped_high`, `clipped`
 (float 0/1 flags), so the caller computes clip fractions with its own mask.
-The CS336 assignment 5 functions (`compute_naive_policy_gradient_loss`, `compute_grpo_clip_loss`,
-`compute_policy_gradient_loss`) keep that assignment's signatures.
+CS336 assignment 5's function names and signatures for these losses are in `rlvr.compat.cs336`.
 """
 
 from __future__ import annotations
@@ -50,62 +49,43 @@ def _no_clip_flags(like: torch.Tensor) -> Metrics:
     return {"clipped_low": zeros, "clipped_high": zeros.clone(), "clipped": zeros.clone()}
 
 
-def compute_naive_policy_gradient_loss(
-    raw_rewards_or_advantages: torch.Tensor, policy_log_probs: torch.Tensor
-) -> torch.Tensor:
-    """REINFORCE surrogate -A * log pi per token (Williams 1992; CS336 assignment 5).
-
-    raw_rewards_or_advantages [B, 1] (or [B]), policy_log_probs [B, T] -> [B, T].
-    """
-    advantages = _as_column(raw_rewards_or_advantages)  # [B, 1]
-    return -advantages * policy_log_probs  # [B, T]
-
-
-def compute_grpo_clip_loss(
-    advantages: torch.Tensor,
-    policy_log_probs: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    cliprange: float,
-    cliprange_high: float | None = None,
-) -> tuple[torch.Tensor, Metrics]:
-    """PPO/GRPO clipped surrogate (Schulman et al. 2017; Shao et al. 2024; CS336 assignment 5).
-
-    loss = -min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A), rho = exp(clamp(logp - old)).
-    eps_high defaults to eps_low; a larger eps_high is DAPO's clip-higher. advantages [B, 1] or [B],
-    policy_log_probs [B, T], old_log_probs [B, T] (detached here) -> (loss [B, T], metadata) with
-    float flags where the clipped branch is active: clipped_low (A < 0 and rho < 1 - eps_low),
-    clipped_high (A > 0 and rho > 1 + eps_high), clipped (either); and the detached ratio.
-    """
-    clip_high = cliprange if cliprange_high is None else cliprange_high
-    advantages = _as_column(advantages)  # [B, 1]
-    ratio = torch.exp(_log_ratio(policy_log_probs, old_log_probs))  # [B, T]
-    clipped_ratio = ratio.clamp(1.0 - cliprange, 1.0 + clip_high)  # [B, T]
-    unclipped_objective = ratio * advantages  # [B, T]
-    clipped_objective = clipped_ratio * advantages  # [B, T]
-    loss = -torch.min(unclipped_objective, clipped_objective)  # [B, T]
-    clipped_low = (ratio < 1.0 - cliprange) & (advantages < 0)  # [B, T]
-    clipped_high = (ratio > 1.0 + clip_high) & (advantages > 0)  # [B, T]
-    metadata = {
-        "ratio": ratio.detach(),
-        "clipped_low": clipped_low.float(),
-        "clipped_high": clipped_high.float(),
-        "clipped": (clipped_low | clipped_high).float(),
-    }
-    return loss, metadata
-
-
 @POLICY_LOSSES.register("grpo_clip")
 def grpo_clip_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None,
     *,
     clip_low: float = 0.2,
     clip_high: float | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
-    """Token-level clipped surrogate; see `compute_grpo_clip_loss`. [B, T] -> [B, T]."""
-    return compute_grpo_clip_loss(advantages, logprobs, old_logprobs, clip_low, clip_high)
+    """PPO/GRPO clipped surrogate (Schulman et al. 2017; Shao et al. 2024). [B, T] -> [B, T].
+
+    loss = -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A), rho = exp(clamp(logp - old)).
+    clip_high defaults to clip_low; a larger clip_high is DAPO's clip-higher. advantages [B], [B, 1]
+    or [B, T]; old_logprobs are detached here; the mask is not needed (the loss is per token).
+    Flags where the clipped branch is active: clipped_low (A < 0 and rho < 1 - clip_low),
+    clipped_high (A > 0 and rho > 1 + clip_high), clipped (either); and the detached ratio.
+    """
+    clip_high = clip_low if clip_high is None else clip_high
+    advantages = _as_column(advantages)  # [B, 1]
+    ratio = torch.exp(_log_ratio(logprobs, old_logprobs))  # [B, T]
+    clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # [B, T]
+    unclipped_objective = ratio * advantages  # [B, T]
+    clipped_objective = clipped_ratio * advantages  # [B, T]
+    loss = -torch.min(unclipped_objective, clipped_objective)  # [B, T]
+    clipped_low = (ratio < 1.0 - clip_low) & (advantages < 0)  # [B, T]
+    clipped_high = (ratio > 1.0 + clip_high) & (advantages > 0)  # [B, T]
+    metrics = {
+        "ratio": ratio.detach(),
+        "clipped_low": clipped_low.float(),
+        "clipped_high": clipped_high.float(),
+        "clipped": (clipped_low | clipped_high).float(),
+    }
+    return loss, metrics
+
+
+POLICY_LOSSES.add("ppo_clip", grpo_clip_loss)  # the same clipped surrogate, named for PPO presets
 
 
 @POLICY_LOSSES.register("grpo_no_clip")
@@ -113,7 +93,7 @@ def grpo_no_clip_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None,
     *,
     clip_low: float = 0.2,
     clip_high: float | None = None,
@@ -162,6 +142,12 @@ def gspo_loss(
     return loss, metrics
 
 
+def reinforce_per_token(advantages: torch.Tensor, policy_log_probs: torch.Tensor) -> torch.Tensor:
+    """REINFORCE surrogate -A * log pi per token (Williams 1992). advantages [B], [B, 1] or [B, T], [B, T] -> [B, T]."""
+    advantages = _as_column(advantages)  # [B, 1]
+    return -advantages * policy_log_probs  # [B, T]
+
+
 def _reinforce_metrics(logprobs: torch.Tensor, old_logprobs: torch.Tensor | None) -> Metrics:
     if old_logprobs is None:
         ratio = torch.ones_like(logprobs).detach()
@@ -175,7 +161,7 @@ def reinforce_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor | None,
     advantages: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None,
     *,
     clip_low: float = 0.2,
     clip_high: float | None = None,
@@ -187,7 +173,7 @@ def reinforce_loss(
     mean token log-prob). Only valid on-policy (one gradient step per batch); old_logprobs only
     feeds the logged ratio.
     """
-    return compute_naive_policy_gradient_loss(advantages, logprobs), _reinforce_metrics(logprobs, old_logprobs)
+    return reinforce_per_token(advantages, logprobs), _reinforce_metrics(logprobs, old_logprobs)
 
 
 POLICY_LOSSES.add("gr_reinforce", reinforce_loss)
@@ -196,43 +182,3 @@ POLICY_LOSSES.add("gr_reinforce", reinforce_loss)
 def get_policy_loss(name: str) -> PolicyLossFn:
     """The registered loss; an unknown name raises KeyError listing the valid ones."""
     return POLICY_LOSSES.get(name)
-
-
-CS336_LOSS_TYPES = ("no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip")
-
-
-def compute_policy_gradient_loss(
-    policy_log_probs: torch.Tensor,
-    loss_type: str,
-    raw_rewards: torch.Tensor | None = None,
-    advantages: torch.Tensor | None = None,
-    old_log_probs: torch.Tensor | None = None,
-    cliprange: float | None = None,
-) -> tuple[torch.Tensor, Metrics]:
-    """CS336 assignment 5 dispatch. policy_log_probs [B, T] -> (loss [B, T], metadata).
-
-    no_baseline: -raw_rewards * logp; reinforce_with_baseline: -advantages * logp;
-    grpo_clip: `compute_grpo_clip_loss`; grpo_no_clip: -rho * advantages.
-    """
-
-    def need(name: str, value: object) -> None:
-        if value is None:
-            raise ValueError(f"loss_type {loss_type!r} needs {name}")
-
-    if loss_type == "no_baseline":
-        need("raw_rewards", raw_rewards)
-        return compute_naive_policy_gradient_loss(raw_rewards, policy_log_probs), {}
-    if loss_type == "reinforce_with_baseline":
-        need("advantages", advantages)
-        return compute_naive_policy_gradient_loss(advantages, policy_log_probs), {}
-    if loss_type == "grpo_clip":
-        need("advantages", advantages)
-        need("old_log_probs", old_log_probs)
-        need("cliprange", cliprange)
-        return compute_grpo_clip_loss(advantages, policy_log_probs, old_log_probs, cliprange)
-    if loss_type == "grpo_no_clip":
-        need("advantages", advantages)
-        need("old_log_probs", old_log_probs)
-        mask = torch.ones_like(policy_log_probs)
-        return grpo_no_clip_loss(policy_log_probs, old_log_probs, advantages, mask)
-    raise ValueError(f"unknown loss_type {loss_type!r}; valid choices: {', '.join(CS336_LOSS_TYPES)}")

@@ -93,6 +93,8 @@ def copy_into_fresh_model(model: PreTrainedModel) -> PreTrainedModel:
         del config.quantization_config
     fresh = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
     fresh.load_state_dict(model.state_dict(), strict=True)
+    if getattr(model, "generation_config", None) is not None:
+        fresh.generation_config = copy.deepcopy(model.generation_config)  # eos, pad and sampling defaults
     if getattr(config, "tie_word_embeddings", False):
         if fresh.get_output_embeddings().weight is not fresh.get_input_embeddings().weight:
             raise RuntimeError("the rebuilt model does not share lm_head with embed_tokens as its config says")
@@ -120,35 +122,45 @@ def _publish(work_dir: Path, out_dir: Path) -> None:
         os.rename(work_dir, out_dir)
 
 
+def write_verified_model(model: PreTrainedModel, tokenizer, folder: str | Path) -> int:
+    """Save `model` (safetensors, config, generation config) and `tokenizer` into `folder`, then check them.
+
+    The weights are checked twice against `model.state_dict()`, bit for bit: in the fresh in-memory
+    copy, and after reloading the written files; the reloaded tokenizer must encode a probe text
+    the same way and keep its chat template. Returns the number of tensors checked.
+    """
+    folder = Path(folder)
+    expected = model.state_dict()
+    fresh = copy_into_fresh_model(model)
+    _raise_if_different(expected, fresh.state_dict(), "in-memory copy")
+    fresh.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    del fresh
+    reloaded = AutoModelForCausalLM.from_pretrained(folder, dtype=model.dtype)
+    _raise_if_different(expected, reloaded.state_dict(), "after reloading the saved files")
+    reloaded_tokenizer = AutoTokenizer.from_pretrained(folder)
+    if reloaded_tokenizer(TOKENIZER_PROBE).input_ids != tokenizer(TOKENIZER_PROBE).input_ids:
+        raise RuntimeError("the saved tokenizer encodes differently from the original one")
+    if reloaded_tokenizer.chat_template != tokenizer.chat_template:
+        raise RuntimeError("the saved tokenizer lost or changed its chat template")
+    return len(expected)
+
+
 def save_verified_copy(model: PreTrainedModel, tokenizer, out_dir: str | Path, *, source: dict | None = None) -> Path:
     """Save `model` and `tokenizer` to `out_dir` as safetensors, checked bit for bit, atomically.
 
-    The weights are checked twice against `model.state_dict()`: in the fresh in-memory copy, and
-    after reloading the written files. Everything is written into a hidden work folder next to
-    `out_dir`, with the marker file last, then renamed; a crash never leaves a complete-looking folder.
+    Everything is written into a hidden work folder next to `out_dir` (`write_verified_model`),
+    with the marker file last, then renamed; a crash never leaves a complete-looking folder.
     """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(out_dir)
-    expected = model.state_dict()
-    fresh = copy_into_fresh_model(model)
-    _raise_if_different(expected, fresh.state_dict(), "in-memory copy")
-
     work_dir = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.partial-"))
     try:
-        fresh.save_pretrained(work_dir)
-        tokenizer.save_pretrained(work_dir)
-        del fresh
-        reloaded = AutoModelForCausalLM.from_pretrained(work_dir, dtype=model.dtype)
-        _raise_if_different(expected, reloaded.state_dict(), "after reloading the saved files")
-        reloaded_tokenizer = AutoTokenizer.from_pretrained(work_dir)
-        if reloaded_tokenizer(TOKENIZER_PROBE).input_ids != tokenizer(TOKENIZER_PROBE).input_ids:
-            raise RuntimeError("the saved tokenizer encodes differently from the original one")
-        if reloaded_tokenizer.chat_template != tokenizer.chat_template:
-            raise RuntimeError("the saved tokenizer lost or changed its chat template")
+        tensors = write_verified_model(model, tokenizer, work_dir)
         marker = {
             "source": source or {},
-            "tensors": len(expected),
+            "tensors": tensors,
             "transformers_version": transformers.__version__,
             "torch_version": torch.__version__,
         }
@@ -225,3 +237,28 @@ def resolve_model_path(spec: str | os.PathLike, *, convert_gguf: bool = True) ->
             f"model name ({', '.join(EMBEDDED_MODELS.names())}), a model folder, a .gguf file, or a hub id"
         )
     return text, None
+
+
+def check_model_spec(spec: str | os.PathLike) -> None:
+    """Raise now, loading and converting nothing, if `spec` names no model that `load_policy` could load.
+
+    `resolve_model_path` without conversion checks an embedded name (its package and file), a
+    `.gguf` path and a folder; what it passes on as a hub id must have its config.json in the local
+    Hugging Face cache (rlvr never downloads a model).
+    """
+    text = os.fspath(spec)
+    path, gguf_file = resolve_model_path(text, convert_gguf=False)
+    if gguf_file is not None or Path(path).is_dir():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    valid = (f"valid specs: an embedded model name ({', '.join(EMBEDDED_MODELS.names())}), a model folder, "
+             "a .gguf file, or a hub id already in the local Hugging Face cache")
+    try:
+        cached = try_to_load_from_cache(path, "config.json")
+    except ValueError:  # not a well-formed hub id
+        raise ValueError(f"model {text!r} is neither an embedded name, a file or a folder, nor a valid hub id; "
+                         f"{valid}") from None
+    if not isinstance(cached, str):
+        raise FileNotFoundError(f"model {text!r} is not an embedded name, a file or a folder, and no hub model of that "
+                                f"name is in the local Hugging Face cache (rlvr does not download models); {valid}")

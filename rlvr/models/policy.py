@@ -171,6 +171,7 @@ def load_policy(
     need_reference: bool = False,
     turn_off_dropout: bool = True,
     memory_kernels: bool = True,
+    initial_model: PreTrainedModel | None = None,
 ) -> LoadedModel:
     """Load the policy named by `spec` (see `resolve_model_path`) for RL training.
 
@@ -182,12 +183,14 @@ def load_policy(
     need_reference: full fine-tuning only: keep a frozen copy of the initial weights for the KL term.
     memory_kernels: grouped-query attention without copied key/value heads and a SwiGLU MLP that
         keeps one activation less for backward (`rlvr.models.kernels`); same numbers, less memory.
+    initial_model: start from these weights (a plain model of `spec`'s architecture, e.g. a trained run's
+        weights from `rlvr.models.runs.merged_model_from_run`) instead of `spec`'s; the tokenizer is `spec`'s.
     """
     torch_dtype = resolve_dtype(dtype)
     path, gguf_file = resolve_model_path(spec)
     tokenizer = load_tokenizer(path, gguf_file=gguf_file)
     try:
-        model = load_causal_lm(path, gguf_file, torch_dtype)
+        model = load_causal_lm(path, gguf_file, torch_dtype) if initial_model is None else initial_model
     except OSError as error:
         raise OSError(
             f"could not load model {os.fspath(spec)!r} (resolved to {path!r}); valid specs: an embedded "

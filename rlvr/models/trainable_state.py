@@ -1,7 +1,9 @@
 """Saving and restoring exactly the weights training changes, for checkpoints and resume.
 
-LoRA saves only the adapter (a few MB, in PEFT's `adapter_model.safetensors` layout, with its
-`adapter_config.json`, so PEFT can load it too); full fine-tuning saves the whole state dict.
+LoRA saves only the adapter (a few MB) exactly as PEFT's own `save_pretrained` lays it out
+(`adapter_model.safetensors`, `adapter_config.json` with `target_modules` a sorted list), so
+`PeftModel.from_pretrained(base, folder)` loads it; full fine-tuning saves the whole state dict.
+Older checkpoints wrote `target_modules` as the text of a Python set; `read_adapter_config` reads both.
 Every file is written to a temporary name and renamed, so a crash never leaves half a file.
 An FSDP-sharded model is saved in the same files, with full tensors (`trainable_tensors` gathers
 them, a collective), and each rank keeps its own slice when loading.
@@ -9,6 +11,8 @@ them, a collective), and each rank keeps its own slice when loading.
 
 from __future__ import annotations
 
+import ast
+import copy
 import json
 import os
 from pathlib import Path
@@ -19,6 +23,7 @@ from safetensors.torch import load_file, save_file, save_model
 
 from rlvr.models.policy import LoadedModel, dtype_name
 from rlvr.models.sharding import full_tensor, is_dtensor, slice_like
+from rlvr.utils import current_umask
 
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -31,13 +36,55 @@ def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(temporary)
+        os.chmod(temporary, 0o666 & ~current_umask())  # safetensors creates 0o600; make it a plain file's mode
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
 
 
-def _write_json(path: Path, data: dict) -> None:
-    _write_atomically(path, lambda target: target.write_text(json.dumps(data, indent=2, default=str) + "\n"))
+def _write_json(path: Path, data: dict, **dump_options) -> None:
+    _write_atomically(path, lambda target: target.write_text(json.dumps(data, indent=2, **dump_options) + "\n"))
+
+
+def adapter_config_dict(peft_config, base_model_name_or_path: str | None = None) -> dict:
+    """What PEFT's `PeftModel.save_pretrained` writes as `adapter_config.json`, sets as sorted lists.
+
+    PEFT saves the config with `inference_mode` true and the base model's path filled in
+    (`base_model_name_or_path` replaces it when given); its writer turns sets into lists in
+    arbitrary order, sorted here so that equal configs give equal files.
+    """
+    config = copy.deepcopy(peft_config)
+    if base_model_name_or_path:
+        config.base_model_name_or_path = base_model_name_or_path
+    config.inference_mode = True
+    data = config.to_dict()
+    return {key: sorted(value) if isinstance(value, (set, frozenset)) else value for key, value in data.items()}
+
+
+def write_adapter(tensors: dict[str, torch.Tensor], peft_config, folder: str | os.PathLike,
+                  base_model_name_or_path: str | None = None) -> None:
+    """`adapter_model.safetensors` and `adapter_config.json` in `folder`, as PEFT writes them, each atomically."""
+    folder = Path(folder)
+    adapter = {name: tensor.contiguous() for name, tensor in tensors.items()}
+    _write_atomically(folder / ADAPTER_WEIGHTS_FILE,
+                      lambda target: save_file(adapter, str(target), metadata={"format": "pt"}))
+    _write_json(folder / ADAPTER_CONFIG_FILE, adapter_config_dict(peft_config, base_model_name_or_path),
+                sort_keys=True)
+
+
+def read_adapter_config(folder: str | os.PathLike) -> dict:
+    """`adapter_config.json` of `folder`, with `target_modules` a list also when an older rlvr wrote it
+    as the text of a Python set (`"{'q_proj', 'v_proj'}"`, which PEFT would read as a regular expression)."""
+    data = json.loads((Path(folder) / ADAPTER_CONFIG_FILE).read_text())
+    modules = data.get("target_modules")
+    if isinstance(modules, str) and modules.startswith(("{", "[")):
+        try:
+            parsed = ast.literal_eval(modules)
+        except (ValueError, SyntaxError):
+            parsed = None
+        if isinstance(parsed, (set, list, tuple)) and all(isinstance(m, str) for m in parsed):
+            data["target_modules"] = sorted(parsed)
+    return data
 
 
 def _kind(loaded: LoadedModel) -> str:
@@ -81,9 +128,7 @@ def save_trainable(loaded: LoadedModel, folder: str | os.PathLike, tensors: dict
     policy = loaded.policy
     tensors = trainable_tensors(loaded) if tensors is None else tensors
     if loaded.is_lora:
-        adapter = {name: tensor.contiguous() for name, tensor in tensors.items()}
-        _write_atomically(folder / ADAPTER_WEIGHTS_FILE, lambda target: save_file(adapter, str(target)))
-        _write_json(folder / ADAPTER_CONFIG_FILE, policy.peft_config["default"].to_dict())
+        write_adapter(tensors, policy.peft_config["default"], folder)
     else:
         # save_model stores each shared tensor (tied lm_head / embed_tokens) once.
         _write_atomically(folder / FULL_WEIGHTS_FILE,

@@ -1,156 +1,200 @@
-"""The report's figures: an ordered list of specs, each turning runs into one PNG (or nothing).
+"""The report's figures as data: an ordered list of specs, each turning runs into series (or nothing).
 
-Every run has one colour across all figures; within a figure, the series of one run differ by
-line style. A figure whose keys appear in no run is skipped, so old or partial runs still work.
-Matplotlib's object API with the Agg canvas is used, never pyplot's global state.
+A figure is drawn twice from the same `FigureData`: as an interactive plotly figure in the page
+(interactive.py) and as a PNG beside it (png.py), so the two cannot disagree about what is
+plotted. Every run has one colour across all figures; within a figure, the series of one run
+differ by line style. Each point carries its iteration and its wall-clock second (`elapsed_s`),
+so either can be the x axis; an eval point also carries how long the eval took (`eval/seconds`).
+A figure whose keys appear in no run is skipped, so old or partial runs still work.
 """
 
 from __future__ import annotations
 
-import io
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Callable
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-
+from rlvr.metric_names import (
+    CLIP_FRAC_HIGH,
+    CLIP_FRAC_LOW,
+    COMPLETION_LEN_MEAN,
+    DISTINCT_COMPLETIONS_FRAC,
+    ELAPSED_S,
+    ENTROPY,
+    EVAL_ACCURACY,
+    EVAL_SECONDS,
+    FRAC_NONZERO_ADVANTAGES,
+    FRAC_ZERO_VARIANCE_GROUPS,
+    GRAD_NORM,
+    ITERATION,
+    KL,
+    REWARD_MEAN,
+    REWARD_PREFIX,
+    REWARD_SUMMARIES,
+    TIME_ITERATION,
+    TIME_PARTS,
+    TIME_PREFIX,
+    TRUNCATED_FRAC,
+)
 from rlvr.report.runs import RunData
 
-LINE_STYLES = ("-", "--", ":", "-.")
-# Time parts stacked in the time figure; whatever time/iteration holds beyond them is "other".
-TIME_PARTS = ("time/generation", "time/scoring", "time/logprobs", "time/update")
-REWARD_SUMMARY_KEYS = {"reward/mean", "reward/std", "reward/max"}
+ITERATION_AXIS = ITERATION  # the x axis of iterations is the records' ITERATION field
+X_AXES = (ITERATION_AXIS, "seconds")
+X_LABELS = {ITERATION_AXIS: ITERATION, "seconds": "wall-clock seconds since the run started"}
+# TIME_PARTS are stacked in the time figure; whatever time/iteration holds beyond them is "other".
+# The eval (EVAL_SECONDS) runs after an iteration's clock stops, so its time is stacked on top as its own part.
+TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def run_colors(count: int) -> list[str]:
+    """One colour per run (matplotlib's tab10 order, as hex), repeating after ten."""
+    return [TAB10[i % len(TAB10)] for i in range(count)]
+
+
+@dataclass
+class Series:
+    """One line (or one stacked part): values with their iteration and wall-clock second."""
+
+    label: str
+    color: str
+    style_index: int  # position of the key within its figure: line style (or the part's colour in a stack)
+    iterations: list[float]
+    seconds: list[float | None]  # elapsed_s of the record; None where the record lacks it
+    values: list[float]
+    durations: list[float] | None = None  # eval series: eval/seconds, the eval ran during these seconds before `seconds`
+
+    def xs(self, x: str) -> list[float | None]:
+        return self.seconds if x == "seconds" else self.iterations
+
+
+@dataclass
+class FigureData:
+    name: str  # file stem of the PNG, id of the figure in the page
+    title: str
+    ylabel: str
+    series: list[Series] = field(default_factory=list)  # kind "lines": every series on one axes
+    panels: list[tuple[str, list[Series]]] = field(default_factory=list)  # kind "stacked": one panel per run
+    kind: str = "lines"
 
 
 @dataclass
 class FigureSpec:
-    name: str  # file stem of the PNG
+    name: str
     title: str
-    render: Callable[[list[RunData], "FigureSpec"], Figure | None]
+    select: Callable[[list[RunData], "FigureSpec"], FigureData | None]
     keys: tuple[str, ...] = ()  # the metric keys a line figure plots
     ylabel: str = ""
     source: str = "metrics"  # "metrics" (metrics.jsonl) or "evals" (eval.jsonl)
 
 
-def run_colors(count: int) -> list:
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab10"]
-    return [cmap(i % 10) for i in range(count)]
-
-
-def _new_figure(width: float = 7.0, height: float = 3.6) -> Figure:
-    figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def plot_lines(runs: list[RunData], keys: list[str], title: str, ylabel: str, source: str = "metrics") -> Figure | None:
-    """One line per (run, key) that has data; None when no run has any of the keys."""
-    colors = run_colors(len(runs))
-    figure, axes, drawn = _new_figure(), None, 0
-    for run, color in zip(runs, colors):
-        for style, key in zip(LINE_STYLES * (len(keys) // len(LINE_STYLES) + 1), keys):
-            xs, ys = run.series(key, source=source)
-            if not ys:
-                continue
-            axes = axes or figure.subplots()
-            label = run.label if len(keys) == 1 else (f"{run.label}: {key}" if len(runs) > 1 else key)
-            axes.plot(xs, ys, linestyle=style, marker="o", markersize=3, color=color, label=label)
-            drawn += 1
-    if axes is None:
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
-    axes.set_title(title)
-    axes.set_xlabel("iteration")
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_ylabel(ylabel)
-    axes.grid(alpha=0.3)
-    if drawn > 1 or len(runs) > 1:
-        axes.legend(fontsize=7)
-    return figure
+    return float(value)
 
 
-def _line_figure(runs: list[RunData], spec: FigureSpec) -> Figure | None:
-    return plot_lines(runs, list(spec.keys), spec.title, spec.ylabel, spec.source)
+def key_series(run: RunData, key: str, source: str, label: str, color: str, style_index: int) -> Series | None:
+    """The finite values of `key` in one run's records, with iteration, elapsed second and eval duration."""
+    iterations, seconds, values, durations = [], [], [], []
+    for record in getattr(run, source):
+        value = _number(record.get(key))
+        if value is None:
+            continue
+        iterations.append(record.get(ITERATION, len(iterations)))
+        seconds.append(_number(record.get(ELAPSED_S)))
+        values.append(value)
+        durations.append(_number(record.get(EVAL_SECONDS)) or 0.0)
+    if not values:
+        return None
+    return Series(label, color, style_index, iterations, seconds, values,
+                  durations=durations if source == "evals" else None)
 
 
-def _reward_components(runs: list[RunData], spec: FigureSpec) -> Figure | None:
-    keys = sorted({k for run in runs for k in run.keys() if k.startswith("reward/")} - REWARD_SUMMARY_KEYS)
-    return plot_lines(runs, keys, spec.title, spec.ylabel) if keys else None
+def lines(runs: list[RunData], keys: list[str], spec: FigureSpec, source: str = "metrics") -> FigureData | None:
+    """One series per (run, key) that has data; None when no run has any of the keys."""
+    series = []
+    for run, color in zip(runs, run_colors(len(runs))):
+        for style_index, key in enumerate(keys):
+            label = run.label if len(keys) == 1 else (f"{run.label}: {key}" if len(runs) > 1 else key)
+            found = key_series(run, key, source, label, color, style_index)
+            if found is not None:
+                series.append(found)
+    return FigureData(spec.name, spec.title, spec.ylabel, series=series) if series else None
 
 
-def _eval_accuracy(runs: list[RunData], spec: FigureSpec) -> Figure | None:
-    # eval.jsonl holds the step-0 eval too; runs without it fall back to metrics.jsonl.
-    if any(run.series("eval/accuracy", source="evals")[1] for run in runs):
-        return plot_lines(runs, ["eval/accuracy"], spec.title, spec.ylabel, source="evals")
-    return plot_lines(runs, ["eval/accuracy"], spec.title, spec.ylabel)
+def _line_figure(runs: list[RunData], spec: FigureSpec) -> FigureData | None:
+    return lines(runs, list(spec.keys), spec, spec.source)
+
+
+def _reward_components(runs: list[RunData], spec: FigureSpec) -> FigureData | None:
+    keys = sorted({k for run in runs for k in run.keys() if k.startswith(REWARD_PREFIX)} - set(REWARD_SUMMARIES))
+    return lines(runs, keys, spec) if keys else None
+
+
+def _eval_accuracy(runs: list[RunData], spec: FigureSpec) -> FigureData | None:
+    # eval.jsonl holds the step-0 eval and each eval's own time; runs without it fall back to metrics.jsonl.
+    if any(run.series(EVAL_ACCURACY, source="evals")[1] for run in runs):
+        return lines(runs, [EVAL_ACCURACY], spec, source="evals")
+    return lines(runs, [EVAL_ACCURACY], spec)
 
 
 def time_parts(record: dict) -> dict[str, float]:
     """Seconds per part of one iteration; "other" is time/iteration minus the named parts."""
-    parts = {key.split("/", 1)[1]: float(record[key]) for key in TIME_PARTS if isinstance(record.get(key), (int, float))}
-    total = record.get("time/iteration")
+    parts = {key.removeprefix(TIME_PREFIX): float(record[key]) for key in TIME_PARTS
+             if isinstance(record.get(key), (int, float))}
+    total = record.get(TIME_ITERATION)
     if isinstance(total, (int, float)):
         parts["other"] = max(0.0, float(total) - sum(parts.values()))
     return parts
 
 
-def _time_stacked(runs: list[RunData], spec: FigureSpec) -> Figure | None:
-    """Stacked bars per iteration, one panel per run (stacks cannot be overlaid)."""
-    timed = [run for run in runs if any(time_parts(r) for r in run.metrics)]
-    if not timed:
-        return None
-    names = [key.split("/", 1)[1] for key in TIME_PARTS] + ["other"]
-    colors = run_colors(len(names))
-    figure = _new_figure(7.0, 2.4 * len(timed) + 1.0)
-    panels = figure.subplots(len(timed), 1, sharex=True, squeeze=False)[:, 0]
-    for axes, run in zip(panels, timed):
-        records = [r for r in run.metrics if time_parts(r)]
-        xs = [r.get("iteration", i) for i, r in enumerate(records)]
-        bottom = [0.0] * len(records)
-        for name, color in zip(names, colors):
-            heights = [time_parts(r).get(name, 0.0) for r in records]
-            if not any(heights):
-                continue
-            axes.bar(xs, heights, bottom=bottom, color=color, label=name, width=0.8)
-            bottom = [b + h for b, h in zip(bottom, heights)]
-        axes.set_title(f"{spec.title}: {run.label}" if len(timed) > 1 else spec.title, fontsize=10)
-        axes.set_ylabel(spec.ylabel)
-        axes.grid(alpha=0.3, axis="y")
-        axes.legend(fontsize=7, loc="upper right")
-    panels[-1].set_xlabel("iteration")
-    panels[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
-    return figure
+def _time_stacked(runs: list[RunData], spec: FigureSpec) -> FigureData | None:
+    """Per run, one stacked bar per iteration: the iteration's parts, then the eval that followed it."""
+    names = [key.removeprefix(TIME_PREFIX) for key in TIME_PARTS] + ["other", "eval"]
+    panels = []
+    for run in runs:
+        by_iteration: dict[int, dict] = {}
+        for record in run.metrics:
+            parts = time_parts(record)
+            if parts and isinstance(record.get(ITERATION), int):
+                by_iteration[record[ITERATION]] = {"parts": parts, ELAPSED_S: _number(record.get(ELAPSED_S))}
+        if not by_iteration:
+            continue
+        for record in run.evals:  # the eval's own clock: it ends at its elapsed_s
+            seconds = _number(record.get(EVAL_SECONDS))
+            if seconds is not None and isinstance(record.get(ITERATION), int):
+                slot = by_iteration.setdefault(record[ITERATION], {"parts": {}, ELAPSED_S: None})
+                slot["parts"]["eval"] = seconds
+                if slot[ELAPSED_S] is None:  # the step-0 eval: no iteration before it, placed where it ended
+                    slot[ELAPSED_S] = _number(record.get(ELAPSED_S))
+        iterations = sorted(by_iteration)
+        series = []
+        for style_index, name in enumerate(names):
+            heights = [by_iteration[i]["parts"].get(name, 0.0) for i in iterations]
+            if any(heights):
+                series.append(Series(name, run_colors(len(names))[style_index], style_index, list(iterations),
+                                     [by_iteration[i][ELAPSED_S] for i in iterations], heights))
+        panels.append((run.label, series))
+    return FigureData(spec.name, spec.title, spec.ylabel, panels=panels, kind="stacked") if panels else None
 
 
 FIGURES: list[FigureSpec] = [
-    FigureSpec("reward", "Rollout reward (mean over the batch)", _line_figure, ("reward/mean",), "reward"),
+    FigureSpec("reward", "Rollout reward (mean over the batch)", _line_figure, (REWARD_MEAN,), "reward"),
     FigureSpec("reward_components", "Reward components", _reward_components, (), "mean component"),
-    FigureSpec("eval_accuracy", "Eval accuracy (greedy, held-out)", _eval_accuracy, ("eval/accuracy",), "accuracy"),
-    FigureSpec("advantage_signal", "Groups without contrast and rows with a learning signal", _line_figure,
-               ("frac_zero_variance_groups", "frac_nonzero_advantages"), "fraction"),
-    FigureSpec("kl", "KL to the reference policy", _line_figure, ("kl",), "KL (per token)"),
-    FigureSpec("clip_frac", "Clipped token fraction", _line_figure, ("clip_frac/low", "clip_frac/high"), "fraction"),
-    FigureSpec("entropy", "Policy entropy", _line_figure, ("entropy",), "nats / token"),
-    FigureSpec("grad_norm", "Gradient norm (before clipping)", _line_figure, ("grad_norm",), "norm"),
-    FigureSpec("truncated_frac", "Completions that hit max_new_tokens", _line_figure, ("truncated_frac",), "fraction"),
-    FigureSpec("completion_len", "Completion length", _line_figure, ("completion_len/mean",), "tokens"),
-    FigureSpec("time", "Time per iteration", _time_stacked, TIME_PARTS, "seconds"),
+    FigureSpec("eval_accuracy", "Eval accuracy (greedy, held-out)", _eval_accuracy, (EVAL_ACCURACY,), "accuracy"),
+    FigureSpec("advantage_signal", "Groups without contrast, rows with a learning signal, distinct completions",
+               _line_figure, (FRAC_ZERO_VARIANCE_GROUPS, FRAC_NONZERO_ADVANTAGES, DISTINCT_COMPLETIONS_FRAC),
+               "fraction"),
+    FigureSpec("kl", "KL to the reference policy", _line_figure, (KL,), "KL (per token)"),
+    FigureSpec("clip_frac", "Clipped token fraction", _line_figure, (CLIP_FRAC_LOW, CLIP_FRAC_HIGH), "fraction"),
+    FigureSpec("entropy", "Policy entropy", _line_figure, (ENTROPY,), "nats / token"),
+    FigureSpec("grad_norm", "Gradient norm (before clipping)", _line_figure, (GRAD_NORM,), "norm"),
+    FigureSpec("truncated_frac", "Completions that hit max_new_tokens", _line_figure, (TRUNCATED_FRAC,), "fraction"),
+    FigureSpec("completion_len", "Completion length", _line_figure, (COMPLETION_LEN_MEAN,), "tokens"),
+    FigureSpec("time", "Time per iteration (and the eval after it)", _time_stacked, TIME_PARTS, "seconds"),
 ]
 
 
-def render_png(figure: Figure) -> bytes:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    return buffer.getvalue()
-
-
-def render_figures(runs: list[RunData]) -> list[tuple[FigureSpec, bytes]]:
-    """(spec, PNG bytes) for every figure that has data, in report order."""
-    out = []
-    for spec in FIGURES:
-        figure = spec.render(runs, spec)
-        if figure is not None:
-            out.append((spec, render_png(figure)))
-    return out
+def select_figures(runs: list[RunData]) -> list[FigureData]:
+    """The data of every figure that has some, in report order."""
+    return [data for data in (spec.select(runs, spec) for spec in FIGURES) if data is not None]

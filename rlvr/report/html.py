@@ -1,8 +1,11 @@
 """Assemble the self-contained report page: summary and config tables, figures, samples.
 
-Figures are embedded as base64 PNG data URIs; every text that comes from a run (labels, config
-values, prompts, completions) goes through `html.escape`. A small inline script records how
-many images decoded into `data-images-loaded` on <html>, which the browser test reads back.
+Figures are interactive plotly figures with plotly.js written into the page, or, without plotly,
+base64 PNG data URIs; nothing is fetched. Every text that comes from a run (labels, config
+values, prompts, completions) goes through `html.escape`. A small inline script records on
+<html> how many figures were drawn (plotly's SVG with its hover layer) or decoded (PNGs), and
+with `#selftest` in the address it zooms, hovers and switches the x axis of the first figure;
+the browser test reads these attributes back.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ import json
 import math
 from datetime import datetime
 
+from rlvr.report.figures import ITERATION_AXIS, FigureData, run_colors
 from rlvr.report.runs import RunData, Summary, differing_config_keys, first_and_last_samples, summarize
+
+PLOTLY_MISSING = ("plotly is not installed, so the figures below are static PNGs (pip install plotly, then run "
+                  "rlvr report again for zoom, hover and the iteration / seconds switch).")
 
 SAMPLES_SHOWN = 8  # completions per iteration and run in the samples section
 PROMPT_SHOWN = 160  # characters of a prompt shown before it is folded
@@ -25,19 +32,42 @@ table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .figures { display: flex; flex-wrap: wrap; gap: 12px; }
-.figures figure { margin: 0; } .figures img { width: 600px; max-width: 100%; border: 1px solid #eee; }
+.figures figure { margin: 0; border: 1px solid #eee; } .figures img { width: 600px; max-width: 100%; }
 .pair { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
 tr.prompt td { background: #eef3fa; } td pre { min-width: 260px; }
 pre { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: 12px; background: #f8f8f8; padding: 4px; }
 .muted { color: #777; font-size: 13px; } .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
 """
 
-IMAGE_CHECK = """
-window.addEventListener('load', function () {
-  var images = Array.prototype.slice.call(document.images);
-  var loaded = images.filter(function (img) { return img.complete && img.naturalWidth > 0; }).length;
-  document.documentElement.setAttribute('data-images-total', String(images.length));
-  document.documentElement.setAttribute('data-images-loaded', String(loaded));
+FIGURE_CHECK = """
+window.addEventListener('load', async function () {
+  var root = document.documentElement;
+  var all = function (selector, node) { return Array.prototype.slice.call((node || document).querySelectorAll(selector)); };
+  root.setAttribute('data-figures-total', String(all('figure.report-figure').length));
+  root.setAttribute('data-images-loaded', String(all('figure.report-figure img').filter(function (img) {
+    return img.complete && img.naturalWidth > 0; }).length));
+  var drawn = all('figure.report-figure .js-plotly-plot').filter(function (plot) {
+    return plot.querySelector('.main-svg') && plot.querySelector('.hoverlayer'); });
+  root.setAttribute('data-plots-drawn', String(drawn.length));
+  if (location.hash !== '#selftest' || !drawn.length || typeof Plotly === 'undefined') {
+    root.setAttribute('data-selftest', 'skipped');
+    return;
+  }
+  try {
+    var plot = drawn[0], before = plot._fullLayout.xaxis.range.slice();
+    var half = [before[0], before[0] + (before[1] - before[0]) / 2];
+    await Plotly.relayout(plot, {'xaxis.range': half});
+    var after = plot._fullLayout.xaxis.range;
+    root.setAttribute('data-zoom', Math.abs(after[1] - half[1]) < 1e-9 && Math.abs(before[1] - half[1]) > 1e-9 ? 'ok' : 'failed');
+    Plotly.Fx.hover(plot, [{curveNumber: 0, pointNumber: 0}]);
+    root.setAttribute('data-hover', all('.hoverlayer .hovertext', plot).length > 0 ? 'ok' : 'failed');
+    all('.updatemenu-button', plot)[1].dispatchEvent(new MouseEvent('click', {bubbles: true}));
+    await new Promise(function (resolve) { setTimeout(resolve, 300); });
+    root.setAttribute('data-x-title', plot._fullLayout.xaxis.title.text);
+    root.setAttribute('data-selftest', 'done');
+  } catch (error) {
+    root.setAttribute('data-selftest', 'error: ' + error);
+  }
 });
 """
 
@@ -60,11 +90,8 @@ def esc(value) -> str:
 
 
 def _summary_table(runs: list[RunData], summaries: list[Summary]) -> str:
-    from rlvr.report.figures import run_colors
-
     rows = []
-    for run, summary, color in zip(runs, summaries, run_colors(len(runs))):
-        swatch = "#%02x%02x%02x" % tuple(int(255 * c) for c in color[:3])
+    for run, summary, swatch in zip(runs, summaries, run_colors(len(runs))):
         best_reward = f"{esc(summary.best_reward)} <span class=muted>(it. {esc(summary.best_reward_iteration)})</span>"
         best_eval = f"{esc(summary.best_eval)} <span class=muted>(it. {esc(summary.best_eval_iteration)})</span>"
         rows.append(
@@ -99,14 +126,24 @@ def _config_section(runs: list[RunData]) -> str:
     return diff + full
 
 
-def _figures_section(figures: list[tuple[str, str, bytes]]) -> str:
+def _figures_section(figures: list[tuple[FigureData, bytes]], x: str, interactive: bool) -> str:
     if not figures:
         return "<p class=muted>No metrics to plot yet.</p>"
     items = []
-    for name, title, png in figures:
-        data = base64.b64encode(png).decode("ascii")
-        items.append(f"<figure id='fig-{esc(name)}'><img alt='{esc(title)}' src='data:image/png;base64,{data}'></figure>")
-    return "<div class=figures>" + "".join(items) + "</div>"
+    if interactive:
+        from rlvr.report.interactive import figure_html
+
+        for data, _ in figures:
+            items.append(f"<figure class=report-figure id='fig-{esc(data.name)}'>{figure_html(data, x)}</figure>")
+        note = ("<p class=muted>Drag to zoom, double-click to reset, hover for values; the buttons above each "
+                "figure switch the x axis between iterations and wall-clock seconds (an eval's bar reaches back "
+                "to when it started).</p>")
+        return note + "<div class=figures>" + "".join(items) + "</div>"
+    for data, png in figures:
+        encoded = base64.b64encode(png).decode("ascii")
+        items.append(f"<figure class=report-figure id='fig-{esc(data.name)}'><img alt='{esc(data.title)}' "
+                     f"src='data:image/png;base64,{encoded}'></figure>")
+    return f"<p class=muted>{esc(PLOTLY_MISSING)}</p><div class=figures>" + "".join(items) + "</div>"
 
 
 def _prompt_cell(prompt: str) -> str:
@@ -145,19 +182,25 @@ def _samples_section(runs: list[RunData]) -> str:
     return "".join(parts)
 
 
-def render_html(runs: list[RunData], figures: list[tuple[str, str, bytes]]) -> str:
-    """The whole page; `figures` are (name, title, PNG bytes)."""
+def render_html(runs: list[RunData], figures: list[tuple[FigureData, bytes]], x: str = ITERATION_AXIS,
+                interactive: bool = True) -> str:
+    """The whole page; `figures` are (data, PNG bytes); `interactive` draws them with plotly."""
     summaries = [summarize(run) for run in runs]
+    library = ""
+    if interactive and figures:
+        from rlvr.report.interactive import plotly_js
+
+        library = f"<script>{plotly_js()}</script>"
     folders = "".join(f"<li>{esc(r.label)}: <code>{esc(str(r.path))}</code></li>" for r in runs)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>rlvr report: {esc(", ".join(r.label for r in runs))}</title>
-<style>{STYLE}</style><script>{IMAGE_CHECK}</script></head>
+<style>{STYLE}</style>{library}<script>{FIGURE_CHECK}</script></head>
 <body>
 <h1>rlvr run report</h1>
 <p class=muted>{len(runs)} run(s), written {datetime.now():%Y-%m-%d %H:%M}</p><ul>{folders}</ul>
 <h2>Summary</h2>{_summary_table(runs, summaries)}
 <h2>Config differences</h2>{_config_section(runs)}
-<h2>Figures</h2>{_figures_section(figures)}
+<h2>Figures</h2>{_figures_section(figures, x, interactive)}
 <h2>Completions: first and last logged iteration</h2>{_samples_section(runs)}
 </body></html>
 """

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from rlvr.config import flatten
+from rlvr.metric_names import ELAPSED_S, EVAL_ACCURACY, ITERATION, REWARD_MEAN
 from rlvr.utils import read_jsonl
 
 
@@ -33,7 +34,7 @@ class RunData:
             value = record.get(key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 continue
-            xs.append(record.get("iteration", len(xs)))
+            xs.append(record.get(ITERATION, len(xs)))
             ys.append(float(value))
         return xs, ys
 
@@ -106,13 +107,13 @@ def _final_and_best(xs: list[float], ys: list[float]):
 
 
 def summarize(run: RunData) -> Summary:
-    final_reward, best_reward, best_reward_at = _final_and_best(*run.series("reward/mean"))
-    eval_xs, eval_ys = run.series("eval/accuracy", source="evals")
+    final_reward, best_reward, best_reward_at = _final_and_best(*run.series(REWARD_MEAN))
+    eval_xs, eval_ys = run.series(EVAL_ACCURACY, source="evals")
     if not eval_ys:  # older runs: eval accuracy only inside metrics.jsonl
-        eval_xs, eval_ys = run.series("eval/accuracy")
+        eval_xs, eval_ys = run.series(EVAL_ACCURACY)
     final_eval, best_eval, best_eval_at = _final_and_best(eval_xs, eval_ys)
-    iterations = run.metrics[-1].get("iteration") if run.metrics else None
-    wall = [r["elapsed_s"] for r in run.metrics + run.evals if isinstance(r.get("elapsed_s"), (int, float))]
+    iterations = run.metrics[-1].get(ITERATION) if run.metrics else None
+    wall = [r[ELAPSED_S] for r in run.metrics + run.evals if isinstance(r.get(ELAPSED_S), (int, float))]
     return Summary(iterations=iterations, final_reward=final_reward, best_reward=best_reward,
                    best_reward_iteration=best_reward_at, final_eval=final_eval, best_eval=best_eval,
                    best_eval_iteration=best_eval_at, wall_s=max(wall) if wall else None)
@@ -120,9 +121,9 @@ def summarize(run: RunData) -> Summary:
 
 def first_and_last_samples(run: RunData) -> tuple[int | None, list[dict], int | None, list[dict]]:
     """The samples of the first and of the last logged iteration (the same one if only one)."""
-    iterations = sorted({s.get("iteration") for s in run.samples if isinstance(s.get("iteration"), int)})
+    iterations = sorted({s.get(ITERATION) for s in run.samples if isinstance(s.get(ITERATION), int)})
     if not iterations:
         return None, [], None, []
     first, last = iterations[0], iterations[-1]
-    return (first, [s for s in run.samples if s.get("iteration") == first],
-            last, [s for s in run.samples if s.get("iteration") == last])
+    return (first, [s for s in run.samples if s.get(ITERATION) == first],
+            last, [s for s in run.samples if s.get(ITERATION) == last])

@@ -1,12 +1,31 @@
-"""Rollout backends, looked up by name (`rollout.backend`): `decode_loop` (default) and `hf_generate`."""
+"""Rollout: turn prompts into scored groups of completions.
 
-from rlvr.registry import Registry
+`ROLLOUT_BACKENDS` holds the samplers (`decode_loop`, the default, and `hf_generate`), each a
+`RolloutBackend` with an explicit set-up / sync / close life cycle. `sample_and_score` is the one
+path from examples to judged completions, used by training rollouts, expert iteration,
+evaluation and `rlvr check`; `SamplingSettings.for_task` builds its settings from the config's
+rollout section and the task.
+"""
+
+from rlvr.rollout.backend import ROLLOUT_BACKENDS, InProcessBackend, RolloutBackend
 from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, render_prompts
-from rlvr.rollout.decode_loop import decode_loop
-from rlvr.rollout.hf_generate import hf_generate
+from rlvr.rollout.decode_loop import DecodeLoopBackend, decode_loop
+from rlvr.rollout.hf_generate import HFGenerateBackend, hf_generate
+from rlvr.rollout.sample import ScoredRollout, sample_and_score, score_completions
 
-ROLLOUT_BACKENDS: Registry = Registry("rollout backend")
-ROLLOUT_BACKENDS.add("decode_loop", decode_loop)
-ROLLOUT_BACKENDS.add("hf_generate", hf_generate)
-
-__all__ = ["ROLLOUT_BACKENDS", "Generation", "SamplingSettings", "cut_at_stop", "render_prompts", "decode_loop", "hf_generate"]
+__all__ = [
+    "ROLLOUT_BACKENDS",
+    "DecodeLoopBackend",
+    "Generation",
+    "HFGenerateBackend",
+    "InProcessBackend",
+    "RolloutBackend",
+    "SamplingSettings",
+    "ScoredRollout",
+    "cut_at_stop",
+    "decode_loop",
+    "hf_generate",
+    "render_prompts",
+    "sample_and_score",
+    "score_completions",
+]

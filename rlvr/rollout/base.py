@@ -39,6 +39,23 @@ class SamplingSettings:
     # EOS is suppressed until this many tokens are generated (0: no minimum).
     min_new_tokens: int = 0
 
+    @classmethod
+    def for_task(cls, rollout, task, **overrides) -> "SamplingSettings":
+        """The sampling settings of a config's rollout section (a `RolloutConfig`) for `task`.
+
+        Stop strings are `rollout.stop_strings` when set, else the task's own (`task.stop_strings`,
+        e.g. `</answer>` for the r1_zero prompt). `overrides` replace single fields: greedy
+        evaluation passes do_sample=False and its token budget, expert iteration min_new_tokens.
+        """
+        fields = dict(
+            max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
+            top_k=rollout.top_k, min_p=rollout.min_p,
+            stop_strings=tuple(rollout.stop_strings) or tuple(task.stop_strings),
+            share_prompt_prefill=rollout.share_prompt_prefill,
+        )
+        fields.update(overrides)
+        return cls(**fields)
+
 
 def render_prompts(tokenizer, examples: Sequence[Example], use_chat_template: bool) -> list[str]:
     """Chat messages through the tokenizer's template (generation prompt added), or raw text."""
@@ -58,6 +75,11 @@ def render_prompts(tokenizer, examples: Sequence[Example], use_chat_template: bo
             )
         rendered.append(tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True))
     return rendered
+
+
+def fill_token_id(tokenizer) -> int:
+    """The id that pads batches: the pad token, or EOS when there is none (they may be equal)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
 def eos_token_ids(tokenizer, model=None) -> set[int]:
@@ -82,8 +104,9 @@ def completion_lengths_from_tokens(
     """Per row: how many tokens were really generated (EOS included), and whether it was cut off.
 
     The pad id may equal the EOS id (SmolLM2), so padding is located from the first EOS, never
-    from the pad id. A row ended by a stop string is filled with pad right after it: when the
-    text before the first EOS already ends with a stop string, that EOS is filler, not generated.
+    from the pad id. A row ended by a stop string is filled with pad right after the token that
+    completed it: when the text before the first EOS already holds a stop string (at its end, or
+    inside a last token that runs past it), that EOS is filler, not generated.
     """
     num_rows, width = completion_ids.shape
     is_eos = torch.zeros_like(completion_ids, dtype=torch.bool)
@@ -97,7 +120,7 @@ def completion_lengths_from_tokens(
         for row in range(num_rows):
             end = int(first_eos[row])
             text = tokenizer.decode(completion_ids[row, :end], skip_special_tokens=True)
-            if any(text.endswith(s) for s in stop_strings):
+            if any(s and s in text for s in stop_strings):
                 stopped[row] = True
                 lengths[row] = end
     truncated = ~has_eos & ~stopped & (lengths >= max_new_tokens)

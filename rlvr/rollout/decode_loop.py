@@ -21,8 +21,9 @@ import math
 
 import torch
 
-from rlvr.core.completion_logprobs import cache_argument_name, output_cache
+from rlvr.models.hf_cache import cache_argument_name, output_cache
 from rlvr.models.kernels import weight_major_linears
+from rlvr.rollout.backend import ROLLOUT_BACKENDS, InProcessBackend
 from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids
 from rlvr.rollout.decode_step import DecoderWeights, decode_step
 from rlvr.rollout.stop_strings import StopStringMatcher
@@ -272,3 +273,10 @@ def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings:
         completion_lengths=lengths,
         truncated=truncated,
     )
+
+
+@ROLLOUT_BACKENDS.register("decode_loop")
+class DecodeLoopBackend(InProcessBackend):
+    """`decode_loop` on the training model (the default `rollout.backend`)."""
+
+    sample_fn = staticmethod(decode_loop)

@@ -10,8 +10,9 @@ same operations in the same order (weight-major linears on the CPU, as in `weigh
 writing one position of the cache and attending over its filled part.
 
 Anything else (another architecture, an unmerged or non-plain adapter, FSDP-sharded layers, a
-sliding window shorter than the rollout) gets `None` from `DecoderWeights.of` and the caller uses
-the model's own forward instead; `DecoderWeights.unsupported_reason` says why.
+sliding window shorter than the rollout, a forward hook on any module) gets `None` from
+`DecoderWeights.of` and the caller uses the model's own forward instead;
+`DecoderWeights.unsupported_reason` says why.
 """
 
 from __future__ import annotations
@@ -117,6 +118,15 @@ class _Unsupported(Exception):
     pass
 
 
+def _first_hooked_module(model: nn.Module) -> Optional[str]:
+    """The name of the first module with a forward (pre-)hook, or None: a hook may change what the
+    model computes (steering, logit edits), and `decode_step` does not call the modules' forwards."""
+    for name, module in model.named_modules():
+        if module._forward_hooks or module._forward_pre_hooks:
+            return name or type(module).__name__
+    return None
+
+
 @dataclass
 class DecoderWeights:
     embed: nn.Module  # token embedding module, called as is
@@ -165,6 +175,9 @@ class DecoderWeights:
             raise _Unsupported(f"sliding window of {window} positions, shorter than the rollout ({capacity})")
         if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
             raise _Unsupported("logits post-processing")
+        hooked = _first_hooked_module(model)
+        if hooked is not None:
+            raise _Unsupported(f"a forward hook on {hooked} (the step would bypass it)")
         decoder = base.get_decoder()
         head = base.get_output_embeddings()
         layers = []

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.core.completion_logprobs import cache_argument_name, output_cache
+from rlvr.models.hf_cache import cache_argument_name, output_cache
+from rlvr.rollout.backend import ROLLOUT_BACKENDS, InProcessBackend
 from rlvr.rollout.base import (
     Generation,
     SamplingSettings,
     completion_lengths_from_tokens,
     cut_at_stop,
     eos_token_ids,
+    fill_token_id,
 )
 
 
@@ -33,7 +35,7 @@ def hf_generate(model, tokenizer, prompts: list[str], group_size: int, settings:
     prompt_len = prompt_ids.shape[1]
     kwargs = dict(
         max_new_tokens=settings.max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        pad_token_id=fill_token_id(tokenizer),
         do_sample=settings.do_sample,
     )
     if settings.do_sample:
@@ -99,3 +101,10 @@ def _generate_with_shared_prefill(model, prompt_ids, prompt_mask, group_size, kw
         attention_mask=prompt_mask.repeat_interleave(group_size, dim=0),
         **{cache_argument_name(model): cache}, **kwargs,
     )  # [B*G, P+C]
+
+
+@ROLLOUT_BACKENDS.register("hf_generate")
+class HFGenerateBackend(InProcessBackend):
+    """transformers' `generate` on the training model."""
+
+    sample_fn = staticmethod(hf_generate)

@@ -1,8 +1,9 @@
 """Pulling a final answer out of text, and comparing numbers without evaluating anything.
 
-Everything here is plain string work with bounded regular expressions (no backtracking blow-up,
-no `eval`, no sympy), so it needs no time limit: `\\boxed{}` with nested braces, `<answer>`
-tags, the last number in a text, and exact rational comparison of short numerals.
+Everything here is plain string work in linear time (`str.find` scans and regular expressions
+whose repeats are bounded, so none backtracks quadratically; no `eval`, no sympy), so it needs no
+time limit: `\\boxed{}` with nested braces, `<answer>` tags, the last number in a text, and exact
+rational comparison of short numerals.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from fractions import Fraction
 from typing import Optional
 
-ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+OPEN_TAG, CLOSE_TAG = "<answer>", "</answer>"
 # A numeral as people write it: sign, thousands commas, decimals. Bounded lengths keep the
 # exact arithmetic below cheap (no exponent notation: Fraction("1e999999999") would hang).
 NUMBER_RE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d{1,40})?|-?\d{1,60}(?:\.\d{1,40})?|-?\.\d{1,40}")
@@ -46,10 +47,64 @@ def extract_boxed(text: str) -> Optional[str]:
     return None
 
 
+def answer_tag_spans(text: str, *, first_only: bool = False) -> list[tuple[int, int]]:
+    """(start, end) of each `<answer>...</answer>` content, left to right, as a lazy regex pairs them.
+
+    Each `<answer>` pairs with the next `</answer>` after it and the scan resumes after that
+    close, so every character is looked at a bounded number of times: linear time. (The regex
+    `<answer>(.*?)</answer>` searched over a text of many unclosed `<answer>` runs to the end of
+    the text from each of them: quadratic.)
+    """
+    spans: list[tuple[int, int]] = []
+    position = 0
+    while True:
+        opening = text.find(OPEN_TAG, position)
+        if opening < 0:
+            return spans
+        start = opening + len(OPEN_TAG)
+        closing = text.find(CLOSE_TAG, start)
+        if closing < 0:  # no close after this open, so none after any later open either
+            return spans
+        spans.append((start, closing))
+        if first_only:
+            return spans
+        position = closing + len(CLOSE_TAG)
+
+
 def extract_answer_tag(text: str) -> Optional[str]:
     """Content of the last complete `<answer>...</answer>` pair, stripped; None if there is none."""
-    matches = ANSWER_TAG_RE.findall(text)
-    return matches[-1].strip() if matches else None
+    spans = answer_tag_spans(text)
+    return text[spans[-1][0]:spans[-1][1]].strip() if spans else None
+
+
+def first_answer_tag(text: str) -> Optional[str]:
+    """Content of the first complete `<answer>...</answer>` pair, stripped; None if there is none."""
+    spans = answer_tag_spans(text, first_only=True)
+    return text[spans[0][0]:spans[0][1]].strip() if spans else None
+
+
+def produced_answer(completion: str, prompt: str = "", *, after: Optional[str] = None) -> Optional[str]:
+    """The content of the completion's last complete `<answer>` span when the model really answered there.
+
+    None when there is no such span, when it is empty, when it does not start after the first
+    `after` marker in the completion (`</think>` for the r1_zero prompt, whose `<think>` is in the
+    prompt), or when its content is that of a span in `prompt` (an instruction copied back, such
+    as R1-Zero's `<answer> answer here </answer>`). Format rewards are paid only for such a span.
+    """
+    spans = answer_tag_spans(completion)
+    if not spans:
+        return None
+    start, end = spans[-1]
+    content = completion[start:end].strip()
+    if not content:
+        return None
+    if after is not None:
+        marker = completion.find(after)
+        if marker < 0 or marker + len(after) > start - len(OPEN_TAG):
+            return None
+    if content in {prompt[s:e].strip() for s, e in answer_tag_spans(prompt)}:
+        return None
+    return content
 
 
 def last_number(text: str) -> Optional[str]:

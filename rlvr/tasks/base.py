@@ -68,9 +68,48 @@ def resolve_weights(defaults: dict[str, float], overrides: dict[str, float]) -> 
     return {**defaults, **overrides}
 
 
+def check_count_option(task_name: str, key: str, value: Any, minimum: int = 0) -> int:
+    """A task option that counts something: an integer >= `minimum`, checked when the task is built."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{task_name}: task.options.{key}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+def check_seconds_option(task_name: str, key: str, value: Any) -> float:
+    """A task option in seconds: a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"{task_name}: task.options.{key}={value!r} must be a finite number of seconds > 0")
+    return float(value)
+
+
+def primary_component(task) -> str:
+    """The component that says whether the answer is right, which the `reward_divergence` health warning
+    watches: the task's `primary_component`, else `answer` when it has one, else its first component."""
+    declared = getattr(task, "primary_component", None)
+    components = tuple(task.component_names)
+    if declared is not None:
+        if declared not in components:
+            raise ValueError(f"task {task.name!r}: primary_component {declared!r} is not one of its components "
+                             f"({', '.join(components)})")
+        return declared
+    return "answer" if "answer" in components else components[0]
+
+
+def prompt_text(prompt: Union[str, Messages]) -> str:
+    """The text of a prompt: raw text as is, chat messages' contents joined by newlines."""
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(str(message.get("content", "")) for message in prompt)
+
+
 class Task(Protocol):
     name: str
     component_names: tuple[str, ...]
+    # Optional: the component that says whether the answer is right (default: `answer`, else the
+    # first component); `primary_component(task)` reads it.
+    # Generation ends at the first of these, kept in the text (`</answer>` for the r1_zero
+    # prompt); () for none. `rollout.stop_strings`, when set, replaces them.
+    stop_strings: tuple[str, ...]
 
     def examples(self, split: str, count: int, seed: int) -> list[Example]:
         """`count` examples of `split` ("train" or "eval"), deterministic given `seed`."""

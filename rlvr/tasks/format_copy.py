@@ -9,12 +9,11 @@ completion is exactly `<answer>N</answer>`; ceiling 1.3. Eval: exact match, gree
 from __future__ import annotations
 
 import random
-import re
 
-from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.answers import first_answer_tag
+from rlvr.tasks.base import Example, Verdict, check_count_option, resolve_weights, weighted_total
 
 PROMPT = "Copy the number {n} into <answer></answer> tags. Reply with only <answer>{n}</answer> and nothing else."
-ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 VERSION = "1"
 LOW, HIGH = -9999, 9999
 # Held-out numbers come from their own stream and are removed from the training stream.
@@ -24,10 +23,16 @@ EVAL_SEED_OFFSET = 1_000_003
 class FormatCopyTask:
     name = "format_copy"
     component_names = ("answer", "tag", "strict")
+    primary_component = "answer"
+    stop_strings: tuple[str, ...] = ()  # the completion ends at EOS
     default_weights = {"answer": 1.0, "tag": 0.2, "strict": 0.1}
 
     def __init__(self, reward_weights: dict | None = None, use_chat_template: bool = True,
                  eval_size: int = 256, seed: int = 0, low: int = LOW, high: int = HIGH):
+        check_count_option(self.name, "eval_size", eval_size)
+        for key, value in (("low", low), ("high", high)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"format_copy: task.options.{key}={value!r} must be an integer")
         if low > high:
             raise ValueError(f"format_copy: low={low} must be <= high={high}")
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
@@ -60,8 +65,7 @@ class FormatCopyTask:
 
     def score(self, completion: str, example: Example) -> Verdict:
         target = str(example.ground_truth)
-        match = ANSWER_RE.search(completion)
-        answer = match.group(1).strip() if match else None
+        answer = first_answer_tag(completion)  # linear time, whatever the completion holds
         components = {
             "answer": float(answer == target),
             "tag": float("<answer>" in completion),
@@ -74,5 +78,5 @@ class FormatCopyTask:
             verifier="format_copy",
             version=VERSION,
             correct=answer == target,
-            detail="" if match else "no <answer>...</answer> span",
+            detail="" if answer is not None else "no <answer>...</answer> span",
         )

@@ -24,10 +24,13 @@ from rlvr.tasks.answers import (
     parse_rational,
     strip_number_decorations,
 )
+from rlvr.tasks.base import Verdict, weighted_total
 from rlvr.tasks.worker import call_with_timeout
 
 DEFAULT_TIMEOUT_SECONDS = 5.0  # per symbolic check; math-verify's own default
 MAX_ANSWER_CHARS = 2000  # a longer "answer" is not an answer
+# A numeral with commas; the bounded repeats keep `findall` linear on a run of commas.
+NUMBER_TOKEN_RE = re.compile(r"-?[\d,]{0,80}\.?\d{1,60}")
 
 
 @dataclass
@@ -60,7 +63,7 @@ def grade_number(answer: str, ground_truth: str) -> Grade:
     if not answer or len(answer) > MAX_ANSWER_CHARS:
         return Grade(False, detail="empty answer" if not answer else "answer too long")
     candidates = [answer, answer.rsplit("=", 1)[-1]]
-    numbers = {parse_rational(n) for n in re.findall(r"-?[\d,]*\.?\d+", answer.replace(", ", " "))} - {None}
+    numbers = {parse_rational(n) for n in NUMBER_TOKEN_RE.findall(answer.replace(", ", " "))} - {None}
     if len(numbers) == 1:
         candidates.append(str(numbers.pop()))
     for candidate in candidates:
@@ -142,6 +145,17 @@ class Judgement:
     status: str = "ok"
     detail: str = ""
     extracted: Optional[str] = None
+
+
+def judgement_verdict(judgement: Judgement, weights: dict[str, float], verifier: str, version: str,
+                      extra: Optional[dict[str, float]] = None) -> Verdict:
+    """The verdict of a judgement: components `answer`, `format` (and `extra`), weighted total, the answer found."""
+    components = {"answer": judgement.answer, "format": judgement.format, **(extra or {})}
+    detail = judgement.detail
+    if judgement.extracted is not None:
+        detail = f"answer={judgement.extracted[:200]!r}" + (f"; {detail}" if detail else "")
+    return Verdict(components=components, total=weighted_total(components, weights), status=judgement.status,
+                   verifier=verifier, version=version, correct=judgement.answer == 1.0, detail=detail)
 
 
 def r1_zero_formatted(response: str) -> bool:

@@ -14,6 +14,7 @@ from typing import Optional
 from rlvr.tasks.answers import gsm8k_final_answer
 from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, Grader, grade_number
 from rlvr.tasks.problems import Problem, ProblemTask, load_splits
+from rlvr.tasks.prompts import DEFAULT_PROMPT
 
 
 def gsm8k_problem(record: dict) -> Optional[Problem]:
@@ -26,9 +27,9 @@ def gsm8k_problem(record: dict) -> Optional[Problem]:
 class GSM8KTask(ProblemTask):
     name = "gsm8k"
     verifier = "gsm8k_number"
-    version = "1"
+    version = "2"  # 2: with r1_zero the format needs an answer span of the model's own
 
-    def __init__(self, reward_weights=None, use_chat_template=True, seed=0, prompt="r1_zero",
+    def __init__(self, reward_weights=None, use_chat_template=True, seed=0, prompt=DEFAULT_PROMPT,
                  path=None, train_path=None, eval_path=None, dataset=None, dataset_config="main",
                  train_split="train", eval_split="test", eval_size=None, split_seed=0,
                  timeout_seconds=DEFAULT_TIMEOUT_SECONDS):

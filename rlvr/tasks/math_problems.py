@@ -16,6 +16,7 @@ from typing import Optional
 from rlvr.tasks.answers import extract_boxed
 from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, Grade, Grader, grade_math, require_package
 from rlvr.tasks.problems import Problem, ProblemTask, load_splits
+from rlvr.tasks.prompts import DEFAULT_PROMPT
 
 
 def _level(value) -> Optional[int]:
@@ -30,9 +31,9 @@ def _subject(value) -> str:
 class MathTask(ProblemTask):
     name = "math"
     verifier = "math_verify"
-    version = "1"
+    version = "2"  # 2: with r1_zero the format needs an answer span of the model's own
 
-    def __init__(self, reward_weights=None, use_chat_template=True, seed=0, prompt="r1_zero",
+    def __init__(self, reward_weights=None, use_chat_template=True, seed=0, prompt=DEFAULT_PROMPT,
                  path=None, train_path=None, eval_path=None, dataset=None, dataset_config=None,
                  train_split="train", eval_split="test", eval_size=None, split_seed=0,
                  levels=None, subjects=None, timeout_seconds=DEFAULT_TIMEOUT_SECONDS):

@@ -1,23 +1,31 @@
-"""What the question-answer tasks (`gsm8k`, `math`) share: data sources, splits, prompts, scoring.
+"""What the question-answer tasks (`gsm8k`, `math`, `dataset`) share: data sources, splits, prompts, scoring.
 
-Data comes from local jsonl files (`path` with a held-out slice, or `train_path` / `eval_path`)
-or, only when the user names one, a Hugging Face dataset (`dataset`). The eval split is held
-out: a training question that also appears in the eval split is dropped. Reward components:
+Data comes from local files (`path` with a held-out slice, or `train_path` / `eval_path`;
+`train_path` alone is sliced like `path`; jsonl, json, parquet or csv, see `rlvr.tasks.data_files`)
+or, only when the user names one, a Hugging Face dataset (`dataset`). A bad row is an error
+naming its file and position. The eval split is held out: a training question that also appears
+in the eval split is dropped. Reward components:
 `answer` (1 correct, 0 wrong, NaN when the check timed out) and `format` (1 when the prompt's
-format was followed); default weights answer 1, format 0, so the format alone earns nothing.
+format was followed; with r1_zero only for a non-empty answer span of the model's own, not one
+copied from the prompt); default weights answer 1, format 0, so the format alone earns nothing.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import random
+import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
-from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, Grader, judge_question_only, judge_r1_zero
-from rlvr.tasks.prompts import COMPLETION_PREFIX, STOP_STRINGS, check_prompt, render_question
+from rlvr.tasks.answers import produced_answer
+from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, prompt_text,
+                             resolve_weights)
+from rlvr.tasks.data_files import Row, hf_rows, read_rows
+from rlvr.tasks.grading import (DEFAULT_TIMEOUT_SECONDS, Grader, Judgement, judge_question_only, judge_r1_zero,
+                                judgement_verdict)
+from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
+                               prompt_uses_chat_template, render_question)
 
 
 @dataclass
@@ -27,59 +35,65 @@ class Problem:
     metadata: dict = field(default_factory=dict)
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"data file {str(path)!r} does not exist")
-    records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{number}: not valid JSON ({exc})") from None
-    return records
+def _convert(rows: list[Row], to_problem: Callable[[dict], Optional[Problem]]) -> list[Problem]:
+    """Problems from rows; a record the task cannot read is an error naming where it is."""
+    problems = []
+    for row in rows:
+        try:
+            problem = to_problem(row.record)
+        except ValueError as exc:
+            raise ValueError(f"{row.where}: {exc}") from None
+        if problem is not None:
+            problems.append(problem)
+    return problems
 
 
-def load_hf_split(dataset: str, config: Optional[str], split: str) -> list[dict]:
-    """Only called when the user names a dataset; needs the `datasets` package and the hub or a cache."""
-    try:
-        import datasets
-    except ImportError:
-        raise ValueError("task.options.dataset needs the `datasets` package (pip install datasets)") from None
-    return [dict(row) for row in datasets.load_dataset(dataset, config, split=split)]
+def check_split_options(task_name: str, eval_size, split_seed) -> None:
+    """The split options' ranges, checked before any data or model is loaded."""
+    if eval_size is not None:  # null: 10% of `path` (or of a lone `train_path`), all of `eval_path`
+        check_count_option(task_name, "eval_size", eval_size)
+    check_count_option(task_name, "split_seed", split_seed)
+
+
+def _hold_out(problems: list[Problem], eval_size: Optional[int],
+              split_seed: int) -> tuple[list[Problem], list[Problem]]:
+    """(train, held out): a seeded `eval_size` slice (default 10%, at least 1) held out of one list."""
+    size = eval_size if eval_size is not None else max(1, len(problems) // 10)
+    order = list(range(len(problems)))
+    random.Random(split_seed).shuffle(order)
+    held = set(order[:size])
+    return [p for i, p in enumerate(problems) if i not in held], [problems[i] for i in sorted(held)]
 
 
 def load_splits(task_name: str, to_problem: Callable[[dict], Optional[Problem]], *, path=None, train_path=None,
                 eval_path=None, dataset=None, dataset_config=None, train_split="train", eval_split="test",
                 eval_size=None, split_seed=0) -> tuple[list[Problem], list[Problem]]:
-    """(train, eval) problems. With one `path`, a seeded `eval_size` slice (default 10%) is held out."""
+    """(train, eval) problems. With one `path`, a seeded `eval_size` slice (default 10%) is held out.
+
+    `train_path` without `eval_path` is read like `path`: a slice is held out (and a note says so),
+    so a run never evaluates on nothing or on its own training questions; `eval_size=0` keeps all.
+    """
+    check_split_options(task_name, eval_size, split_seed)
     sources = [bool(path), bool(train_path or eval_path), bool(dataset)]
     if sum(sources) != 1:
         raise ValueError(
-            f"{task_name}: give exactly one data source in task.options: `path` (one jsonl, a slice held out "
-            "for eval), `train_path` and/or `eval_path` (jsonl files), or `dataset` (a Hugging Face dataset name)"
+            f"{task_name}: give exactly one data source in task.options: `path` (one file, a slice held out "
+            "for eval), `train_path` and/or `eval_path` (data files), or `dataset` (a Hugging Face dataset name)"
         )
-
-    def convert(records):
-        return [p for p in (to_problem(r) for r in records) if p is not None]
-
+    one_file = bool(path) or (bool(train_path) and not eval_path)  # a slice of it is held out
     if dataset:
-        train = convert(load_hf_split(dataset, dataset_config, train_split)) if train_split else []
-        held_out = convert(load_hf_split(dataset, dataset_config, eval_split)) if eval_split else []
-    elif path:
-        problems = convert(read_jsonl(path))
-        size = eval_size if eval_size is not None else max(1, len(problems) // 10)
-        order = list(range(len(problems)))
-        random.Random(split_seed).shuffle(order)
-        held = set(order[:size])
-        held_out = [problems[i] for i in sorted(held)]
-        train = [p for i, p in enumerate(problems) if i not in held]
+        train = _convert(hf_rows(dataset, dataset_config, train_split), to_problem) if train_split else []
+        held_out = _convert(hf_rows(dataset, dataset_config, eval_split), to_problem) if eval_split else []
+    elif one_file:
+        train, held_out = _hold_out(_convert(read_rows(path or train_path), to_problem), eval_size, split_seed)
+        if not path:
+            print(f"note: {task_name}: no eval_path given: {len(held_out)} problems of train_path are held out "
+                  "for eval (task.options.eval_size sets how many; eval_path names a separate file)",
+                  file=sys.stderr)
     else:
-        train = convert(read_jsonl(train_path)) if train_path else []
-        held_out = convert(read_jsonl(eval_path)) if eval_path else []
-    if eval_size is not None and not path:
+        train = _convert(read_rows(train_path), to_problem) if train_path else []
+        held_out = _convert(read_rows(eval_path), to_problem)
+    if eval_size is not None and not one_file:
         held_out = held_out[:eval_size]
     eval_questions = {p.question for p in held_out}
     train = [p for p in train if p.question not in eval_questions]
@@ -92,18 +106,20 @@ class ProblemTask:
     name = "problems"
     verifier = "problems"
     version = "1"
+    # `rlvr eval --chat-template auto`: raw text for a raw-text prompt (`r1_zero`, the default).
+    chat_template_for = staticmethod(prompt_uses_chat_template)
     component_names = ("answer", "format")
+    primary_component = "answer"
     default_weights = {"answer": 1.0, "format": 0.0}
 
     def __init__(self, train: list[Problem], held_out: list[Problem], *, reward_weights=None,
-                 use_chat_template=True, prompt="r1_zero", timeout_seconds=DEFAULT_TIMEOUT_SECONDS):
+                 use_chat_template=True, prompt=DEFAULT_PROMPT, timeout_seconds=DEFAULT_TIMEOUT_SECONDS):
         check_prompt(self.name, prompt, use_chat_template)
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
         self.use_chat_template = use_chat_template
         self.prompt = prompt
         self.stop_strings = STOP_STRINGS[prompt]
-        self.completion_prefix = COMPLETION_PREFIX[prompt]
-        self.timeout_seconds = float(timeout_seconds)
+        self.timeout_seconds = check_seconds_option(self.name, "timeout_seconds", timeout_seconds)
         self.train, self.held_out = train, held_out
 
     def grader(self) -> Grader:
@@ -138,11 +154,16 @@ class ProblemTask:
             return Verdict(components={"answer": float("nan"), "format": float("nan")}, total=float("nan"),
                            status="error", verifier=self.verifier, version=self.version,
                            detail=f"{type(exc).__name__}: {exc}")
-        components = {"answer": judgement.answer, "format": judgement.format}
-        detail = judgement.detail
-        if judgement.extracted is not None:
-            detail = f"answer={judgement.extracted[:200]!r}" + (f"; {detail}" if detail else "")
-        return Verdict(
-            components=components, total=weighted_total(components, self.weights), status=judgement.status,
-            verifier=self.verifier, version=self.version, correct=judgement.answer == 1.0, detail=detail,
-        )
+        return judgement_verdict(self.require_produced_answer(judgement, completion, example), self.weights,
+                                 self.verifier, self.version)
+
+    def require_produced_answer(self, judgement: Judgement, completion: str, example: Example) -> Judgement:
+        """r1_zero: the format counts only for a non-empty answer span after `</think>` that is not copied
+        from the prompt (`produced_answer`); the answer is judged as before."""
+        after = ANSWER_AFTER[self.prompt]
+        if self.prompt != "r1_zero" or judgement.format != 1.0:
+            return judgement
+        if produced_answer(completion, prompt_text(example.prompt), after=after) is not None:
+            return judgement
+        return dataclasses.replace(judgement, format=0.0,
+                                   detail="; ".join(filter(None, [judgement.detail, "no answer span of its own"])))

@@ -22,10 +22,18 @@ R1_ZERO_TEMPLATE = (
 )
 
 PROMPTS = ("r1_zero", "question_only")
+DEFAULT_PROMPT = "r1_zero"
+RAW_TEXT_PROMPTS = ("r1_zero",)  # complete text templates: sent without the chat template
 # What each prompt makes the model write after the prompt, and where generation should stop.
 STOP_STRINGS = {"r1_zero": ("</answer>",), "question_only": ()}
-# Text the prompt already contains that the completion continues (counted by format rewards).
-COMPLETION_PREFIX = {"r1_zero": "<think>", "question_only": ""}
+# Where the answer span must start after, in the completion, to earn a format reward: r1_zero's
+# prompt opens `<think>`, so the model must close it first (`rlvr.tasks.answers.produced_answer`).
+ANSWER_AFTER = {"r1_zero": "</think>", "question_only": None}
+
+
+def prompt_uses_chat_template(options: dict) -> bool:
+    """Whether `task.options` (its `prompt`, default `DEFAULT_PROMPT`) go through the chat template."""
+    return options.get("prompt", DEFAULT_PROMPT) not in RAW_TEXT_PROMPTS
 
 
 def check_prompt(task_name: str, prompt: str, use_chat_template: bool) -> None:

@@ -4,75 +4,48 @@
 (e.g. `max_word_len: 5`) apart from this task's own keys (`prompt`, `size`, `eval_size`,
 `timeout_seconds`). `reasoning_gym:mix` mixes datasets by weight: `datasets: {spell_backward:
 0.5, countdown: 0.5}`, per-dataset settings in `configs: {countdown: {...}}`. Components:
-`answer` (score_answer of the last `<answer>` span, in [0, 1]), `format` (0.25 for each of
-`<think>`, `</think>`, `<answer>`, `</answer>`; its weight is the format weight) and `binary`
-(1 when correct and fully formatted). Defaults: answer 1, format 0.1, binary 0.
+`answer` (score_answer of the last `<answer>` span, in [0, 1]), `format` (1 when that span is an
+answer of the model's own: non-empty, after `</think>` with r1_zero, and not a span copied from
+the prompt such as R1-Zero's `<answer> answer here </answer>`; else 0) and `binary` (1 when
+correct and formatted). Defaults: answer 1, format 0.1, binary 0.
 
-Some `score_answer` functions pass the answer to Python's `eval` or sympy's `parse_expr`. So an
-answer is screened first: without a function call an expression can do nothing but compute,
-so an answer that calls anything other than a short list of math functions, or names a dunder,
-is refused (`unjudgeable`); what passes is scored in the worker process under a time and
-memory limit, so `9**9**9**9` becomes `timeout`.
+Nine `score_answer` functions pass the answer to Python's `eval` or sympy's `parse_expr`. So
+the worker first parses the answer into data of the shape that dataset's scorer expects and
+hands the scorer only the canonical re-rendering of that data
+(`rlvr.tasks.reasoning_gym_answers`); an answer that does not parse is `unjudgeable`. Scoring
+runs in the sandboxed worker process under a time and memory limit, so `9**9**9**9` in an
+antiderivative becomes `timeout`. Only datasets whose scorers have been audited can be used.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import re
-import unicodedata
 from typing import Iterator, Optional
 
-from rlvr.tasks.answers import extract_answer_tag
-from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.answers import extract_answer_tag, produced_answer
+from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, prompt_text,
+                             resolve_weights, weighted_total)
 from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, require_package
-from rlvr.tasks.prompts import COMPLETION_PREFIX, STOP_STRINGS, check_prompt, render_question
+from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
+                               prompt_uses_chat_template, render_question)
+from rlvr.tasks.reasoning_gym_answers import check_audited
 from rlvr.tasks.worker import call_with_timeout
 
-VERSION = "1"
-TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+VERSION = "3"  # 3: format paid only for an answer span of the model's own (was 0.25 per tag present)
 EVAL_SEED_OFFSET = 1_000_003
-# Calls an answer may contain: pure math, nothing with side effects.
-SAFE_CALLS = frozenset(
-    "sqrt cbrt sin cos tan asin acos atan sinh cosh tanh log ln exp abs Abs floor ceiling ceil "
-    "factorial binomial gcd lcm min max round Rational Integer Float".split()
-)
-# A `(` right after one of these opens a group, it does not call anything.
-OPENING_CONTEXT = set("+-*/%=<>,([{:|&^~!@")
-
-
-def refusal(answer: str) -> Optional[str]:
-    """Why `answer` must not reach a scorer that may evaluate it, or None when it is safe.
-
-    Python identifiers are NFKC-normalised, so the check runs on the normalised text (fullwidth
-    letters cannot sneak a name past it). Backslash continuations and comments before a `(` are
-    seen through: the character that decides is the last one before the `(` that is not blank.
-    """
-    text = unicodedata.normalize("NFKC", answer)
-    if "__" in text:
-        return "refused: contains '__'"
-    for match in re.finditer(r"\(", text):
-        before = re.sub(r"[\s\\]+$", "", text[: match.start()])
-        if not before or before[-1] in OPENING_CONTEXT:
-            continue
-        token = re.search(r"(?<![\w.])\w+$", before)
-        if token and (token.group(0)[0].isdigit() or token.group(0) in SAFE_CALLS):
-            continue
-        return f"refused: looks like a call ({before[-20:]}()"
-    return None
-
-
-def tag_format_score(text: str) -> float:
-    return sum(0.25 for tag in TAGS if tag in text)
 
 
 class ReasoningGymTask:
     name = "reasoning_gym"
     component_names = ("answer", "format", "binary")
+    primary_component = "answer"
+    # `rlvr eval --chat-template auto`: raw text for a raw-text prompt (`r1_zero`, the default).
+    chat_template_for = staticmethod(prompt_uses_chat_template)
     default_weights = {"answer": 1.0, "format": 0.1, "binary": 0.0}
 
     def __init__(self, dataset: Optional[str] = None, reward_weights=None, use_chat_template=True, seed=0,
-                 prompt="r1_zero", size=100_000, eval_size=200, timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
+                 prompt=DEFAULT_PROMPT, size=100_000, eval_size=200, timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
                  datasets: Optional[dict] = None, configs: Optional[dict] = None, **config):
         if not dataset:
             raise ValueError("reasoning_gym: name the dataset, e.g. task.name=reasoning_gym:spell_backward "
@@ -90,14 +63,17 @@ class ReasoningGymTask:
             if datasets or configs:
                 raise ValueError(f"{self.name}: `datasets` and `configs` are for reasoning_gym:mix")
             self.mix, self.configs = {dataset: 1.0}, {dataset: dict(config)}
-        if any(w <= 0 for w in self.mix.values()):
-            raise ValueError(f"{self.name}: mixture weights must be > 0")
+        for name in self.mix:
+            check_audited(name)
+        if not all(0 < w < math.inf for w in self.mix.values()):
+            raise ValueError(f"{self.name}: mixture weights must be finite and > 0, got {self.mix}")
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
         self.use_chat_template, self.prompt = use_chat_template, prompt
         self.stop_strings = STOP_STRINGS[prompt]
-        self.completion_prefix = COMPLETION_PREFIX[prompt]
-        self.timeout_seconds = float(timeout_seconds)
-        self.size, self.seed = int(size), seed
+        self.answer_after = ANSWER_AFTER[prompt]
+        self.timeout_seconds = check_seconds_option(self.name, "timeout_seconds", timeout_seconds)
+        self.size, self.seed = check_count_option(self.name, "size", size, minimum=1), seed
+        check_count_option(self.name, "eval_size", eval_size)
         self._train = {name: self._create(name, seed, self.size) for name in self.mix}
         self._held_out = self._draw_eval(int(eval_size))
         self._held_out_questions = {entry["question"] for _, entry in self._held_out}
@@ -151,25 +127,26 @@ class ReasoningGymTask:
     def score(self, completion: str, example: Example) -> Verdict:
         name = example.metadata["source_dataset"]
         verifier = f"reasoning_gym/{name}"
-        format_score = tag_format_score(self.completion_prefix + completion)
+        own = produced_answer(completion, prompt_text(example.prompt), after=self.answer_after)
+        format_score = float(own is not None)
         answer = extract_answer_tag(completion)
         if answer is None:
             components = {"answer": 0.0, "format": format_score, "binary": 0.0}
             status, detail, correct = "ok", "no <answer>...</answer> span", False
-        elif (reason := refusal(answer)) is not None:
-            components = {"answer": math.nan, "format": format_score, "binary": math.nan}
-            status, detail, correct = "unjudgeable", reason, False
         else:
             result = call_with_timeout("reasoning_gym_score", name, self.configs[name], answer,
                                        example.metadata["entry"], timeout=self.timeout_seconds)
-            if result.status != "ok":
+            refused = result.status == "ok" and "refused" in result.value
+            if result.status != "ok" or refused:
                 components = {"answer": math.nan, "format": format_score, "binary": math.nan}
-                status, detail, correct = result.status, result.detail, False
+                status = "unjudgeable" if refused else result.status
+                detail = f"refused: {result.value['refused']}" if refused else result.detail
+                correct = False
             else:
-                value = float(result.value)
+                value = float(result.value["score"])
                 correct = value >= 1.0
                 components = {"answer": value, "format": format_score,
                               "binary": float(correct and format_score == 1.0)}
-                status, detail = "ok", f"answer={answer[:200]!r}"
+                status, detail = "ok", f"answer={result.value['text']!r}"
         return Verdict(components=components, total=weighted_total(components, self.weights), status=status,
                        verifier=verifier, version=VERSION, correct=correct, detail=detail)

@@ -1,93 +1,185 @@
-"""Atomic checkpoints: trainable weights, optimizer, scheduler, counters and RNG states.
+"""Atomic, verified checkpoints: trainable weights, optimizer, scheduler, counters and RNG states.
 
-A checkpoint folder is written under a temporary name and renamed into place, and the
-`latest` pointer is replaced atomically afterwards, so a crash at any moment leaves the previous
-checkpoint intact and resumable. Under FSDP every rank gathers the full tensors
-(`gather_checkpoint_state`) and rank 0 writes them: the files are the same as without FSDP.
+A checkpoint folder is written under a temporary name, its files' sizes and sha256 hashes go into
+`manifest.json`, everything is fsynced, the folder is renamed into place and the `latest` pointer
+replaced atomically afterwards, so a crash at any moment leaves the previous checkpoint intact. On
+resume each candidate (the `latest` one first, then older ones) is checked against its manifest
+and loaded; a damaged one is reported by name and the next older intact one is used instead.
+Under FSDP every rank gathers the full tensors (`gather_checkpoint_state`) and rank 0 writes them:
+the files are the same as without FSDP. PPO's value model (head, and a separate model's trainable
+weights) is saved in `value/` beside the policy's `model/`. A full disk or a missing permission is said in words.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import pickle
 import shutil
+import sys
+import time
+import zipfile
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 from rlvr.models import load_trainable, save_trainable
+from rlvr.models.runs import LATEST, checkpoint_root, latest_checkpoint  # noqa: F401  (the run layout lives there)
 from rlvr.models.trainable_state import trainable_tensors
+from rlvr.models.value_model import load_value_model, save_value_model, value_model_tensors
+from rlvr.train.distributed import SINGLE
 from rlvr.train.fsdp import full_optimizer_state, shard_optimizer_state
+from rlvr.storage_errors import storage_error
 from rlvr.utils import atomic_write_text, rng_state, set_rng_state
 
-LATEST = "latest"
+MANIFEST = "manifest.json"
+DAMAGED_PREFIX = "damaged-"  # a checkpoint that failed verification is renamed, never deleted
+REQUIRED = ("model", "optimizer.pt", "trainer_state.pt")
+VALUE_FOLDER = "value"  # PPO's value model, required when the run has one
+# What reading a damaged file raises (truncated safetensors / zip / pickle, missing keys, bad JSON).
+LOAD_DAMAGE_ERRORS = (SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile,
+                      OSError, KeyError, json.JSONDecodeError)
 
 
-def checkpoint_root(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints"
-
-
-def gather_checkpoint_state(loaded, optimizer) -> dict:
-    """The trainable tensors and optimizer state, full even when FSDP-sharded (then a collective).
-
-    Pass the result to `save_checkpoint` as `gathered`.
+def gather_checkpoint_state(loaded, optimizer, value_model=None) -> dict:
+    """The trainable tensors and optimizer state (and the value model's tensors), full even when
+    FSDP-sharded (then a collective). Pass the result to `save_checkpoint` as `gathered`.
     """
-    return {"model_tensors": trainable_tensors(loaded), "optimizer_state": full_optimizer_state(optimizer)}
+    return {"model_tensors": trainable_tensors(loaded), "optimizer_state": full_optimizer_state(optimizer),
+            "value_tensors": None if value_model is None else value_model_tensors(value_model)}
+
+
+def remove_orphans(root: Path) -> list[str]:
+    """Delete what an interrupted save leaves behind (`.tmp_iter_*` folders, `.latest.*` files).
+
+    Only safe while the run folder's lock is held (no other writer can be mid-save); returns the names.
+    """
+    removed = []
+    for leftover in sorted([*root.glob(".tmp_iter_*"), *root.glob(f".{LATEST}.*")]):
+        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        removed.append(leftover.name)
+    return removed
+
+
+def _torch_save(obj, path: Path) -> None:
+    with open(path, "wb") as handle:  # a Python file object: a full disk raises OSError(ENOSPC), not basic_ios
+        torch.save(obj, handle)
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+        os.fsync(handle.fileno())  # the bytes are on disk before the folder is renamed into place
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path, iteration: int) -> dict:
+    """Record every file of `folder` (size, sha256) in `folder/manifest.json`; returns the manifest."""
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST):
+        files[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "sha256": _file_digest(path)}
+    manifest = {"format": 1, "iteration": iteration, "files": files}
+    atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def verify_checkpoint(folder: Path) -> str | None:
+    """Why `folder` is not an intact checkpoint (a missing or changed file), or None if it is."""
+    folder = Path(folder)
+    for name in REQUIRED:
+        if not (folder / name).exists():
+            return f"{name} is missing"
+    manifest_path = folder / MANIFEST
+    if not manifest_path.exists():
+        return None  # written before manifests existed: loading it is the only check
+    try:
+        files = json.loads(manifest_path.read_text())["files"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return f"{MANIFEST} is unreadable"
+    for name, expected in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        size = path.stat().st_size
+        if size != expected["size"]:
+            return f"{name} has {size} bytes, {expected['size']} were written"
+        if _file_digest(path) != expected["sha256"]:
+            return f"{name} does not match its sha256 in {MANIFEST}"
+    return None
 
 
 def save_checkpoint(run_dir: Path, iteration: int, loaded, optimizer, scheduler, state: dict, keep: int = 2,
-                    distributed: dict | None = None, gathered: dict | None = None) -> Path:
+                    distributed: dict | None = None, gathered: dict | None = None, value_model=None) -> Path:
     """Write checkpoint `iter_<iteration>` (iteration = number of finished iterations).
 
     `distributed` (world size, every rank's RNG states) is stored for data-parallel runs;
     `gathered` (from `gather_checkpoint_state` on every rank) is needed when the model is sharded.
+    `value_model`: PPO's, written to `value/`. Keeps the newest `keep` checkpoints (at least the
+    one just written).
     """
-    gathered = gathered or {"model_tensors": None, "optimizer_state": optimizer.state_dict()}
+    gathered = gathered or {"model_tensors": None, "optimizer_state": optimizer.state_dict(), "value_tensors": None}
     root = checkpoint_root(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"iter_{iteration:06d}"
     tmp = root / f".tmp_iter_{iteration:06d}_{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    save_trainable(loaded, tmp / "model", tensors=gathered["model_tensors"])
-    torch.save(gathered["optimizer_state"], tmp / "optimizer.pt")
-    torch.save(
-        {"scheduler": scheduler.state_dict(), "iteration": iteration, "rng": rng_state(), "state": state,
-         **({"distributed": distributed} if distributed is not None else {})},
-        tmp / "trainer_state.pt",
-    )
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    atomic_write_text(root / LATEST, final.name + "\n")
-    _prune(root, keep)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        remove_orphans(root)
+        tmp.mkdir()
+        save_trainable(loaded, tmp / "model", tensors=gathered["model_tensors"])
+        if value_model is not None:
+            save_value_model(value_model, tmp / VALUE_FOLDER, tensors=gathered.get("value_tensors"))
+        _torch_save(gathered["optimizer_state"], tmp / "optimizer.pt")
+        _torch_save({"scheduler": scheduler.state_dict(), "iteration": iteration, "rng": rng_state(), "state": state,
+                     **({"distributed": distributed} if distributed is not None else {})},
+                    tmp / "trainer_state.pt")
+        write_manifest(tmp, iteration)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        atomic_write_text(root / LATEST, final.name + "\n")
+    except Exception as exc:
+        explained = storage_error(exc, final, hint=f"Checkpoint {final.name} was not written; the previous one is "
+                                                 f"intact (rlvr train --resume {run_dir} continues from it).")
+        shutil.rmtree(tmp, ignore_errors=True)
+        if explained is not None:
+            raise explained from exc
+        raise
+    _prune(root, keep, final)
     return final
 
 
-def _prune(root: Path, keep: int) -> None:
-    folders = sorted(p for p in root.glob("iter_*") if p.is_dir())
-    for old in folders[: max(0, len(folders) - keep)]:
+def _prune(root: Path, keep: int, newest: Path) -> None:
+    """Delete all but the newest `keep` checkpoints; `newest` (just written) is never deleted."""
+    folders = sorted(p for p in root.glob("iter_*") if p.is_dir() and p != newest)
+    for old in folders[: max(0, len(folders) - max(1, keep) + 1)]:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
+def checkpoint_candidates(run_dir: Path) -> list[Path]:
+    """The folder `latest` names, then the older ones, newest first (without a pointer: all, newest first)."""
     root = checkpoint_root(run_dir)
+    folders = sorted((p for p in root.glob("iter_*") if p.is_dir()), reverse=True)
     pointer = root / LATEST
     if pointer.exists():
-        folder = root / pointer.read_text().strip()
-        if folder.is_dir():
-            return folder
-    folders = sorted(p for p in root.glob("iter_*") if p.is_dir())
-    return folders[-1] if folders else None
+        named = root / pointer.read_text().strip()
+        if named.is_dir():
+            return [named, *(p for p in folders if p.name < named.name)]
+    return folders
 
 
-def load_checkpoint(folder: Path, loaded, optimizer, scheduler) -> dict:
+def load_checkpoint(folder: Path, loaded, optimizer, scheduler, value_model=None) -> dict:
     """Restore everything saved by `save_checkpoint`; returns {'iteration', 'state', 'distributed'}."""
     folder = Path(folder)
-    for name in ("model", "optimizer.pt", "trainer_state.pt"):
+    for name in (*REQUIRED, *([VALUE_FOLDER] if value_model is not None else [])):
         if not (folder / name).exists():
             raise FileNotFoundError(f"checkpoint {folder} is incomplete: {name} is missing")
     load_trainable(loaded, folder / "model")
+    if value_model is not None:
+        load_value_model(value_model, folder / VALUE_FOLDER)
     saved_optimizer = torch.load(folder / "optimizer.pt", weights_only=False)
     optimizer.load_state_dict(shard_optimizer_state(optimizer, saved_optimizer))  # full tensors, sliced if sharded
     trainer_state = torch.load(folder / "trainer_state.pt", weights_only=False)
@@ -95,3 +187,58 @@ def load_checkpoint(folder: Path, loaded, optimizer, scheduler) -> dict:
     set_rng_state(trainer_state["rng"])
     return {"iteration": trainer_state["iteration"], "state": trainer_state["state"],
             "distributed": trainer_state.get("distributed")}
+
+
+def restore_checkpoint(run_dir: Path, loaded, optimizer, scheduler, dist=SINGLE, value_model=None) -> dict:
+    """Load the newest intact checkpoint of `run_dir`.
+
+    Returns `load_checkpoint`'s result plus 'checkpoint' (its folder) and 'skipped': one entry
+    {'checkpoint', 'reason', 'damaged'} per newer checkpoint that was passed over (warned about
+    here); 'damaged' is true when its files no longer match its manifest. The main process checks
+    the manifests and every rank gets its verdicts, so all ranks load the same checkpoint; reading
+    the files is the last check (the only one for checkpoints written before manifests).
+    """
+    candidates = checkpoint_candidates(run_dir)
+    if not candidates:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint to resume from")
+    verdicts: list[str | None] = []
+    if dist.is_main:
+        for folder in candidates:  # verify down to the first intact one
+            verdicts.append(verify_checkpoint(folder))
+            if verdicts[-1] is None:
+                break
+    verdicts = dist.broadcast(verdicts)
+    skipped: list[dict] = []
+    for index, folder in enumerate(candidates):
+        reason = verdicts[index] if index < len(verdicts) else None
+        damaged = reason is not None
+        if reason is None:
+            try:
+                restored = load_checkpoint(folder, loaded, optimizer, scheduler, value_model)
+            except LOAD_DAMAGE_ERRORS as exc:
+                reason = f"it could not be read ({type(exc).__name__}: {str(exc)[:200]})"
+        if reason is not None:
+            skipped.append({"checkpoint": folder.name, "reason": reason, "damaged": damaged})
+            if dist.is_main:
+                print(f"warning: checkpoint {folder} is damaged: {reason}; trying the previous one", file=sys.stderr)
+            continue
+        if skipped and dist.is_main:
+            print(f"warning: resuming from {folder.name} instead of {skipped[0]['checkpoint']}; what was logged "
+                  f"after iteration {restored['iteration']} is dropped and redone", file=sys.stderr)
+        return {**restored, "checkpoint": folder, "skipped": skipped}
+    listed = "; ".join(f"{entry['checkpoint']}: {entry['reason']}" for entry in skipped)
+    raise FileNotFoundError(f"{run_dir} has no intact checkpoint to resume from ({listed})")
+
+
+def set_aside(run_dir: Path, names: list[str]) -> list[str]:
+    """Rename damaged checkpoint folders to `damaged-<name>-<time>` (kept for inspection, never loaded)."""
+    root, moved = checkpoint_root(run_dir), []
+    for name in names:
+        target = root / f"{DAMAGED_PREFIX}{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        os.replace(root / name, target)
+        moved.append(target.name)
+    return moved
+
+
+def point_latest(run_dir: Path, folder: Path) -> None:
+    atomic_write_text(checkpoint_root(run_dir) / LATEST, Path(folder).name + "\n")

@@ -1,44 +1,69 @@
-"""One rollout batch: sample G completions for B prompts, score them, compute advantages.
+"""Sample and score, the first stages of an RL iteration: B prompts x G judged completions, as groups.
 
-Returns a `RolloutBatch` whose old log-probs are left empty (the first update epoch is exactly
-on-policy, so they are the detached log-probs of that epoch) and whose reference log-probs are
-computed only when the KL coefficient is above 0.
+Each round draws B training prompts, samples G completions for each and judges them
+(`rlvr.rollout.sample_and_score`), and cuts the result into one `SampledGroup` per prompt,
+whose rewards are the verdicts' totals plus DAPO's overlong penalty (NaN where unscorable).
+With dynamic sampling, groups without reward contrast (`rlvr.core.no_contrast`, the rule the
+advantages and the statistics use) are set aside and more rounds are sampled until B groups are
+kept (at most `dynamic_sampling_max_rounds`; a shortfall is filled with set-aside groups and
+counted). Data-parallel, each rank samples its share of every round. `rollout_batch` then lays
+the kept groups out as one `RolloutBatch` (the later stages add reference log-probs, PPO's old
+values, and the advantages).
 """
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from rlvr.core import (
-    RolloutBatch,
-    build_completion_mask,
-    get_advantage_estimator,
-    maybe_normalize_advantages,
-)
-from rlvr.core.completion_logprobs import compute_completion_logprobs
-from rlvr.models.merge import merged_adapter
-from rlvr.models.sharding import unsharded
-from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
-from rlvr.train.distributed import SINGLE, check_divisible, normalize_advantages_global
+from rlvr.core import RolloutBatch, build_completion_mask, degenerate_rows
+from rlvr.rollout import RolloutBackend, SamplingSettings, ScoredRollout, sample_and_score
+from rlvr.rollout.base import fill_token_id
+from rlvr.tasks.base import Example, Task, Verdict
+from rlvr.train.distributed import SINGLE, Dist, check_divisible
 
 
-@dataclass
-class Scored:
-    """Everything about one round of sampled groups, before it becomes a RolloutBatch."""
+@dataclass(frozen=True)
+class SampledGroup:
+    """One prompt's G completions, judged."""
 
-    examples: list
-    prompts: list[str]
-    input_ids: list[torch.Tensor] = field(default_factory=list)  # per group: [G, L_g]
-    attention_mask: list[torch.Tensor] = field(default_factory=list)
-    prompt_len: list[int] = field(default_factory=list)
-    texts: list[list[str]] = field(default_factory=list)
-    verdicts: list[list] = field(default_factory=list)
-    lengths: list[torch.Tensor] = field(default_factory=list)
-    truncated: list[torch.Tensor] = field(default_factory=list)
+    example: Example
+    prompt: str  # rendered
+    input_ids: torch.Tensor  # [G, P + C], prompt left-padded to this round's width P
+    attention_mask: torch.Tensor  # [G, P + C]
+    prompt_len: int  # P
+    texts: list[str]  # [G]
+    verdicts: list[Verdict]  # [G]
+    lengths: torch.Tensor  # [G] generated tokens
+    truncated: torch.Tensor  # [G] bool
+    rewards: torch.Tensor  # [G] float32: verdict total + overlong penalty, NaN where unscorable
+
+
+@dataclass(frozen=True)
+class CollectedGroups:
+    """This rank's kept groups, prompt-major, and what it took to collect them."""
+
+    groups: list[SampledGroup]
+    group_size: int
+    sampled_groups: int  # groups sampled on this rank, kept or not
+    filled_degenerate: int  # groups without contrast kept because the rounds ran out
+    rounds: int
+    generation_seconds: float
+    scoring_seconds: float
+
+    @property
+    def rewards(self) -> torch.Tensor:
+        return torch.cat([group.rewards for group in self.groups])  # [N]
+
+    @property
+    def group_ids(self) -> torch.Tensor:
+        return torch.arange(len(self.groups) * self.group_size) // self.group_size  # [N]
+
+    @property
+    def verdicts(self) -> list[Verdict]:
+        return [verdict for group in self.groups for verdict in group.verdicts]
 
 
 def overlong_penalty(lengths: torch.Tensor, max_new_tokens: int, buffer: int, factor: float) -> torch.Tensor:
@@ -50,8 +75,82 @@ def overlong_penalty(lengths: torch.Tensor, max_new_tokens: int, buffer: int, fa
     return -factor * (over / buffer).clamp(max=1.0)
 
 
+def group_rewards(verdicts: list[Verdict], lengths: torch.Tensor, algo, max_new_tokens: int) -> torch.Tensor:
+    """Verdict totals plus the overlong penalty. [G] float32 (NaN stays NaN)."""
+    totals = torch.tensor([v.total for v in verdicts], dtype=torch.float32)  # [G]
+    return totals + overlong_penalty(lengths, max_new_tokens, algo.overlong_buffer, algo.overlong_penalty)
+
+
+def has_contrast(rewards: torch.Tensor) -> bool:
+    """Whether a group's rewards [G] carry a learning signal (`rlvr.core.no_contrast`)."""
+    return not bool(degenerate_rows(rewards[None])[0])
+
+
+def split_groups(scored: ScoredRollout, algo, max_new_tokens: int) -> list[SampledGroup]:
+    """One `SampledGroup` per example of a scored round, its rewards computed once here."""
+    generation = scored.generation
+    groups = []
+    for index, (example, prompt) in enumerate(zip(scored.examples, scored.prompts)):
+        rows = scored.rows(index)
+        verdicts = scored.verdicts[rows]
+        lengths = generation.completion_lengths[rows]
+        groups.append(SampledGroup(
+            example=example, prompt=prompt, input_ids=generation.input_ids[rows],
+            attention_mask=generation.attention_mask[rows], prompt_len=generation.prompt_len,
+            texts=generation.completion_texts[rows], verdicts=verdicts, lengths=lengths,
+            truncated=generation.truncated[rows], rewards=group_rewards(verdicts, lengths, algo, max_new_tokens),
+        ))
+    return groups
+
+
+def round_seed(train_seed: int, iteration: int, round_index: int = 0) -> int:
+    """The seed of the training prompts drawn in round `round_index` of `iteration` (0-based)."""
+    return (train_seed * 1_000_003 + iteration) * 101 + round_index
+
+
+def collect_groups(backend: RolloutBackend, task: Task, settings: SamplingSettings, config, iteration: int,
+                   dist: Dist = SINGLE) -> CollectedGroups:
+    """Sample and score until this rank holds its B / world_size groups (see the module docstring)."""
+    rollout, algo = config.rollout, config.algorithm
+    quota = check_divisible(dist, rollout.batch_size)  # groups this rank keeps
+    started = time.perf_counter()
+    kept: list[SampledGroup] = []
+    set_aside: list[SampledGroup] = []
+    rounds = sampled = 0
+    scoring_seconds = 0.0
+    max_rounds = algo.dynamic_sampling_max_rounds if algo.dynamic_sampling else 1
+
+    def kept_everywhere() -> int:  # a collective: every rank runs the same number of rounds
+        return int(dist.sum_scalar(len(kept))) if dist.enabled else len(kept)
+
+    # One adapter merge (FSDP: one gather of the layers) for all rounds, so ranks that sample more
+    # rounds or more decoding steps than others need no collectives.
+    with backend.sync():
+        while kept_everywhere() < rollout.batch_size and rounds < max_rounds:
+            seed = round_seed(config.train.seed, iteration, rounds)
+            rounds += 1
+            if len(kept) >= quota:
+                continue  # this rank is full; the others still sample
+            examples = dist.shard(task.examples("train", rollout.batch_size, seed))
+            scored = sample_and_score(backend, task, examples, group_size=rollout.group_size, settings=settings,
+                                      use_chat_template=config.task.use_chat_template)
+            scoring_seconds += scored.scoring_seconds
+            for group in split_groups(scored, algo, rollout.max_new_tokens):
+                sampled += 1
+                if algo.dynamic_sampling and not has_contrast(group.rewards):
+                    set_aside.append(group)
+                elif len(kept) < quota:
+                    kept.append(group)
+    filled = quota - len(kept)  # dynamic sampling ran out of rounds
+    kept += set_aside[:filled]
+    return CollectedGroups(groups=kept, group_size=rollout.group_size, sampled_groups=sampled,
+                           filled_degenerate=filled, rounds=rounds,
+                           generation_seconds=time.perf_counter() - started - scoring_seconds,
+                           scoring_seconds=scoring_seconds)
+
+
 def _pad_left_right(tensors: list[torch.Tensor], prompt_lens: list[int], fill: int) -> tuple[torch.Tensor, int]:
-    """Stack per-round [G, P_r + C_r] tensors into one [N, P + C] with prompts aligned at column P."""
+    """Stack per-group [G, P_g + C_g] tensors into one [N, P + C] with prompts aligned at column P."""
     width_prompt = max(prompt_lens)
     width_completion = max(t.shape[1] - p for t, p in zip(tensors, prompt_lens))
     rows = []
@@ -62,187 +161,20 @@ def _pad_left_right(tensors: list[torch.Tensor], prompt_lens: list[int], fill: i
     return torch.cat(rows, dim=0), width_prompt
 
 
-def sample_round(policy, tokenizer, task, examples, config, timings: dict) -> Scored:
-    rollout = config.rollout
-    generate = ROLLOUT_BACKENDS.get(rollout.backend)
-    settings = SamplingSettings(
-        max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
-        top_k=rollout.top_k, min_p=rollout.min_p,
-        stop_strings=tuple(rollout.stop_strings) or tuple(getattr(task, "stop_strings", ())),
-        share_prompt_prefill=rollout.share_prompt_prefill,
+def rollout_batch(collected: CollectedGroups, tokenizer, task_name: str) -> RolloutBatch:
+    """The kept groups as one batch (prompt-major); no advantages or reference log-probs yet."""
+    fill_id = fill_token_id(tokenizer)
+    groups = collected.groups
+    prompt_lens = [group.prompt_len for group in groups]
+    input_ids, prompt_len = _pad_left_right([group.input_ids for group in groups], prompt_lens, fill_id)  # [N, L]
+    attention_mask, _ = _pad_left_right([group.attention_mask for group in groups], prompt_lens, 0)  # [N, L]
+    rewards = collected.rewards  # [N]
+    texts = [text for group in groups for text in group.texts]
+    return RolloutBatch(
+        input_ids=input_ids, attention_mask=attention_mask, prompt_len=prompt_len,
+        completion_mask=build_completion_mask(input_ids, attention_mask, prompt_len),  # [N, L-1]
+        old_logprobs=None, ref_logprobs=None,
+        rewards=torch.where(torch.isfinite(rewards), rewards, torch.zeros_like(rewards)),
+        advantages=None, group_ids=collected.group_ids, task_names=[task_name] * len(texts),
+        completion_texts=texts,
     )
-    prompts = render_prompts(tokenizer, examples, config.task.use_chat_template)
-    started = time.perf_counter()
-    with merged_adapter(policy, rollout.merge_lora):
-        generation = generate(policy, tokenizer, prompts, rollout.group_size, settings)
-    timings["generation"] = timings.get("generation", 0.0) + time.perf_counter() - started
-    started = time.perf_counter()
-    group = rollout.group_size
-    scored = Scored(examples=list(examples), prompts=prompts)
-    for g, example in enumerate(examples):
-        rows = slice(g * group, (g + 1) * group)
-        texts = generation.completion_texts[rows]
-        scored.input_ids.append(generation.input_ids[rows])
-        scored.attention_mask.append(generation.attention_mask[rows])
-        scored.prompt_len.append(generation.prompt_len)
-        scored.texts.append(texts)
-        scored.verdicts.append([task.score(text, example) for text in texts])
-        scored.lengths.append(generation.completion_lengths[rows])
-        scored.truncated.append(generation.truncated[rows])
-    timings["scoring"] = timings.get("scoring", 0.0) + time.perf_counter() - started
-    return scored
-
-
-def _group_totals(verdicts: list, lengths: torch.Tensor, algo, max_new_tokens: int) -> torch.Tensor:
-    totals = torch.tensor([v.total for v in verdicts], dtype=torch.float32)  # [G]
-    return totals + overlong_penalty(lengths, max_new_tokens, algo.overlong_buffer, algo.overlong_penalty)
-
-
-def collect_rollout_batch(policy, tokenizer, task, config, iteration: int, reference_ctx=None, dist=SINGLE):
-    """Sample, score and (with DAPO dynamic sampling) filter until B groups are kept.
-
-    Data-parallel (`dist`): each rank samples its contiguous share of each round's B prompts and
-    keeps B / world_size groups; rounds go on until B groups are kept over all ranks, and the
-    stats are computed on every rank's groups. Returns (batch, prompt_len, stats, timings,
-    samples): this rank's batch, plain floats for metrics.jsonl, and all ranks' samples.
-    """
-    rollout, algo = config.rollout, config.algorithm
-    quota = check_divisible(dist, rollout.batch_size)  # groups this rank keeps
-    timings: dict[str, float] = {}
-    kept_groups: list[tuple[Scored, int]] = []
-    degenerate_pool: list[tuple[Scored, int]] = []
-    rounds = 0
-    sampled_groups = 0
-    max_rounds = algo.dynamic_sampling_max_rounds if algo.dynamic_sampling else 1
-
-    def kept_everywhere() -> int:  # a collective: every rank runs the same number of rounds
-        return int(dist.sum_scalar(len(kept_groups))) if dist.enabled else len(kept_groups)
-
-    # FSDP: the layers are gathered once for all rounds, so ranks that sample more rounds or more
-    # decoding steps than others need no collectives (a no-op for an unsharded model).
-    with unsharded(policy):
-        while kept_everywhere() < rollout.batch_size and rounds < max_rounds:
-            seed = (config.train.seed * 1_000_003 + iteration) * 101 + rounds
-            rounds += 1
-            if len(kept_groups) >= quota:
-                continue  # this rank is full; the others still sample
-            examples = dist.shard(task.examples("train", rollout.batch_size, seed))
-            scored = sample_round(policy, tokenizer, task, examples, config, timings)
-            for g in range(len(examples)):
-                sampled_groups += 1
-                totals = _group_totals(scored.verdicts[g], scored.lengths[g], algo, rollout.max_new_tokens)
-                finite = totals[torch.isfinite(totals)]
-                degenerate = finite.numel() < 2 or bool((finite.max() - finite.min()).abs() < 1e-6)
-                if algo.dynamic_sampling and degenerate:
-                    degenerate_pool.append((scored, g))
-                elif len(kept_groups) < quota:
-                    kept_groups.append((scored, g))
-    filled = 0
-    while len(kept_groups) < quota:  # dynamic sampling ran out of rounds
-        kept_groups.append(degenerate_pool.pop(0))
-        filled += 1
-
-    # Assemble the batch in prompt-major order.
-    fill_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    input_ids, prompt_len = _pad_left_right([s.input_ids[g] for s, g in kept_groups],
-                                            [s.prompt_len[g] for s, g in kept_groups], fill_id)
-    attention_mask, _ = _pad_left_right([s.attention_mask[g] for s, g in kept_groups],
-                                        [s.prompt_len[g] for s, g in kept_groups], 0)
-    verdicts = [v for s, g in kept_groups for v in s.verdicts[g]]
-    lengths = torch.cat([s.lengths[g] for s, g in kept_groups])  # [N]
-    truncated = torch.cat([s.truncated[g] for s, g in kept_groups])  # [N]
-    texts = [t for s, g in kept_groups for t in s.texts[g]]
-    group = rollout.group_size
-    num_rows = len(verdicts)
-    rewards = torch.cat([_group_totals(s.verdicts[g], s.lengths[g], algo, rollout.max_new_tokens)
-                         for s, g in kept_groups])  # [N]
-
-    # Unscorable completions (no judgeable component) get a singleton group: advantage exactly 0.
-    group_ids = torch.arange(num_rows) // group  # [N]
-    scorable = torch.isfinite(rewards)  # [N]
-    unscorable_rows = (~scorable).nonzero().flatten()
-    group_ids[unscorable_rows] = num_rows + torch.arange(unscorable_rows.numel())
-    safe_rewards = torch.where(scorable, rewards, torch.zeros_like(rewards))
-    estimator = get_advantage_estimator(algo.advantage_estimator)
-    advantages = estimator(safe_rewards, group_ids=group_ids, std=algo.std)  # [N]
-    advantages = torch.where(scorable, advantages, torch.zeros_like(advantages))
-    if dist.enabled:
-        advantages = normalize_advantages_global(dist, advantages, algo.normalize_advantages)
-    else:
-        advantages = maybe_normalize_advantages(advantages, algo.normalize_advantages)
-    if algo.advantage_clip > 0:
-        advantages = advantages.clamp(-algo.advantage_clip, algo.advantage_clip)
-
-    completion_mask = build_completion_mask(input_ids, attention_mask, prompt_len)  # [N, L-1]
-    ref_logprobs = None
-    if algo.kl_coef > 0:
-        started = time.perf_counter()
-        step = config.optim.minibatch_size
-        group_size = group if step % group == 0 else 1
-        with reference_ctx() as reference_model:
-            ref_logprobs = torch.cat([
-                compute_completion_logprobs(reference_model, input_ids[i : i + step], attention_mask[i : i + step],
-                                            prompt_len, group_size=group_size, enable_grad=False,
-                                            temperature=rollout.temperature, with_entropy=False,
-                                            completion_mask=completion_mask[i : i + step])[0]
-                for i in range(0, num_rows, step)
-            ])  # [N, L-1], 0 on prompt columns
-        timings["logprobs"] = timings.get("logprobs", 0.0) + time.perf_counter() - started
-
-    batch = RolloutBatch(
-        input_ids=input_ids, attention_mask=attention_mask, completion_mask=completion_mask,
-        old_logprobs=None, ref_logprobs=ref_logprobs, rewards=safe_rewards, advantages=advantages,
-        group_ids=torch.arange(num_rows) // group, task_names=[task.name] * num_rows, completion_texts=texts,
-    )
-    samples = [
-        {"prompt": s.prompts[g], "ground_truth": s.examples[g].ground_truth, "completion": s.texts[g][j],
-         "components": s.verdicts[g][j].components, "reward": s.verdicts[g][j].total,
-         "status": s.verdicts[g][j].status, "advantage": float(advantages[i * group + j])}
-        for i, (s, g) in enumerate(kept_groups) for j in range(group)
-    ]
-    if dist.enabled:  # stats over every rank's groups, in rank order (the one-process order)
-        shares = dist.gather((verdicts, rewards, advantages, lengths, truncated, sampled_groups, filled, samples))
-        verdicts = [v for share in shares for v in share[0]]
-        rewards, advantages, lengths, truncated = (torch.cat([share[k] for share in shares]) for k in range(1, 5))
-        sampled_groups, filled = sum(share[5] for share in shares), sum(share[6] for share in shares)
-        samples = [record for share in shares for record in share[7]]
-    stats = _rollout_stats(kept_groups, verdicts, rewards, advantages, lengths, truncated, group,
-                           sampled_groups, filled, rounds, algo.dynamic_sampling)
-    return batch, prompt_len, stats, timings, samples
-
-
-def _rollout_stats(kept_groups, verdicts, rewards, advantages, lengths, truncated, group,
-                   sampled_groups, filled, rounds, dynamic_sampling) -> dict:
-    finite = rewards[torch.isfinite(rewards)]
-    grouped = rewards.view(-1, group)  # [B, G]
-    zero_var = 0
-    for row in grouped:
-        row = row[torch.isfinite(row)]
-        zero_var += int(row.numel() < 2 or float(row.max() - row.min()) < 1e-6)
-    stats = {
-        "reward/mean": float(finite.mean()) if finite.numel() else math.nan,
-        "reward/std": float(finite.std(unbiased=False)) if finite.numel() else math.nan,
-        "reward/max": float(finite.max()) if finite.numel() else math.nan,
-        "frac_zero_variance_groups": zero_var / grouped.shape[0],
-        "frac_nonzero_advantages": float((advantages.abs() > 1e-8).float().mean()),
-        "advantage/abs_mean": float(advantages.abs().mean()),
-        "unscorable": int((~torch.isfinite(rewards)).sum()),
-        "truncated_frac": float(truncated.float().mean()),
-        "completion_len/mean": float(lengths.float().mean()),
-        "completion_len/max": int(lengths.max()),
-        "correct_frac": sum(v.correct for v in verdicts) / len(verdicts),
-        "num_sequences": len(verdicts),
-        "generated_tokens": int(lengths.sum()),
-    }
-    for name in verdicts[0].components:
-        values = torch.tensor([v.components[name] for v in verdicts], dtype=torch.float32)
-        values = values[torch.isfinite(values)]
-        stats[f"reward/{name}"] = float(values.mean()) if values.numel() else math.nan
-    statuses = [v.status for v in verdicts]
-    for status in ("unjudgeable", "timeout", "error"):
-        stats[f"status/{status}"] = statuses.count(status)
-    if dynamic_sampling:
-        stats["dynamic_sampling/rounds"] = rounds
-        stats["dynamic_sampling/sampled_groups"] = sampled_groups
-        stats["dynamic_sampling/filled_degenerate"] = filled
-    return stats

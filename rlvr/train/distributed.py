@@ -118,10 +118,14 @@ class Dist:
                 torch.distributed.broadcast(buffer, src=0)
                 p.copy_(buffer.to(p.device))
 
+    def shard_range(self, count: int) -> range:
+        """The indices of this rank's contiguous share of `count` items (rank order covers 0 .. count-1)."""
+        return range(self.rank * count // self.world_size, (self.rank + 1) * count // self.world_size)
+
     def shard(self, items: list) -> list:
         """This rank's contiguous slice of `items` (rank order concatenates back to `items`)."""
-        count = len(items)
-        return items[self.rank * count // self.world_size : (self.rank + 1) * count // self.world_size]
+        share = self.shard_range(len(items))
+        return items[share.start : share.stop]
 
 
 SINGLE = Dist()

@@ -2,56 +2,74 @@
 
 Each round: sample G completions for each of Q fresh training questions from the current policy,
 keep those the task's verifier accepts (`verdict.correct`), fine-tune on them for E epochs with
-the SFT step of `rlvr.train.sft`, evaluate greedily. Shortcuts: one optimizer across rounds (its
-moments carry over), no checkpoint resume mid-run (a round is short; the trained weights of the
-last round are saved), and `min_new_tokens` keeps empty answers out of the kept set.
+the SFT step of `rlvr.train.sft`, evaluate greedily. The run around the loop is a `RunSession`
+(no reference model; the schedule is sized by an upper bound on this loop's own steps).
+Shortcuts: one optimizer across rounds (its moments carry over), no checkpoint resume mid-run (a
+round is short; the trained weights of the last round are saved), and `min_new_tokens` keeps
+empty answers out of the kept set.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from datetime import datetime
 from pathlib import Path
 
 import torch
 
-from rlvr.config import Config, save_config
-from rlvr.models.merge import merged_adapter
-from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
-from rlvr.train.checkpoint import save_checkpoint
-from rlvr.train.evaluate import evaluate
-from rlvr.train.generations import log_generations
-from rlvr.train.metrics import RunWriter
-from rlvr.train.rl import make_scheduler, setup
+from rlvr.config import Config
+from rlvr.metric_names import (
+    ACCEPTED_FRAC,
+    COMPLETION_LEN_MEAN,
+    DATASET_SIZE,
+    ELAPSED_S,
+    ENTROPY,
+    EVAL_ACCURACY,
+    EVAL_ENTROPY,
+    GEN_ENTROPY,
+    GRAD_NORM,
+    ITERATION,
+    LOSS,
+    LR,
+    NLL_PER_TOKEN,
+    OPTIMIZER_STEPS,
+    OPTIMIZER_STEPS_TOTAL,
+    PEAK_CUDA_BYTES,
+    PEAK_RSS_BYTES,
+    QUESTIONS_SOLVED,
+    QUESTIONS_SOLVED_FRAC,
+    REWARD_MEAN,
+    SAMPLES,
+    SKIPPED_NONFINITE_UPDATES,
+    SKIPPED_NONFINITE_UPDATES_TOTAL,
+    TIME_GENERATION,
+    TIME_ITERATION,
+    TIME_UPDATE,
+    TRUNCATED_FRAC,
+    UNIX_TIME,
+)
+from rlvr.models import trainable_parameters
+from rlvr.rollout import RolloutBackend, SamplingSettings, sample_and_score
+from rlvr.train.optim import make_optimizer, make_scheduler
+from rlvr.train.session import EXPERT_ITERATION_RUN, open_run
 from rlvr.train.sft import epoch_order, sft_step
 from rlvr.utils import peak_rss_bytes
 
 ROUND_SEED_STRIDE = 7919  # questions of round r come from seed * stride + r: fresh ones every round
 
 
-def sample_correct(policy, tokenizer, task, examples, config: Config) -> tuple[list[dict], dict]:
+def sample_correct(backend: RolloutBackend, task, examples, config: Config) -> tuple[list[dict], dict]:
     """Sample G completions per question; return the accepted (prompt, response) pairs and counts."""
-    rollout, ei = config.rollout, config.expert_iteration
-    stop_strings = tuple(rollout.stop_strings) or tuple(getattr(task, "stop_strings", ()))
-    settings = SamplingSettings(
-        max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
-        top_k=rollout.top_k, min_p=rollout.min_p, stop_strings=stop_strings,
-        share_prompt_prefill=rollout.share_prompt_prefill, min_new_tokens=ei.min_new_tokens,
-    )
-    prompts = render_prompts(tokenizer, examples, config.task.use_chat_template)
-    group = ei.samples_per_question
-    with merged_adapter(policy, rollout.merge_lora):
-        generation = ROLLOUT_BACKENDS.get(rollout.backend)(policy, tokenizer, prompts, group, settings)
-    eos_text = tokenizer.eos_token or ""
+    ei = config.expert_iteration
+    settings = SamplingSettings.for_task(config.rollout, task, min_new_tokens=ei.min_new_tokens)
+    scored = sample_and_score(backend, task, examples, group_size=ei.samples_per_question, settings=settings,
+                              use_chat_template=config.task.use_chat_template)
+    eos_text = backend.tokenizer.eos_token or ""
     accepted, solved, seen = [], 0, set()
-    totals = []
-    for index, (example, prompt) in enumerate(zip(examples, prompts)):
+    for index, (example, prompt) in enumerate(zip(scored.examples, scored.prompts)):
+        rows = scored.rows(index)
         any_correct = False
-        for row in range(index * group, (index + 1) * group):
-            text = generation.completion_texts[row]
-            verdict = task.score(text, example)
-            totals.append(verdict.total)
+        for text, verdict in zip(scored.completion_texts[rows], scored.verdicts[rows]):
             # Accepted: correct, and with ei.min_reward set, a total reward at least that high
             # (e.g. format_copy's 1.3 also asks for nothing but the tags, so trailing text is not learned).
             if not verdict.correct or (ei.min_reward is not None and not verdict.total >= ei.min_reward):
@@ -63,110 +81,91 @@ def sample_correct(policy, tokenizer, task, examples, config: Config) -> tuple[l
             # The response ends with EOS so the fine-tuned policy learns to stop after the answer.
             accepted.append({"prompt": prompt, "response": text + eos_text, "ground_truth": example.ground_truth})
         solved += any_correct
-    finite = [t for t in totals if math.isfinite(t)]
+    finite = [v.total for v in scored.verdicts if math.isfinite(v.total)]
+    generation = scored.generation
     stats = {
-        "questions": len(examples),
-        "questions_solved": solved,
-        "samples": len(generation.completion_texts),
-        "reward/mean": sum(finite) / len(finite) if finite else math.nan,
-        "truncated_frac": float(generation.truncated.float().mean()),
-        "completion_len/mean": float(generation.completion_lengths.float().mean()),
+        "questions": len(scored.examples),
+        QUESTIONS_SOLVED: solved,
+        SAMPLES: len(scored),
+        REWARD_MEAN: sum(finite) / len(finite) if finite else math.nan,
+        TRUNCATED_FRAC: float(generation.truncated.float().mean()),
+        COMPLETION_LEN_MEAN: float(generation.completion_lengths.float().mean()),
     }
     return accepted, stats
 
 
 def expert_iteration(config: Config) -> Path:
     """Run `expert_iteration.n_ei_steps` rounds; returns the run folder."""
-    started_at = time.perf_counter()
     ei, s, train_cfg = config.expert_iteration, config.sft, config.train
-    run_dir = Path(train_cfg.output_dir) / (train_cfg.run_name or f"ei-{config.task.name.replace(':', '_')}-"
-                                            f"{datetime.now():%Y%m%d-%H%M%S}")
-    if (run_dir / "metrics.jsonl").exists():
-        raise FileExistsError(f"{run_dir} already holds a run; choose another train.run_name")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / "config.yaml")
-    writer = RunWriter(run_dir)
-    loaded, task, params, optimizer, _ = setup(config)
-    policy, tokenizer = loaded.policy, loaded.tokenizer
-    # An upper bound on optimizer steps: every sample of every round accepted.
-    max_steps = ei.n_ei_steps * ei.sft_epochs * math.ceil(ei.questions_per_step * ei.samples_per_question / s.batch_size)
-    scheduler = make_scheduler(optimizer, config, max_steps)
-    eval_examples = task.examples("eval", train_cfg.eval_size, train_cfg.seed)
-    eval_tokens = train_cfg.eval_max_new_tokens or config.rollout.max_new_tokens
-
-    def run_eval(round_index: int) -> dict:
-        result = evaluate(policy, tokenizer, task, eval_examples, max_new_tokens=eval_tokens,
-                          backend=config.rollout.backend, use_chat_template=config.task.use_chat_template)
-        record = {"iteration": round_index, "elapsed_s": time.perf_counter() - started_at, "time/unix": time.time(),
-                  **result}
-        if s.log_generations:
-            record.update(log_generations(policy, tokenizer, task, eval_examples[: s.log_generations],
-                                          iteration=round_index, run_dir=run_dir, max_new_tokens=eval_tokens,
-                                          use_chat_template=config.task.use_chat_template,
-                                          backend=config.rollout.backend))
-        writer.eval(record)
-        return record
-
-    if train_cfg.eval_size > 0:
-        initial = run_eval(0)
-        print(f"expert-iter round 0: eval/accuracy={initial['eval/accuracy']:.3f}", flush=True)
-    optimizer_steps = 0
-    skipped_total = 0
-    for round_index in range(1, ei.n_ei_steps + 1):
-        round_started = time.perf_counter()
-        # 1. Sample and filter.
-        questions = task.examples("train", ei.questions_per_step, train_cfg.seed * ROUND_SEED_STRIDE + round_index)
-        accepted, stats = sample_correct(policy, tokenizer, task, questions, config)
-        sample_seconds = time.perf_counter() - round_started
-        # 2. Fine-tune on the accepted samples for E epochs.
-        step_metrics: list[dict] = []
-        for epoch in range(ei.sft_epochs if accepted else 0):
-            order = epoch_order(len(accepted), train_cfg.seed + round_index, epoch)
-            for start in range(0, len(order), s.batch_size):
-                chosen = [accepted[i] for i in order[start : start + s.batch_size]]
-                step_metrics.append(sft_step(policy, tokenizer, optimizer, scheduler, params, chosen,
-                                             microbatch_size=s.microbatch_size, normalization=s.loss_normalization,
-                                             normalize_constant=s.normalize_constant,
-                                             max_grad_norm=config.optim.max_grad_norm))
-        optimizer_steps += len(step_metrics)
-        skipped = sum(m["skipped_nonfinite_updates"] for m in step_metrics)
-        skipped_total += skipped
-
-        def mean_of(key):
-            values = [m[key] for m in step_metrics if math.isfinite(m.get(key, math.nan))]
-            return sum(values) / len(values) if values else math.nan
-
-        # 3. Log (and evaluate).
-        record = {
-            "iteration": round_index,
-            "questions_solved": stats["questions_solved"],
-            "questions_solved_frac": stats["questions_solved"] / stats["questions"],
-            "dataset_size": len(accepted),
-            "samples": stats["samples"],
-            "accepted_frac": len(accepted) / stats["samples"],
-            "reward/mean": stats["reward/mean"],
-            "truncated_frac": stats["truncated_frac"],
-            "completion_len/mean": stats["completion_len/mean"],
-            "loss": mean_of("loss"), "nll_per_token": mean_of("nll_per_token"), "entropy": mean_of("entropy"),
-            "grad_norm": mean_of("grad_norm"), "lr": scheduler.get_last_lr()[0],
-            "optimizer_steps": len(step_metrics), "optimizer_steps_total": optimizer_steps,
-            "skipped_nonfinite_updates": skipped, "skipped_nonfinite_updates_total": skipped_total,
-            "time/generation": sample_seconds, "time/update": time.perf_counter() - round_started - sample_seconds,
-        }
+    with open_run(config, EXPERT_ITERATION_RUN) as session:
+        policy, tokenizer, task = session.policy, session.tokenizer, session.task
+        params = trainable_parameters(policy)
+        optimizer = make_optimizer(params, config.optim)
+        # An upper bound on optimizer steps: every sample of every round accepted.
+        max_steps = ei.n_ei_steps * ei.sft_epochs * math.ceil(ei.questions_per_step * ei.samples_per_question
+                                                              / s.batch_size)
+        scheduler = make_scheduler(optimizer, config.optim, max_steps)
+        session.start(optimizer, scheduler, {})  # a new run (expert iteration does not resume): opens the writers
         if train_cfg.eval_size > 0:
-            evaluated = run_eval(round_index)
-            record["eval/accuracy"] = evaluated["eval/accuracy"]
-            record["eval/entropy"] = evaluated.get("gen/entropy", math.nan)
-        record.update({"time/iteration": time.perf_counter() - round_started,
-                       "elapsed_s": time.perf_counter() - started_at, "time/unix": time.time(),
-                       "peak_rss_bytes": peak_rss_bytes()})
-        if torch.cuda.is_available():
-            record["peak_cuda_bytes"] = torch.cuda.max_memory_allocated()
-        writer.metrics(record)
-        print(f"expert-iter round {round_index}: solved {stats['questions_solved']}/{stats['questions']} questions, "
-              f"kept {len(accepted)} of {stats['samples']} samples, {len(step_metrics)} steps, "
-              f"eval/accuracy={record.get('eval/accuracy', math.nan):.3f}, entropy={record['entropy']:.3f}", flush=True)
-    save_checkpoint(run_dir, ei.n_ei_steps, loaded, optimizer, scheduler,
-                    {"optimizer_steps": optimizer_steps, "skipped_nonfinite_updates": skipped_total},
-                    train_cfg.keep_checkpoints)
-    return run_dir
+            initial = session.evaluate(0, generations=s.log_generations)
+            print(f"expert-iter round 0: {EVAL_ACCURACY}={initial[EVAL_ACCURACY]:.3f}", flush=True)
+        optimizer_steps = 0
+        skipped_total = 0
+        for round_index in range(1, ei.n_ei_steps + 1):
+            round_started = time.perf_counter()
+            # 1. Sample and filter.
+            questions = task.examples("train", ei.questions_per_step, train_cfg.seed * ROUND_SEED_STRIDE + round_index)
+            accepted, stats = sample_correct(session.backend, task, questions, config)
+            sample_seconds = time.perf_counter() - round_started
+            # 2. Fine-tune on the accepted samples for E epochs.
+            step_metrics: list[dict] = []
+            for epoch in range(ei.sft_epochs if accepted else 0):
+                order = epoch_order(len(accepted), train_cfg.seed + round_index, epoch)
+                for start in range(0, len(order), s.batch_size):
+                    chosen = [accepted[i] for i in order[start : start + s.batch_size]]
+                    step_metrics.append(sft_step(policy, tokenizer, optimizer, scheduler, params, chosen,
+                                                 microbatch_size=s.microbatch_size,
+                                                 normalization=s.loss_normalization,
+                                                 normalize_constant=s.normalize_constant,
+                                                 max_grad_norm=config.optim.max_grad_norm))
+            optimizer_steps += len(step_metrics)
+            skipped = sum(m[SKIPPED_NONFINITE_UPDATES] for m in step_metrics)
+            skipped_total += skipped
+
+            def mean_of(key):
+                values = [m[key] for m in step_metrics if math.isfinite(m.get(key, math.nan))]
+                return sum(values) / len(values) if values else math.nan
+
+            # 3. Log (and evaluate).
+            record = {
+                ITERATION: round_index,
+                QUESTIONS_SOLVED: stats[QUESTIONS_SOLVED],
+                QUESTIONS_SOLVED_FRAC: stats[QUESTIONS_SOLVED] / stats["questions"],
+                DATASET_SIZE: len(accepted),
+                SAMPLES: stats[SAMPLES],
+                ACCEPTED_FRAC: len(accepted) / stats[SAMPLES],
+                REWARD_MEAN: stats[REWARD_MEAN],
+                TRUNCATED_FRAC: stats[TRUNCATED_FRAC],
+                COMPLETION_LEN_MEAN: stats[COMPLETION_LEN_MEAN],
+                LOSS: mean_of(LOSS), NLL_PER_TOKEN: mean_of(NLL_PER_TOKEN), ENTROPY: mean_of(ENTROPY),
+                GRAD_NORM: mean_of(GRAD_NORM), LR: scheduler.get_last_lr()[0],
+                OPTIMIZER_STEPS: len(step_metrics), OPTIMIZER_STEPS_TOTAL: optimizer_steps,
+                SKIPPED_NONFINITE_UPDATES: skipped, SKIPPED_NONFINITE_UPDATES_TOTAL: skipped_total,
+                TIME_GENERATION: sample_seconds, TIME_UPDATE: time.perf_counter() - round_started - sample_seconds,
+            }
+            if train_cfg.eval_size > 0:
+                evaluated = session.evaluate(round_index, generations=s.log_generations)
+                record[EVAL_ACCURACY] = evaluated[EVAL_ACCURACY]
+                record[EVAL_ENTROPY] = evaluated.get(GEN_ENTROPY, math.nan)
+            record.update({TIME_ITERATION: time.perf_counter() - round_started, ELAPSED_S: session.elapsed(),
+                           UNIX_TIME: time.time(), PEAK_RSS_BYTES: peak_rss_bytes()})
+            if torch.cuda.is_available():
+                record[PEAK_CUDA_BYTES] = torch.cuda.max_memory_allocated()
+            session.writer.metrics(record)
+            print(f"expert-iter round {round_index}: solved {stats[QUESTIONS_SOLVED]}/{stats['questions']} questions, "
+                  f"kept {len(accepted)} of {stats[SAMPLES]} samples, {len(step_metrics)} steps, "
+                  f"{EVAL_ACCURACY}={record.get(EVAL_ACCURACY, math.nan):.3f}, {ENTROPY}={record[ENTROPY]:.3f}",
+                  flush=True)
+        session.save_checkpoint(ei.n_ei_steps, optimizer, scheduler,
+                                {OPTIMIZER_STEPS: optimizer_steps, SKIPPED_NONFINITE_UPDATES: skipped_total})
+    return session.run_dir

@@ -1,8 +1,10 @@
-"""`log_generations`: what the policy writes for a few prompts, scored, with entropy and length.
+"""`log_generations`: what the policy wrote for a few eval prompts, judged, with entropy and length.
 
-Each record holds the prompt, the response, the ground truth, the verdict's reward components,
-the response's mean token entropy and its length; the summary splits the mean length by
-correct and incorrect responses, since a policy that learns to answer often also learns to stop.
+It reads the records of the eval that just ran (`rlvr.train.evaluation`), so nothing is sampled
+twice. Each line of generations.jsonl holds the prompt, the response, the ground truth, the
+verdict's reward components, the response's mean token entropy and its length; the summary
+splits the mean length by correct and incorrect responses, since a policy that learns to answer
+often also learns to stop.
 """
 
 from __future__ import annotations
@@ -13,9 +15,18 @@ from pathlib import Path
 import torch
 
 from rlvr.core import get_response_log_probs, masked_mean, tokenize_prompt_and_output
-from rlvr.models.merge import merged_adapter
-from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
+from rlvr.metric_names import (
+    GEN_ACCURACY,
+    GEN_ENTROPY,
+    GEN_RESPONSE_LEN,
+    GEN_RESPONSE_LEN_CORRECT,
+    GEN_RESPONSE_LEN_INCORRECT,
+    GEN_REWARD_MEAN,
+    ITERATION,
+)
 from rlvr.utils import append_jsonl
+
+GENERATIONS_FILE = "generations.jsonl"
 
 
 def response_entropy(model, tokenizer, prompts: list[str], responses: list[str]) -> list[float]:
@@ -40,47 +51,35 @@ def _mean(values) -> float:
     return sum(finite) / len(finite) if finite else math.nan
 
 
-def log_generations(model, tokenizer, task, examples, *, iteration: int, run_dir: Path | None,
-                    max_new_tokens: int, use_chat_template: bool = True, backend: str = "decode_loop",
-                    do_sample: bool = False, temperature: float = 1.0, print_summary: bool = True) -> dict:
-    """Generate for `examples`, score, append records to `run_dir/generations.jsonl`; return a summary.
+def log_generations(model, tokenizer, eval_records: list[dict], *, iteration: int, run_dir: Path | None,
+                    print_summary: bool = True) -> dict:
+    """Append one line per eval record to `run_dir/generations.jsonl`; return the `gen/*` summary.
 
-    Summary keys: `gen/accuracy`, `gen/reward_mean`, `gen/entropy`, `gen/response_len`,
-    `gen/response_len_correct`, `gen/response_len_incorrect` (lengths in tokens; NaN when a group is empty).
+    Lengths are in tokens; a mean over an empty set (no correct response, say) is NaN.
     """
-    if not examples:
+    if not eval_records:
         return {}
-    stop_strings = tuple(getattr(task, "stop_strings", ()))
-    settings = SamplingSettings(max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
-                                stop_strings=stop_strings)
-    prompts = render_prompts(tokenizer, examples, use_chat_template)
-    generate = ROLLOUT_BACKENDS.get(backend)
-    with merged_adapter(model):
-        generation = generate(model, tokenizer, prompts, 1, settings)
-    responses = list(generation.completion_texts)
-    lengths = [float(n) for n in generation.completion_lengths.tolist()]
+    prompts = [r["prompt"] for r in eval_records]
+    responses = [r["completion"] for r in eval_records]
     entropies = response_entropy(model, tokenizer, prompts, responses)
-    records = []
-    for example, prompt, response, length, entropy in zip(examples, prompts, responses, lengths, entropies):
-        verdict = task.score(response, example)
-        records.append({"iteration": iteration, "prompt": prompt, "response": response,
-                        "ground_truth": example.ground_truth, "components": verdict.components,
-                        "total": verdict.total, "correct": verdict.correct, "entropy": entropy,
-                        "response_len": length})
+    lines = [{ITERATION: iteration, "prompt": r["prompt"], "response": r["completion"],
+              "ground_truth": r["ground_truth"], "components": r["verdict"]["components"],
+              "total": r["verdict"]["total"], "correct": r["verdict"]["correct"], "entropy": entropy,
+              "response_len": float(r["completion_tokens"])}
+             for r, entropy in zip(eval_records, entropies)]
     if run_dir is not None:
-        append_jsonl(Path(run_dir) / "generations.jsonl", records)
+        append_jsonl(Path(run_dir) / GENERATIONS_FILE, lines)
     summary = {
-        "gen/accuracy": _mean([float(r["correct"]) for r in records]),
-        "gen/reward_mean": _mean([r["total"] for r in records]),
-        "gen/entropy": _mean([r["entropy"] for r in records]),
-        "gen/response_len": _mean([r["response_len"] for r in records]),
-        "gen/response_len_correct": _mean([r["response_len"] for r in records if r["correct"]]),
-        "gen/response_len_incorrect": _mean([r["response_len"] for r in records if not r["correct"]]),
+        GEN_ACCURACY: _mean([float(line["correct"]) for line in lines]),
+        GEN_REWARD_MEAN: _mean([line["total"] for line in lines]),
+        GEN_ENTROPY: _mean([line["entropy"] for line in lines]),
+        GEN_RESPONSE_LEN: _mean([line["response_len"] for line in lines]),
+        GEN_RESPONSE_LEN_CORRECT: _mean([line["response_len"] for line in lines if line["correct"]]),
+        GEN_RESPONSE_LEN_INCORRECT: _mean([line["response_len"] for line in lines if not line["correct"]]),
     }
     if print_summary:
-        first = records[0]
-        print(f"[generations @ {iteration}] n={len(records)} accuracy={summary['gen/accuracy']:.3f} "
-              f"entropy={summary['gen/entropy']:.3f} len={summary['gen/response_len']:.1f} "
-              f"(correct {summary['gen/response_len_correct']:.1f}, "
-              f"incorrect {summary['gen/response_len_incorrect']:.1f}) e.g. {first['response']!r}", flush=True)
+        print(f"[generations @ {iteration}] n={len(lines)} accuracy={summary[GEN_ACCURACY]:.3f} "
+              f"entropy={summary[GEN_ENTROPY]:.3f} len={summary[GEN_RESPONSE_LEN]:.1f} "
+              f"(correct {summary[GEN_RESPONSE_LEN_CORRECT]:.1f}, "
+              f"incorrect {summary[GEN_RESPONSE_LEN_INCORRECT]:.1f}) e.g. {lines[0]['response']!r}", flush=True)
     return summary

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from rlvr.metric_names import ITERATION
 from rlvr.utils import append_jsonl
 
 
@@ -50,19 +51,27 @@ class RunWriter:
     `sinks` (rlvr/train/sinks.py) get a copy of every metrics and eval record, keyed by iteration.
     """
 
+    METRICS_FILE = "metrics.jsonl"
+    SAMPLES_FILE = "samples.jsonl"
+    EVAL_FILE = "eval.jsonl"
+
     def __init__(self, run_dir: Path, is_main: bool = True, sinks: list | None = None):
         self.run_dir = Path(run_dir)
         self.is_main = is_main
         self.sinks = list(sinks or []) if is_main else []
-        self.metrics_path = self.run_dir / "metrics.jsonl"
-        self.samples_path = self.run_dir / "samples.jsonl"
-        self.eval_path = self.run_dir / "eval.jsonl"
+        self.metrics_path = self.run_dir / self.METRICS_FILE
+        self.samples_path = self.run_dir / self.SAMPLES_FILE
+        self.eval_path = self.run_dir / self.EVAL_FILE
+
+    def paths(self) -> tuple[Path, Path, Path]:
+        """The JSON-lines files this writer appends to (metrics, samples, eval)."""
+        return self.metrics_path, self.samples_path, self.eval_path
 
     def metrics(self, record: dict) -> None:
         if self.is_main:
             append_jsonl(self.metrics_path, [record])
             for sink in self.sinks:
-                sink.log(record, step=int(record["iteration"]))
+                sink.log(record, step=int(record[ITERATION]))
 
     def samples(self, records: list[dict]) -> None:
         if self.is_main and records:
@@ -72,7 +81,7 @@ class RunWriter:
         if self.is_main:
             append_jsonl(self.eval_path, [record])
             for sink in self.sinks:
-                sink.log(record, step=int(record["iteration"]))
+                sink.log(record, step=int(record[ITERATION]))
 
     def close(self) -> None:
         """Flush and close the sinks (the JSON-lines files are complete after every write)."""

@@ -1,222 +1,166 @@
 """`rlvr train`: the RL loop, top to bottom.
 
-Each iteration: take B prompts, sample G completions each (prompt-major), score them, compute
-group advantages, run `ppo_epochs` optimizer steps over the batch, log one line of metrics,
-evaluate and checkpoint now and then. Launched data-parallel, each rank does this on its share
-of the B prompts (rlvr/train/distributed.py), optionally with the decoder layers sharded
-(FSDP, rlvr/train/fsdp.py). Shortcuts taken, on purpose: rollouts and update share one model
+Each iteration runs named stages, each a function with a small typed result: sample B prompts x G
+completions and judge them (`collect_groups`, prompt-major groups), lay them out as one batch
+(`rollout_batch`), add reference log-probs when a KL term needs them (`with_reference_logprobs`),
+PPO only: the value model's values at sampling time (`with_old_values`), then turn the rewards
+into advantages (`with_advantages`: group-relative, or GAE against the values) and run
+`ppo_epochs` optimizer steps over the batch (`update_policy`); then log one line of metrics,
+evaluate and checkpoint now and then. The run around the loop (folder, model, value model, task,
+rollout backend, evaluation, checkpoints) is a `RunSession` (session.py). Launched data-parallel,
+each rank does this on its share of the B prompts (distributed.py), optionally with the decoder
+layers sharded (FSDP, fsdp.py). Shortcuts taken, on purpose: rollouts and update share one model
 (LoRA's reference is the same model with the adapter disabled), and the old log-probs come from
-the first update epoch instead of a separate forward pass.
+the first update epoch instead of a separate forward pass (PPO's value pass gives them when the
+KL penalty is in the reward, which needs them before the advantages).
 """
 
 from __future__ import annotations
 
-import math
 import time
-from datetime import datetime
 from pathlib import Path
 
 import torch
 
-from rlvr.config import Config, load_run_config, save_config
-from rlvr.models import LoraSettings, load_policy, reference_context, trainable_parameters
-from rlvr.tasks import build_task
-from rlvr.train.checkpoint import gather_checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
-from rlvr.train.collect import collect_rollout_batch
-from rlvr.train.distributed import (check_divisible, checkpoint_extra, init_distributed, rank_device,
-                                    restore_rank_state, start_ranks)
-from rlvr.train.evaluate import evaluate
-from rlvr.train.fsdp import fsdp_requested, shard_loaded_model
+from rlvr.config import Config, load_run_config
+from rlvr.metric_names import (
+    ELAPSED_S,
+    EVAL_ACCURACY,
+    GENERATED_TOKENS,
+    HEALTH_WARNINGS,
+    ITERATION,
+    KL,
+    OPTIMIZER_STEPS,
+    OPTIMIZER_STEPS_TOTAL,
+    PEAK_CUDA_BYTES,
+    PEAK_RSS_BYTES,
+    REWARD_MEAN,
+    SKIPPED_NONFINITE_UPDATES,
+    SKIPPED_NONFINITE_UPDATES_TOTAL,
+    TIME_GENERATION,
+    TIME_ITERATION,
+    TIME_LOGPROBS,
+    TIME_SCORING,
+    TIME_UPDATE,
+    TIME_VALUES,
+    TOKENS_PER_SECOND,
+    UNIX_TIME,
+)
+from rlvr.rollout import SamplingSettings
+from rlvr.tasks.base import primary_component
+from rlvr.train.advantages import with_advantages
+from rlvr.train.collect import collect_groups, rollout_batch
+from rlvr.train.distributed import check_divisible, init_distributed
 from rlvr.train.health import HealthMonitor
-from rlvr.train.metrics import RunWriter
-from rlvr.train.sinks import build_sinks
+from rlvr.train.optim import make_optimizer, make_scheduler
+from rlvr.train.reference import needs_reference_logprobs, with_reference_logprobs
+from rlvr.train.rollout_stats import gather_rollout, rollout_stats
+from rlvr.train.run_setup import expect_config
+from rlvr.train.session import RL_RUN, open_run
 from rlvr.train.update import update_policy
-from rlvr.utils import peak_rss_bytes, read_jsonl, seed_everything, truncate_jsonl
+from rlvr.train.values import with_old_values
+from rlvr.utils import peak_rss_bytes, read_jsonl
 
 
-def make_scheduler(optimizer, config: Config, total_steps: int):
-    """Linear warm-up over `optim.warmup_steps` optimizer steps, then constant / linear / cosine."""
-    warmup, schedule = config.optim.warmup_steps, config.optim.schedule
+def train(config: Config, resume_dir: str | Path | None = None, force_config_change: bool = False) -> Path:
+    """Train according to `config` (or continue the run in `resume_dir`); returns the run folder.
 
-    def factor(step: int) -> float:
-        if warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        if schedule == "constant":
-            return 1.0
-        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-        if schedule == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def _run_dir(config: Config) -> Path:
-    name = config.train.run_name or (
-        f"{config.task.name.replace(':', '_')}-{config.algorithm.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    )
-    return Path(config.train.output_dir) / name
-
-
-def setup(config: Config):
-    """Model, task, optimizer and scheduler for a config (shared by train, check and benchmarks)."""
-    if config.model.num_threads > 0:
-        torch.set_num_threads(config.model.num_threads)
-    seed_everything(config.train.seed)
-    lora = None
-    if config.model.lora:
-        lora = LoraSettings(rank=config.model.lora_rank, alpha=config.model.lora_alpha,
-                            dropout=config.model.lora_dropout,
-                            target_modules=tuple(config.model.lora_target_modules))
-    loaded = load_policy(
-        config.model.name, dtype=config.model.dtype, device=config.model.device, lora=lora,
-        gradient_checkpointing=config.model.gradient_checkpointing,
-        need_reference=config.algorithm.kl_coef > 0, memory_kernels=config.model.memory_kernels,
-    )
-    task = build_task(config.task.name, reward_weights=config.task.reward_weights,
-                      options=config.task.options, use_chat_template=config.task.use_chat_template,
-                      seed=config.train.seed)
-    params, optimizer, scheduler = make_optimizer(loaded, config)
-    return loaded, task, params, optimizer, scheduler
-
-
-def make_optimizer(loaded, config: Config):
-    """AdamW over the policy's trainable parameters and its LR schedule: (params, optimizer, scheduler)."""
-    params = trainable_parameters(loaded.policy)
-    optimizer = torch.optim.AdamW(
-        params, lr=config.optim.lr, betas=(config.optim.beta1, config.optim.beta2),
-        eps=config.optim.eps, weight_decay=config.optim.weight_decay,
-    )
-    scheduler = make_scheduler(optimizer, config, config.train.iterations * config.algorithm.ppo_epochs)
-    return params, optimizer, scheduler
-
-
-def train(config: Config, resume_dir: str | Path | None = None) -> Path:
-    """Train according to `config` (or continue the run in `resume_dir`); returns the run folder."""
-    started_at = time.perf_counter()
+    A resume refuses config changes outside `RESUME_MUTABLE_KEYS` unless `force_config_change`.
+    """
+    expect_config(config)
     dist = init_distributed(config.model.device)  # one process unless launched data-parallel
     check_divisible(dist, config.rollout.batch_size)
-    if dist.enabled and fsdp_requested(config):
-        config.train.fsdp = True  # an Accelerate FSDP launch: recorded in config.yaml, so a resume shards too
-    if resume_dir is not None:
-        run_dir = Path(resume_dir)
-    else:
-        run_dir = dist.broadcast(_run_dir(config))  # rank 0's timestamped name everywhere
-        if (run_dir / "metrics.jsonl").exists():
-            raise FileExistsError(f"{run_dir} already holds a run; resume it with --resume {run_dir}")
-    if dist.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, run_dir / "config.yaml")
-    writer = RunWriter(run_dir, is_main=dist.is_main, sinks=build_sinks(config, run_dir) if dist.is_main else ())
-    config.model.device = rank_device(dist, config.model.device)
-    loaded, task, params, optimizer, scheduler = setup(config)
-    start_ranks(dist, params, config.train.seed)  # rank 0's initial weights, seed + rank for sampling
-    if dist.enabled and config.train.fsdp:
-        layers = shard_loaded_model(loaded, dist)  # decoder layers sharded; their parameters become DTensors
-        if dist.is_main:
-            print(f"fsdp: {layers} decoder layers sharded across {dist.world_size} processes")
-        params, optimizer, scheduler = make_optimizer(loaded, config)  # over the sharded parameters
-    ref_ctx = lambda: reference_context(loaded)  # noqa: E731
-    rollout, train_cfg = config.rollout, config.train
-    eval_examples = task.examples("eval", train_cfg.eval_size, train_cfg.seed)
-    eval_tokens = train_cfg.eval_max_new_tokens or rollout.max_new_tokens
+    algo, rollout, train_cfg = config.algorithm, config.rollout, config.train
+    with open_run(config, RL_RUN, resume_dir=resume_dir, dist=dist, need_reference=needs_reference_logprobs(algo),
+                  need_value_model=algo.value_model != "none", force_config_change=force_config_change) as session:
+        policy, tokenizer, task, backend = session.policy, session.tokenizer, session.task, session.backend
+        value_model = session.value_model  # PPO's value head (and its own model); None for the group presets
+        params = session.trainable_parameters()  # the policy's and the value model's; FSDP: the sharded ones
+        optimizer = make_optimizer(params, config.optim)
+        scheduler = make_scheduler(optimizer, config.optim, train_cfg.iterations * algo.ppo_epochs)
+        settings = SamplingSettings.for_task(rollout, task)  # the same for every iteration
+        start, state = session.start(optimizer, scheduler, {OPTIMIZER_STEPS: 0, SKIPPED_NONFINITE_UPDATES: 0})
+        if not session.resumed and train_cfg.eval_size > 0:
+            session.evaluate(0)
+        # Every rank sees the same globally reduced records, so every rank takes the same stop decision.
+        history = read_jsonl(session.writer.metrics_path) if session.resumed else []  # rebuild the streaks
+        health = HealthMonitor.from_config(config, is_main=dist.is_main, history=history,
+                                           task_components=tuple(task.component_names),
+                                           task_primary=primary_component(task))
+        progress = None
+        if train_cfg.progress and dist.is_main:
+            from tqdm import tqdm
 
-    def run_eval(iteration: int) -> dict:
-        result = evaluate(loaded.policy, loaded.tokenizer, task, eval_examples, max_new_tokens=eval_tokens,
-                          backend=rollout.backend, use_chat_template=config.task.use_chat_template, dist=dist)
-        writer.eval({"iteration": iteration, "elapsed_s": time.perf_counter() - started_at,
-                     "time/unix": time.time(), **result})
-        return result
-
-    start_iteration, state = 0, {"skipped_nonfinite_updates": 0, "optimizer_steps": 0, "dead_iterations": 0}
-    if resume_dir is not None:
-        checkpoint = latest_checkpoint(run_dir)
-        if checkpoint is None:
-            raise FileNotFoundError(f"{run_dir} has no checkpoint to resume from")
-        restored = load_checkpoint(checkpoint, loaded, optimizer, scheduler)
-        restore_rank_state(dist, restored["distributed"], checkpoint)
-        start_iteration, state = restored["iteration"], restored["state"]
-        # Drop whatever a crashed run logged after its last checkpoint.
-        for path in (writer.metrics_path, writer.samples_path, writer.eval_path) if dist.is_main else ():
-            truncate_jsonl(path, lambda r: r.get("iteration", -1) <= start_iteration)
-    elif train_cfg.eval_size > 0:
-        run_eval(0)
-
-    def save(iteration: int) -> None:
-        extra = checkpoint_extra(dist)  # every rank's RNG states (a collective)
-        gathered = gather_checkpoint_state(loaded, optimizer)  # full tensors (a collective under FSDP)
-        if dist.is_main:
-            save_checkpoint(run_dir, iteration, loaded, optimizer, scheduler, state, train_cfg.keep_checkpoints,
-                            distributed=extra, gathered=gathered)
-        dist.barrier()
-
-    # Every rank sees the same globally reduced records, so every rank takes the same stop decision.
-    history = read_jsonl(writer.metrics_path) if resume_dir is not None else []  # resumed: rebuild streaks
-    health = HealthMonitor.from_config(config, is_main=writer.is_main, history=history)
-    progress = None
-    if train_cfg.progress and dist.is_main:
-        from tqdm import tqdm
-
-        progress = tqdm(total=train_cfg.iterations, initial=start_iteration, desc="rlvr train", unit="it")
-    for iteration in range(start_iteration, train_cfg.iterations):
-        iteration_started = time.perf_counter()
-        # 1. Rollouts: sample, score, advantages (and reference log-probs when KL is on).
-        batch, prompt_len, stats, timings, samples = collect_rollout_batch(
-            loaded.policy, loaded.tokenizer, task, config, iteration, ref_ctx, dist=dist
-        )
-        batch = batch.to(rollout.storage_device)  # minibatches move to the model's device one at a time
-        # 2. Update: ppo_epochs optimizer steps over the whole batch.
-        update_started = time.perf_counter()
-        update_metrics, counters = update_policy(loaded.policy, optimizer, scheduler, batch, prompt_len, config, params,
-                                                 dist=dist)
-        timings["update"] = time.perf_counter() - update_started
-        state["optimizer_steps"] += counters["optimizer_steps"]
-        state["skipped_nonfinite_updates"] += counters["skipped_nonfinite_updates"]
-        state["dead_iterations"] = state["dead_iterations"] + 1 if stats["frac_zero_variance_groups"] == 1.0 else 0
-        # 3. Log.
-        seconds = time.perf_counter() - iteration_started
-        record = {
-            "iteration": iteration + 1,
-            **stats,
-            **update_metrics,
-            "optimizer_steps": counters["optimizer_steps"],
-            "optimizer_steps_total": state["optimizer_steps"],
-            "skipped_nonfinite_updates": counters["skipped_nonfinite_updates"],
-            "skipped_nonfinite_updates_total": state["skipped_nonfinite_updates"],
-            **{f"time/{k}": v for k, v in timings.items()},
-            "time/iteration": seconds,
-            "tokens_per_second": stats["generated_tokens"] / seconds,
-            "elapsed_s": time.perf_counter() - started_at,
-            "time/unix": time.time(),
-            "peak_rss_bytes": peak_rss_bytes(),
-        }
-        if torch.cuda.is_available():
-            record["peak_cuda_bytes"] = torch.cuda.max_memory_allocated()
-        last = iteration + 1 == train_cfg.iterations
-        if train_cfg.eval_size > 0 and (last or (train_cfg.eval_every and (iteration + 1) % train_cfg.eval_every == 0)):
-            record["eval/accuracy"] = run_eval(iteration + 1)["eval/accuracy"]
-        record["health/warnings"] = health.observe(record)
-        writer.metrics(record)
-        if train_cfg.samples_every and (iteration + 1) % train_cfg.samples_every == 0:
-            writer.samples([{"iteration": iteration + 1, **s} for s in samples[: train_cfg.samples_per_iteration]])
-        if last or (iteration + 1) % train_cfg.save_every == 0:
-            save(iteration + 1)
+            progress = tqdm(total=train_cfg.iterations, initial=start, desc="rlvr train", unit="it")
+        for iteration in range(start, train_cfg.iterations):
+            iteration_started = time.perf_counter()
+            done = iteration + 1  # iterations finished at the end of this one
+            # 1-2. Sample B prompts x G completions and judge them (DAPO: more rounds until B groups have contrast).
+            collected = collect_groups(backend, task, settings, config, iteration, dist)
+            timings = {TIME_GENERATION: collected.generation_seconds, TIME_SCORING: collected.scoring_seconds}
+            batch = rollout_batch(collected, tokenizer, task.name)  # [N, L] ids and masks
+            # 3. Reference log-probs, only for a KL term (in the loss, or PPO's in the reward).
+            if needs_reference_logprobs(algo):
+                started = time.perf_counter()
+                batch = with_reference_logprobs(session.loaded, batch, config)  # ref_logprobs [N, L-1]
+                timings[TIME_LOGPROBS] = time.perf_counter() - started
+            # 4. PPO: the value model's values for every completion token, as it was when sampling.
+            if value_model is not None:
+                started = time.perf_counter()
+                batch = with_old_values(policy, value_model, batch, config,
+                                        with_logprobs=algo.kl_in_reward > 0)  # old_values [N, L-1]
+                timings[TIME_VALUES] = time.perf_counter() - started
+            # 5. Advantages: each prompt's group against itself, or GAE against the values (then also the
+            #    returns); unscorable rows and groups without contrast get 0.
+            batch = with_advantages(batch, collected.rewards, algo, dist)  # advantages [N] or [N, L-1]
+            rows = gather_rollout(collected, batch, dist)  # every rank's rows, for the statistics
+            # 6. Update: ppo_epochs optimizer steps over the whole batch (moved to the model one minibatch at a
+            #    time); the first value_warmup_iterations train only the value model.
+            started = time.perf_counter()
+            update = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), config, params,
+                                   dist=dist, value_model=value_model,
+                                   value_warmup=iteration < algo.value_warmup_iterations)
+            timings[TIME_UPDATE] = time.perf_counter() - started
+            state[OPTIMIZER_STEPS] += update.optimizer_steps
+            state[SKIPPED_NONFINITE_UPDATES] += update.skipped_nonfinite_updates
+            # 7. Log, evaluate, checkpoint, stop on a health warning named in train.stop_on.
+            seconds = time.perf_counter() - iteration_started
+            stats = rollout_stats(rows, algo.dynamic_sampling)
+            record = {
+                ITERATION: done, **stats, **update.metrics,
+                OPTIMIZER_STEPS: update.optimizer_steps, OPTIMIZER_STEPS_TOTAL: state[OPTIMIZER_STEPS],
+                SKIPPED_NONFINITE_UPDATES: update.skipped_nonfinite_updates,
+                SKIPPED_NONFINITE_UPDATES_TOTAL: state[SKIPPED_NONFINITE_UPDATES],
+                **timings,
+                TIME_ITERATION: seconds, TOKENS_PER_SECOND: stats[GENERATED_TOKENS] / seconds,
+                ELAPSED_S: session.elapsed(), UNIX_TIME: time.time(), PEAK_RSS_BYTES: peak_rss_bytes(),
+            }
+            if torch.cuda.is_available():
+                record[PEAK_CUDA_BYTES] = torch.cuda.max_memory_allocated()
+            last = done == train_cfg.iterations
+            if train_cfg.eval_size > 0 and (last or (train_cfg.eval_every and done % train_cfg.eval_every == 0)):
+                record[EVAL_ACCURACY] = session.evaluate(done)[EVAL_ACCURACY]
+            record[HEALTH_WARNINGS] = health.observe(record)
+            session.writer.metrics(record)
+            if train_cfg.samples_every and done % train_cfg.samples_every == 0:
+                session.writer.samples([{ITERATION: done, **s} for s in rows.samples[: train_cfg.samples_per_iteration]])
+            if last or done % train_cfg.save_every == 0:
+                session.save_checkpoint(done, optimizer, scheduler, state)
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix(reward=f"{record[REWARD_MEAN]:.3f}", kl=f"{record.get(KL, 0.0):.4f}",
+                                     s_per_it=f"{seconds:.1f}")
+            stop_reason = health.stop_reason()
+            if stop_reason is not None:
+                if dist.is_main:
+                    print(f"stopping: {stop_reason}")
+                session.save_checkpoint(done, optimizer, scheduler, state)
+                break
         if progress is not None:
-            progress.update(1)
-            progress.set_postfix(reward=f"{record['reward/mean']:.3f}", kl=f"{record.get('kl', 0.0):.4f}",
-                                 s_per_it=f"{seconds:.1f}")
-        stop_reason = health.stop_reason()
-        if stop_reason is not None:
-            if dist.is_main:
-                print(f"stopping: {stop_reason}")
-            save(iteration + 1)
-            break
-    if progress is not None:
-        progress.close()
-    writer.close()
-    return run_dir
+            progress.close()
+    return session.run_dir
 
 
-def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Path:
+def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), force_config_change: bool = False) -> Path:
     """Continue the run in `run_dir` with its saved config (overrides may extend train.iterations)."""
-    return train(load_run_config(run_dir, overrides), resume_dir=Path(run_dir))
+    return train(load_run_config(run_dir, overrides), resume_dir=Path(run_dir), force_config_change=force_config_change)

@@ -2,28 +2,49 @@
 
 Each optimizer step takes `sft.batch_size` pairs (a fresh seeded permutation per epoch, so a
 resumed run sees the same order), accumulates the masked NLL of the response tokens over
-microbatches, clips the gradient and steps. Shortcuts: prompts are used verbatim (the data holds
-rendered prompts), and an optional verifier filter runs once, before training.
+microbatches, clips the gradient and steps. The run around the loop (folder, model, task,
+evaluation, checkpoints, resume) is a `RunSession`; SFT loads no reference model and sizes its
+schedule by its own steps (epochs x steps per epoch). Shortcuts: prompts are used verbatim (the
+data holds rendered prompts), and an optional verifier filter runs once, before training.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from datetime import datetime
 from pathlib import Path
 
 import torch
 
-from rlvr.config import Config, load_run_config, save_config
+from rlvr.config import Config, load_run_config
 from rlvr.core import get_response_log_probs, masked_normalize, tokenize_prompt_and_output
+from rlvr.metric_names import (
+    DATA_SIZE,
+    DATA_SIZE_BEFORE_FILTER,
+    ELAPSED_S,
+    ENTROPY,
+    EPOCH,
+    EVAL_ACCURACY,
+    GRAD_NORM,
+    ITERATION,
+    LOSS,
+    LR,
+    NLL_PER_TOKEN,
+    PEAK_RSS_BYTES,
+    RESPONSE_TOKENS,
+    SKIPPED_NONFINITE_UPDATES,
+    SKIPPED_NONFINITE_UPDATES_TOTAL,
+    TIME_ITERATION,
+    UNIX_TIME,
+)
+from rlvr.models import trainable_parameters
+from rlvr.rollout import score_completions
 from rlvr.tasks.base import Example
-from rlvr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from rlvr.train.evaluate import evaluate
-from rlvr.train.generations import log_generations
-from rlvr.train.metrics import MetricSums, RunWriter
-from rlvr.train.rl import make_scheduler, setup
-from rlvr.utils import peak_rss_bytes, read_jsonl, truncate_jsonl
+from rlvr.train.metrics import MetricSums
+from rlvr.train.optim import make_optimizer, make_scheduler
+from rlvr.train.run_setup import expect_config
+from rlvr.train.session import SFT_RUN, open_run
+from rlvr.utils import peak_rss_bytes, read_jsonl_numbered
 
 
 def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, normalization: str,
@@ -52,7 +73,7 @@ def read_pairs(config: Config) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"sft.data_path {str(path)!r} does not exist")
     pairs = []
-    for number, row in enumerate(read_jsonl(path), start=1):
+    for number, row in read_jsonl_numbered(path, what="sft.data_path file"):
         for key in (s.prompt_field, s.response_field):
             if key not in row:
                 raise ValueError(f"{path} line {number}: no field {key!r} (fields: {', '.join(row)})")
@@ -63,16 +84,14 @@ def read_pairs(config: Config) -> list[dict]:
 
 def filter_correct(pairs: list[dict], task, eos_text: str | None = None) -> list[dict]:
     """The pairs whose response the task's verifier accepts (verdict.correct); the EOS text is not scored."""
-    kept = []
-    for pair in pairs:
-        if pair["ground_truth"] is None:
-            raise ValueError("filtering needs a ground truth in every row (see sft.ground_truth_field)")
-        response = pair["response"]
-        if eos_text and response.endswith(eos_text):
-            response = response[: -len(eos_text)]
-        if task.score(response, Example(prompt=pair["prompt"], ground_truth=pair["ground_truth"])).correct:
-            kept.append(pair)
-    return kept
+    if any(pair["ground_truth"] is None for pair in pairs):
+        raise ValueError("filtering needs a ground truth in every row (see sft.ground_truth_field)")
+    responses = [pair["response"] for pair in pairs]
+    if eos_text:
+        responses = [r[: -len(eos_text)] if r.endswith(eos_text) else r for r in responses]
+    examples = [Example(prompt=pair["prompt"], ground_truth=pair["ground_truth"]) for pair in pairs]
+    verdicts = score_completions(task, responses, examples)
+    return [pair for pair, verdict in zip(pairs, verdicts) if verdict.correct]
 
 
 def sft_step(policy, tokenizer, optimizer, scheduler, params, pairs: list[dict], *, microbatch_size: int,
@@ -96,11 +115,11 @@ def sft_step(policy, tokenizer, optimizer, scheduler, params, pairs: list[dict],
         else:
             loss = sft_loss(out["log_probs"], mask, normalization, normalize_constant) * share
         loss.backward()
-        sums.add("loss", loss.detach(), 1.0)  # summed below: the batch loss is the sum of the parts
-        sums.add_masked("nll_per_token", -out["log_probs"], mask)
-        sums.add_masked("entropy", out["token_entropy"], mask)
+        sums.add(LOSS, loss.detach(), 1.0)  # summed below: the batch loss is the sum of the parts
+        sums.add_masked(NLL_PER_TOKEN, -out["log_probs"], mask)
+        sums.add_masked(ENTROPY, out["token_entropy"], mask)
     metrics = sums.reduce()
-    metrics["loss"] *= len(batches)
+    metrics[LOSS] *= len(batches)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     skipped = not torch.isfinite(grad_norm)
     if skipped:
@@ -110,8 +129,8 @@ def sft_step(policy, tokenizer, optimizer, scheduler, params, pairs: list[dict],
     lr = scheduler.get_last_lr()[0]
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return {**metrics, "grad_norm": float(grad_norm), "lr": lr, "response_tokens": total_tokens,
-            "skipped_nonfinite_updates": int(skipped)}
+    return {**metrics, GRAD_NORM: float(grad_norm), LR: lr, RESPONSE_TOKENS: total_tokens,
+            SKIPPED_NONFINITE_UPDATES: int(skipped)}
 
 
 def epoch_order(num_pairs: int, seed: int, epoch: int) -> list[int]:
@@ -119,87 +138,57 @@ def epoch_order(num_pairs: int, seed: int, epoch: int) -> list[int]:
     return torch.randperm(num_pairs, generator=generator).tolist()
 
 
-def train_sft(config: Config, resume_dir: str | Path | None = None) -> Path:
+def train_sft(config: Config, resume_dir: str | Path | None = None, force_config_change: bool = False) -> Path:
     """Fine-tune according to `config` (or continue the run in `resume_dir`); returns the run folder."""
-    started_at = time.perf_counter()
+    expect_config(config)
     s, train_cfg = config.sft, config.train
-    if resume_dir is not None:
-        run_dir = Path(resume_dir)
-    else:
-        run_dir = Path(train_cfg.output_dir) / (train_cfg.run_name or f"sft-{config.task.name.replace(':', '_')}-"
-                                                f"{datetime.now():%Y%m%d-%H%M%S}")
-        if (run_dir / "metrics.jsonl").exists():
-            raise FileExistsError(f"{run_dir} already holds a run; resume it with --resume {run_dir}")
-    pairs = read_pairs(config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / "config.yaml")
-    writer = RunWriter(run_dir)
-    loaded, task, params, optimizer, _ = setup(config)
-    size_before_filter = len(pairs)
-    if s.filter_correct:
-        pairs = filter_correct(pairs, task, loaded.tokenizer.eos_token)
-        print(f"sft: the verifier accepted {len(pairs)} of {size_before_filter} examples", flush=True)
-    if not pairs:
-        raise ValueError("sft: no training examples left")
-    steps_per_epoch = math.ceil(len(pairs) / s.batch_size)
-    total_steps = s.epochs * steps_per_epoch
-    scheduler = make_scheduler(optimizer, config, total_steps)
-    eval_examples = task.examples("eval", train_cfg.eval_size, train_cfg.seed)
-    eval_tokens = train_cfg.eval_max_new_tokens or config.rollout.max_new_tokens
+    pairs = read_pairs(config)  # before the run folder is created: a bad data path leaves nothing behind
+    with open_run(config, SFT_RUN, resume_dir=resume_dir, force_config_change=force_config_change) as session:
+        size_before_filter = len(pairs)
+        if s.filter_correct:
+            pairs = filter_correct(pairs, session.task, session.tokenizer.eos_token)
+            print(f"sft: the verifier accepted {len(pairs)} of {size_before_filter} examples", flush=True)
+        if not pairs:
+            raise ValueError("sft: no training examples left")
+        steps_per_epoch = math.ceil(len(pairs) / s.batch_size)
+        total_steps = s.epochs * steps_per_epoch
+        params = trainable_parameters(session.policy)
+        optimizer = make_optimizer(params, config.optim)
+        scheduler = make_scheduler(optimizer, config.optim, total_steps)
+        step, state = session.start(optimizer, scheduler, {SKIPPED_NONFINITE_UPDATES: 0})
+        if not session.resumed and train_cfg.eval_size > 0:
+            session.evaluate(0, generations=s.log_generations)
 
-    def run_eval(step: int) -> dict:
-        result = evaluate(loaded.policy, loaded.tokenizer, task, eval_examples, max_new_tokens=eval_tokens,
-                          backend=config.rollout.backend, use_chat_template=config.task.use_chat_template)
-        record = {"iteration": step, "elapsed_s": time.perf_counter() - started_at, "time/unix": time.time(), **result}
-        if s.log_generations:
-            record.update(log_generations(loaded.policy, loaded.tokenizer, task, eval_examples[: s.log_generations],
-                                          iteration=step, run_dir=run_dir, max_new_tokens=eval_tokens,
-                                          use_chat_template=config.task.use_chat_template,
-                                          backend=config.rollout.backend))
-        writer.eval(record)
-        return record
-
-    step, state = 0, {"skipped_nonfinite_updates": 0}
-    if resume_dir is not None:
-        checkpoint = latest_checkpoint(run_dir)
-        if checkpoint is None:
-            raise FileNotFoundError(f"{run_dir} has no checkpoint to resume from")
-        restored = load_checkpoint(checkpoint, loaded, optimizer, scheduler)
-        step, state = restored["iteration"], restored["state"]
-        for path in (writer.metrics_path, writer.eval_path, run_dir / "generations.jsonl"):
-            truncate_jsonl(path, lambda r: r.get("iteration", -1) <= step)
-    elif train_cfg.eval_size > 0:
-        run_eval(0)
-
-    while step < total_steps:
-        step_started = time.perf_counter()
-        epoch, position = divmod(step, steps_per_epoch)
-        order = epoch_order(len(pairs), train_cfg.seed, epoch)
-        chosen = [pairs[i] for i in order[position * s.batch_size : (position + 1) * s.batch_size]]
-        metrics = sft_step(loaded.policy, loaded.tokenizer, optimizer, scheduler, params, chosen,
-                           microbatch_size=s.microbatch_size, normalization=s.loss_normalization,
-                           normalize_constant=s.normalize_constant, max_grad_norm=config.optim.max_grad_norm)
-        step += 1
-        state["skipped_nonfinite_updates"] += metrics["skipped_nonfinite_updates"]
-        record = {"iteration": step, "epoch": epoch + (position + 1) / steps_per_epoch, **metrics,
-                  "skipped_nonfinite_updates_total": state["skipped_nonfinite_updates"],
-                  "data/size": len(pairs), "data/size_before_filter": size_before_filter,
-                  "time/iteration": time.perf_counter() - step_started,
-                  "elapsed_s": time.perf_counter() - started_at, "time/unix": time.time(),
-                  "peak_rss_bytes": peak_rss_bytes()}
-        last = step == total_steps
-        if train_cfg.eval_size > 0 and (last or (s.eval_every and step % s.eval_every == 0)):
-            record["eval/accuracy"] = run_eval(step)["eval/accuracy"]
-        writer.metrics(record)
-        if train_cfg.progress:
-            print(f"sft step {step}/{total_steps} loss={record['loss']:.4f} lr={record['lr']:.2e} "
-                  f"grad_norm={record['grad_norm']:.3f}"
-                  + (f" eval/accuracy={record['eval/accuracy']:.3f}" if "eval/accuracy" in record else ""), flush=True)
-        if last or step % s.save_every == 0:
-            save_checkpoint(run_dir, step, loaded, optimizer, scheduler, state, train_cfg.keep_checkpoints)
-    return run_dir
+        while step < total_steps:
+            step_started = time.perf_counter()
+            epoch, position = divmod(step, steps_per_epoch)
+            order = epoch_order(len(pairs), train_cfg.seed, epoch)
+            chosen = [pairs[i] for i in order[position * s.batch_size : (position + 1) * s.batch_size]]
+            metrics = sft_step(session.policy, session.tokenizer, optimizer, scheduler, params, chosen,
+                               microbatch_size=s.microbatch_size, normalization=s.loss_normalization,
+                               normalize_constant=s.normalize_constant, max_grad_norm=config.optim.max_grad_norm)
+            step += 1
+            state[SKIPPED_NONFINITE_UPDATES] += metrics[SKIPPED_NONFINITE_UPDATES]
+            record = {ITERATION: step, EPOCH: epoch + (position + 1) / steps_per_epoch, **metrics,
+                      SKIPPED_NONFINITE_UPDATES_TOTAL: state[SKIPPED_NONFINITE_UPDATES],
+                      DATA_SIZE: len(pairs), DATA_SIZE_BEFORE_FILTER: size_before_filter,
+                      TIME_ITERATION: time.perf_counter() - step_started,
+                      ELAPSED_S: session.elapsed(), UNIX_TIME: time.time(), PEAK_RSS_BYTES: peak_rss_bytes()}
+            last = step == total_steps
+            if train_cfg.eval_size > 0 and (last or (s.eval_every and step % s.eval_every == 0)):
+                record[EVAL_ACCURACY] = session.evaluate(step, generations=s.log_generations)[EVAL_ACCURACY]
+            session.writer.metrics(record)
+            if train_cfg.progress:
+                print(f"sft step {step}/{total_steps} loss={record[LOSS]:.4f} lr={record[LR]:.2e} "
+                      f"grad_norm={record[GRAD_NORM]:.3f}"
+                      + (f" {EVAL_ACCURACY}={record[EVAL_ACCURACY]:.3f}" if EVAL_ACCURACY in record else ""), flush=True)
+            if last or step % s.save_every == 0:
+                session.save_checkpoint(step, optimizer, scheduler, state)
+    return session.run_dir
 
 
-def resume_sft(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Path:
+def resume_sft(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (),
+               force_config_change: bool = False) -> Path:
     """Continue the sft run in `run_dir` with its saved config (overrides may add epochs)."""
-    return train_sft(load_run_config(run_dir, overrides), resume_dir=Path(run_dir))
+    return train_sft(load_run_config(run_dir, overrides), resume_dir=Path(run_dir),
+                     force_config_change=force_config_change)

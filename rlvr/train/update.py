@@ -1,125 +1,174 @@
-"""The policy update over one rollout batch: `ppo_epochs` optimizer steps, each accumulated
-over `grad_accum_steps` microbatches that together cover the whole batch.
+"""The update stage of an RL iteration: `ppo_epochs` optimizer steps over one rollout batch, each
+accumulated over `grad_accum_steps` microbatches that together cover the whole batch.
 
 Because every epoch is exactly one optimizer step, the first epoch runs at the sampling
 policy: its detached log-probs are the old log-probs (ratio exactly 1), and no separate
-old-log-prob forward pass is needed. Microbatch losses use the global sequence / token counts
-of the batch, so their sum is the full-batch loss for every aggregation mode.
+old-log-prob forward pass is needed; they are kept here for the later epochs, and the batch is
+left as it was given (a batch that already holds old log-probs, from PPO's value stage, uses
+those). Microbatch losses use the global sequence / token counts of the batch, so their sum is
+the full-batch loss for every aggregation mode. With a value model (PPO) the loss adds
+`vf_coef` times the clipped value loss, aggregated the same way; during the value warm-up it is
+the value loss alone (with a shared backbone only the head learns, so the policy stays put).
 """
 
 from __future__ import annotations
 
 import math
-import time
+from dataclasses import dataclass
 
 import torch
 
 from rlvr.core import (
     POLICY_LOSSES,
+    RolloutBatch,
     aggregate_loss,
     iter_minibatches,
     kl_per_token,
+    value_loss,
 )
-from rlvr.core.completion_logprobs import compute_completion_logprobs
+from rlvr.metric_names import (
+    CLIP_FRAC_HIGH,
+    CLIP_FRAC_LOW,
+    ENTROPY,
+    GRAD_NORM,
+    KL,
+    LOSS,
+    LR,
+    POLICY_LOSS_PER_TOKEN,
+    RATIO_FIRST_EPOCH_MAX_DEV,
+    RATIO_MEAN,
+    VALUE_CLIP_FRAC,
+    VALUE_LOSS_PER_TOKEN,
+)
+from rlvr.models.value_model import ValueModel
 from rlvr.train.distributed import SINGLE, reduce_metric_sums
 from rlvr.train.fsdp import clip_grad_norm
 from rlvr.train.metrics import MetricSums
+from rlvr.train.values import score_minibatch, value_batch_metrics
 
 
-def scoring_group_size(config, minibatch_size: int) -> int:
-    """Rows per shared prompt in a minibatch: G when minibatches hold whole groups, else 1."""
-    group = config.rollout.group_size
-    return group if minibatch_size % group == 0 else 1
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one update did: metric means over the batch and the optimizer step counts."""
+
+    metrics: dict[str, float]  # policy loss, KL, entropy, clip fractions, ratio, loss, grad norm, lr, value/*
+    optimizer_steps: int
+    skipped_nonfinite_updates: int  # steps whose loss or gradient norm was not finite
 
 
-def update_policy(policy, optimizer, scheduler, batch, prompt_len: int, config, trainable_params,
-                  dist=SINGLE) -> tuple[dict, dict]:
-    """Run the epochs over `batch` (completions start at column `prompt_len`); returns (metrics, counters).
+def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, trainable_params,
+                  dist=SINGLE, value_model: ValueModel | None = None, value_warmup: bool = False) -> UpdateResult:
+    """Run the epochs over `batch` (completions start at column `batch.prompt_len`).
 
     Data-parallel (`dist`): `batch` is this rank's share; the loss denominators are the global
     counts and gradients are summed over ranks, so the step is the one-process step on all shares
     (with FSDP, FSDP sums the sharded layers' gradients during backward and the rest are summed here).
+    `value_model` (PPO): `batch` holds old_values and returns; `value_warmup` trains the value alone.
     """
-    algo, optim, rollout = config.algorithm, config.optim, config.rollout
-    loss_fn = POLICY_LOSSES.get(algo.policy_loss)
+    algo, rollout = config.algorithm, config.rollout
+    if batch.advantages is None:
+        raise ValueError("the batch has no advantages: run the advantage stage (with_advantages) first")
+    if value_model is not None and (batch.old_values is None or batch.returns is None):
+        raise ValueError("a value model needs the batch's old_values and returns (with_old_values, then with_advantages)")
+    if value_warmup and value_model is None:
+        raise ValueError("value_warmup trains the value model alone, and there is no value model")
     num_sequences = len(batch)
     num_tokens = batch.completion_mask.sum()
     if dist.enabled:
         num_sequences = int(dist.sum_scalar(num_sequences))
         num_tokens = dist.all_reduce(num_tokens)
+    counts = dict(normalize_constant=rollout.max_new_tokens, num_sequences=num_sequences)
     sums = MetricSums()
-    counters = {"optimizer_steps": 0, "skipped_nonfinite_updates": 0}
+    optimizer_steps = skipped = 0
     first_epoch_ratio_dev = 0.0  # max |ratio - 1| in the on-policy epoch: 0 unless something is off
-    old_logprobs = batch.old_logprobs
+    epoch_batch = batch  # from the second epoch on: a copy that holds the first epoch's log-probs as old
     device = next(policy.parameters()).device
-    num_tokens = num_tokens.to(device)
+    counts["num_tokens"] = num_tokens.to(device)
     # Dropout is off (see rlvr.models), so train mode is deterministic; it is what gradient
     # checkpointing needs, and checkpointing cannot share one prompt's cache across the group.
     policy.train(True)
-    group_size = 1 if config.model.gradient_checkpointing else scoring_group_size(config, optim.minibatch_size)
+    if value_model is not None:
+        value_model.train(True)
     for epoch in range(algo.ppo_epochs):
         collected_old = []
         epoch_loss = torch.zeros(())
-        for minibatch in iter_minibatches(batch, optim.minibatch_size, shuffle=False, device=device):
+        for minibatch in iter_minibatches(epoch_batch, config.optim.minibatch_size, shuffle=False, device=device):
             mask = minibatch.completion_mask  # [b, L-1]
-            logprobs, entropy = compute_completion_logprobs(
-                policy, minibatch.input_ids, minibatch.attention_mask, prompt_len,
-                group_size=group_size, temperature=rollout.temperature, with_entropy=epoch == 0,
-                completion_mask=mask,
-            )  # [b, L-1] each, 0 outside the completion mask
-            if old_logprobs is None:
-                minibatch_old = logprobs.detach()  # first epoch: exactly the sampling policy
-                collected_old.append(minibatch_old.to(batch.completion_mask.device))
-            else:
-                minibatch_old = minibatch.old_logprobs
-            per_token, loss_metrics = loss_fn(
-                logprobs, minibatch_old, minibatch.advantages, mask,
-                clip_low=algo.clip_low, clip_high=algo.clip_high,
-            )  # [b, L-1]
-            sums.add_masked("policy_loss_per_token", per_token, mask)
-            if algo.kl_coef > 0:
-                kl = kl_per_token(logprobs, minibatch.ref_logprobs, estimator=algo.kl_estimator)  # [b, L-1]
-                per_token = per_token + algo.kl_coef * kl
-                if epoch == 0:
-                    sums.add_masked("kl", kl, mask)
-            if algo.entropy_coef > 0:
-                per_token = per_token - algo.entropy_coef * entropy
-            loss = aggregate_loss(
-                per_token, mask, algo.loss_aggregation, normalize_constant=rollout.max_new_tokens,
-                num_sequences=num_sequences, num_tokens=num_tokens,
-            )
+            scores = score_minibatch(policy, value_model, minibatch, config, with_logprobs=not value_warmup,
+                                     with_entropy=epoch == 0, detach_value_input=value_warmup)  # [b, L-1] each
+            loss = torch.zeros((), device=device)
+            if not value_warmup:
+                if epoch_batch.old_logprobs is None:
+                    minibatch_old = scores.logprobs.detach()  # first epoch: exactly the sampling policy
+                    collected_old.append(minibatch_old.to(batch.completion_mask.device))
+                else:
+                    minibatch_old = minibatch.old_logprobs
+                per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums)  # [b, L-1]
+                first_epoch_ratio_dev = max(first_epoch_ratio_dev, ratio_dev)
+                loss = aggregate_loss(per_token, mask, algo.loss_aggregation, **counts)
+            if value_model is not None:
+                value_part, value_metrics = value_loss(scores.values, minibatch.old_values, minibatch.returns, mask,
+                                                       algo.value_clip or None, algo.loss_aggregation, **counts)
+                loss = loss + algo.vf_coef * value_part
+                sums.add_masked(VALUE_LOSS_PER_TOKEN, value_metrics["per_token_loss"], mask)
+                sums.add_masked(VALUE_CLIP_FRAC, value_metrics["clipped"], mask)
             loss.backward()
             epoch_loss = epoch_loss + loss.detach().cpu()
-            if epoch == 0:
-                sums.add_masked("entropy", entropy, mask)
-            for flag in ("clipped_low", "clipped_high"):
-                if flag in loss_metrics:
-                    sums.add_masked(f"clip_frac/{flag.split('_')[1]}", loss_metrics[flag], mask)
-            if "ratio" in loss_metrics:
-                sums.add_masked("ratio/mean", loss_metrics["ratio"], mask)
-                if epoch == 0:
-                    deviation = ((loss_metrics["ratio"].detach() - 1).abs() * mask).max()
-                    first_epoch_ratio_dev = max(first_epoch_ratio_dev, float(deviation))
-        if old_logprobs is None:
-            old_logprobs = torch.cat(collected_old)  # [N, L-1], reused by later epochs
-            batch.old_logprobs = old_logprobs
+        if epoch_batch.old_logprobs is None and collected_old:
+            epoch_batch = batch.replace(old_logprobs=torch.cat(collected_old))  # [N, L-1], for later epochs
         dist.sum_gradients(trainable_params)  # after this every rank holds the global gradient
-        grad_norm = clip_grad_norm(trainable_params, optim.max_grad_norm, dist)  # global norm, FSDP shards too
+        grad_norm = clip_grad_norm(trainable_params, config.optim.max_grad_norm, dist)  # global norm, FSDP shards too
         loss_value = dist.sum_scalar(float(epoch_loss)) if dist.enabled else float(epoch_loss)
-        sums.add("loss", loss_value)
+        sums.add(LOSS, loss_value)
         if dist.all_true(math.isfinite(loss_value) and math.isfinite(float(grad_norm))):
             optimizer.step()
             scheduler.step()
-            counters["optimizer_steps"] += 1
-            sums.add("grad_norm", float(grad_norm))
+            optimizer_steps += 1
+            sums.add(GRAD_NORM, float(grad_norm))
         else:
-            counters["skipped_nonfinite_updates"] += 1
+            skipped += 1
         optimizer.zero_grad(set_to_none=True)
     policy.train(False)
+    if value_model is not None:
+        value_model.train(False)
+    if algo.kl_in_reward > 0 and algo.kl_coef == 0:  # the KL is in the reward only: log it at sampling time
+        sums.add_masked(KL, kl_per_token(batch.old_logprobs, batch.ref_logprobs, estimator=algo.kl_estimator),
+                        batch.completion_mask)
     reduce_metric_sums(dist, sums)
     if dist.enabled:
         first_epoch_ratio_dev = dist.max_scalar(first_epoch_ratio_dev)
     metrics = sums.reduce()
-    metrics["lr"] = scheduler.get_last_lr()[0]
-    metrics["ratio/first_epoch_max_dev"] = first_epoch_ratio_dev
-    return metrics, counters
+    metrics[LR] = scheduler.get_last_lr()[0]
+    metrics[RATIO_FIRST_EPOCH_MAX_DEV] = first_epoch_ratio_dev
+    if value_model is not None:
+        metrics.update(value_batch_metrics(batch, dist))
+    return UpdateResult(metrics=metrics, optimizer_steps=optimizer_steps, skipped_nonfinite_updates=skipped)
+
+
+def _policy_terms(scores, old_logprobs: torch.Tensor, minibatch: RolloutBatch, algo, epoch: int,
+                  sums: MetricSums) -> tuple[torch.Tensor, float]:
+    """The per-token policy loss plus the KL and entropy terms, [b, L-1], and max |ratio - 1| in the
+    first epoch; adds the policy metrics to `sums`."""
+    mask = minibatch.completion_mask  # [b, L-1]
+    per_token, loss_metrics = POLICY_LOSSES.get(algo.policy_loss)(
+        scores.logprobs, old_logprobs, minibatch.advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
+    )  # [b, L-1]
+    sums.add_masked(POLICY_LOSS_PER_TOKEN, per_token, mask)
+    if algo.kl_coef > 0:
+        kl = kl_per_token(scores.logprobs, minibatch.ref_logprobs, estimator=algo.kl_estimator)  # [b, L-1]
+        per_token = per_token + algo.kl_coef * kl
+        if epoch == 0:
+            sums.add_masked(KL, kl, mask)
+    if algo.entropy_coef > 0:
+        per_token = per_token - algo.entropy_coef * scores.entropy
+    if epoch == 0:
+        sums.add_masked(ENTROPY, scores.entropy, mask)
+    for flag, name in (("clipped_low", CLIP_FRAC_LOW), ("clipped_high", CLIP_FRAC_HIGH)):
+        if flag in loss_metrics:
+            sums.add_masked(name, loss_metrics[flag], mask)
+    ratio_dev = 0.0
+    if "ratio" in loss_metrics:
+        sums.add_masked(RATIO_MEAN, loss_metrics["ratio"], mask)
+        if epoch == 0:
+            ratio_dev = float(((loss_metrics["ratio"].detach() - 1).abs() * mask).max())
+    return per_token, ratio_dev

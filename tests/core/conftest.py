@@ -61,3 +61,34 @@ def make_tiny_llama():
 @pytest.fixture
 def repeat_token_model():
     return RepeatTokenModel()
+
+
+def _policy_batch(seed: int = 0):
+    """(input_ids [4, 7], attention_mask, completion mask [4, 6] float64, advantages [4]) for a 3-token prompt."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(0, TINY_VOCAB, (4, 7), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    mask = torch.ones(4, 6, dtype=torch.float64)
+    mask[:, :2] = 0  # prompt of 3 tokens
+    mask[1, 4:] = 0  # a shorter completion
+    advantages = torch.tensor([1.0, -0.5, 2.0, -1.5], dtype=torch.float64)
+    return input_ids, attention_mask, mask, advantages
+
+
+def _pop_gradients(model) -> list[torch.Tensor]:
+    """The model's gradients, cloned; the model's are cleared."""
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+@pytest.fixture
+def policy_batch():
+    """Factory: policy_batch(seed=0) -> (input_ids, attention_mask, completion mask, advantages)."""
+    return _policy_batch
+
+
+@pytest.fixture
+def pop_gradients():
+    """pop_gradients(model) -> the model's gradients (cloned), clearing them."""
+    return _pop_gradients

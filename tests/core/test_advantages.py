@@ -1,4 +1,4 @@
-"""Tests for group-relative advantage estimators (GRPO, Dr. GRPO, RLOO, none) and CS336 normalization."""
+"""Tests for group-relative advantage estimators (GRPO, Dr. GRPO, RLOO, none) and the no-contrast rule."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import torch
 from rlvr.core import (
     ADVANTAGE_ESTIMATORS,
     compute_group_advantages,
-    compute_group_normalized_rewards,
     compute_rloo_advantages,
     get_advantage_estimator,
     maybe_normalize_advantages,
 )
+from rlvr.core.advantages import VALUE_BASELINE_ESTIMATORS
 
 
 def test_prompt_major_groups_not_transposed():
@@ -143,17 +143,18 @@ def test_bad_grouping_arguments_raise():
 
 
 def test_registry_and_no_baseline():
-    assert set(ADVANTAGE_ESTIMATORS.names()) == {"grpo", "dr_grpo", "rloo", "none", "no_baseline"}
+    assert set(ADVANTAGE_ESTIMATORS.names()) == {"grpo", "dr_grpo", "rloo", "none", "no_baseline", "gae"}
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.5])
     assert torch.equal(get_advantage_estimator("none")(rewards, group_size=2), rewards)
     assert torch.equal(get_advantage_estimator("no_baseline")(rewards), rewards)
     grpo = get_advantage_estimator("grpo")(rewards, group_size=2, std="sample")
     assert torch.allclose(grpo, compute_group_advantages(rewards, group_size=2, std="sample"))
-    with pytest.raises(KeyError, match="dr_grpo, grpo, no_baseline, none, rloo"):
+    with pytest.raises(KeyError, match="dr_grpo, gae, grpo, no_baseline, none, rloo"):
         get_advantage_estimator("ppo")
-    # One call works for every estimator; unknown options are refused.
+    # One call works for every sequence-level estimator (gae, token-level: tests/core/test_value.py);
+    # unknown options are refused.
     group_ids = torch.tensor([0, 0, 1, 1])
-    for name in ADVANTAGE_ESTIMATORS.names():
+    for name in sorted(set(ADVANTAGE_ESTIMATORS.names()) - VALUE_BASELINE_ESTIMATORS):
         advantages = ADVANTAGE_ESTIMATORS.get(name)(rewards, group_ids=group_ids, std="sample", eps=1e-6)
         assert advantages.shape == (4,) and torch.isfinite(advantages).all()
         with pytest.raises(TypeError, match="scale_by"):
@@ -167,45 +168,6 @@ def test_maybe_normalize_advantages():
     normalized = maybe_normalize_advantages(advantages, enabled=True)
     assert torch.allclose(normalized, torch.tensor([-1.0, 1.0], dtype=torch.float64))
     assert maybe_normalize_advantages(torch.full((4,), 2.5), enabled=True).tolist() == [0.0] * 4
-
-
-def _reward_fn(response: str, ground_truth: str) -> dict[str, float]:
-    """Answer reward 1 if the answer (after an optional '<' format marker) is right, format reward 0.5."""
-    formatted = response.startswith("<")
-    correct = float(response.lstrip("<") == ground_truth)
-    return {"reward": correct + 0.5 * formatted, "format_reward": float(formatted), "answer_reward": correct}
-
-
-def test_cs336_group_normalized_rewards_by_hand():
-    responses = ["a", "<b", "<a", "c", "<c", "<c"]
-    truths = ["a", "a", "a", "c", "c", "c"]
-    advantages, raw, metadata = compute_group_normalized_rewards(
-        _reward_fn, responses, truths, group_size=3, advantage_eps=1e-6, normalize_by_std=True
-    )
-    # Rewards: group 0 = [1, 0.5, 1.5] (mean 1, sample std 0.5), group 1 = [1, 1.5, 1.5] (mean 4/3, sample std 0.2887).
-    assert raw.tolist() == [1.0, 0.5, 1.5, 1.0, 1.5, 1.5]
-    std1 = math.sqrt(((1 - 4 / 3) ** 2 + 2 * (1.5 - 4 / 3) ** 2) / 2)
-    expected = [0.0, -0.5 / 0.500001, 0.5 / 0.500001]
-    expected += [(reward - 4 / 3) / (std1 + 1e-6) for reward in (1.0, 1.5, 1.5)]
-    assert torch.allclose(advantages, torch.tensor(expected), atol=1e-5)
-    assert metadata["reward_max"] == 1.5 and metadata["reward_min"] == 0.5
-    assert metadata["reward_mean"] == pytest.approx(7 / 6)
-    assert metadata["format_reward_mean"] == pytest.approx(4 / 6)
-    assert metadata["answer_reward_mean"] == pytest.approx(5 / 6)
-    # The population std (0.408 for group 0) would give +-1.2247 instead of +-1.
-    assert abs(0.5 / math.sqrt(1 / 6) - 1.0) > 0.2
-
-
-def test_cs336_group_normalized_rewards_without_std():
-    responses = ["a", "<b", "<a", "c", "<c", "<c"]
-    truths = ["a", "a", "a", "c", "c", "c"]
-    advantages, raw, _ = compute_group_normalized_rewards(
-        _reward_fn, responses, truths, group_size=3, advantage_eps=1e-6, normalize_by_std=False
-    )
-    assert torch.allclose(advantages, torch.tensor([0.0, -0.5, 0.5, -1 / 3, 1 / 6, 1 / 6]), atol=1e-6)
-    # Groups taken the wrong way round ([1, 1], [0.5, 1.5], [1.5, 1.5]) would centre differently.
-    wrong = raw.view(3, 2) - raw.view(3, 2).mean(1, keepdim=True)
-    assert not torch.allclose(wrong.reshape(-1), advantages)
 
 
 def test_mixed_batch_by_hand_with_a_solved_prompt():

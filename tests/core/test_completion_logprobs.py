@@ -14,10 +14,10 @@ from peft import LoraConfig, get_peft_model
 
 from rlvr.core import (
     build_completion_mask,
-    compute_completion_logprobs,
     compute_per_token_logprobs,
     compute_per_token_logprobs_and_entropy,
 )
+from rlvr.models.completion_logprobs import compute_completion_logprobs, compute_completion_scores
 
 GROUP = 3
 
@@ -162,3 +162,65 @@ def test_temperature_entropy_and_gradients_for_frozen_and_trainable_heads(make_t
     scale = max(g.abs().max() for g in plain_grads)
     for a, b in zip(plain_grads, fast_grads):  # float32 LoRA adapters: agreement to ~1e-7 of the scale
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6 * float(scale))
+
+
+def _random_head(hidden: int = 32):
+    from rlvr.models.value_model import ValueHead
+
+    head = ValueHead(hidden, dtype=torch.float64)
+    with torch.no_grad():
+        head.weight.normal_(0, 1, generator=torch.Generator().manual_seed(4))
+        head.bias.fill_(0.25)
+    return head
+
+
+@pytest.mark.parametrize("group_size", [1, GROUP])
+def test_values_from_the_shared_pass_equal_the_head_on_a_full_forward(make_tiny_llama, group_size):
+    """One pass gives log-probs and values; the value at column t is the head on the hidden state at
+    position t (the one that scores token t+1), with gradients into the shared LoRA weights."""
+    model = _lora(make_tiny_llama(dtype=torch.float64))
+    head = _random_head()
+    input_ids, attention_mask, prompt_len = _batch()
+    mask = build_completion_mask(input_ids, attention_mask, prompt_len)  # [N, L-1]
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    scores = compute_completion_scores(model, input_ids, attention_mask, prompt_len, value_head=head,
+                                       group_size=group_size, completion_mask=mask)
+    logprobs, _ = compute_completion_logprobs(model, input_ids, attention_mask, prompt_len, group_size=group_size,
+                                              completion_mask=mask)
+    torch.testing.assert_close(scores.logprobs, logprobs, rtol=0, atol=1e-12)
+    decoder = model.get_base_model().get_decoder()
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask,
+                     position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0)).last_hidden_state  # [N, L, H]
+    expected = head(hidden[:, :-1]) * mask  # [N, L-1]
+    assert scores.values.shape == mask.shape
+    torch.testing.assert_close(scores.values, expected, rtol=0, atol=1e-10)
+    assert torch.all(scores.values[mask == 0] == 0)
+    off_by_one = head(hidden[:, 1:]) * mask  # the head on the scored token's own position
+    assert ((off_by_one - expected) * mask).abs().max() > 0.1
+    full_grads = torch.autograd.grad((expected * weights).sum(), params)
+    pass_grads = torch.autograd.grad((scores.values * weights).sum(), params)
+    scale = max(g.abs().max() for g in full_grads)
+    assert scale > 1e-3  # the values do reach the LoRA weights
+    for a, b in zip(full_grads, pass_grads):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6 * float(scale))
+
+
+def test_values_alone_and_a_head_trained_alone(make_tiny_llama):
+    model = _lora(make_tiny_llama(dtype=torch.float64))
+    head = _random_head()
+    input_ids, attention_mask, prompt_len = _batch()
+    mask = build_completion_mask(input_ids, attention_mask, prompt_len)
+    both = compute_completion_scores(model, input_ids, attention_mask, prompt_len, value_head=head, group_size=GROUP,
+                                     completion_mask=mask)
+    alone = compute_completion_scores(model, input_ids, attention_mask, prompt_len, value_head=head, group_size=GROUP,
+                                      completion_mask=mask, with_logprobs=False, detach_value_input=True)
+    assert alone.logprobs is None and alone.entropy is None
+    torch.testing.assert_close(alone.values, both.values, rtol=0, atol=1e-12)
+    lora = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(alone.values.sum(), [*lora, head.weight], allow_unused=True)
+    assert all(g is None for g in grads[:-1])  # detached: nothing reaches the backbone
+    assert grads[-1].abs().max() > 0
+    without = compute_completion_scores(model, input_ids, attention_mask, prompt_len, group_size=GROUP)
+    assert without.values is None

@@ -1,4 +1,4 @@
-"""Tests for the policy losses: GRPO clip quadrants, ratio-1 gradients, GSPO, REINFORCE, CS336 steps."""
+"""Tests for the policy losses: GRPO clip quadrants, ratio-1 gradients, GSPO, REINFORCE, per-token advantages."""
 
 from __future__ import annotations
 
@@ -10,38 +10,15 @@ import torch
 from rlvr.core import (
     POLICY_LOSSES,
     aggregate_loss,
-    compute_grpo_clip_loss,
-    compute_naive_policy_gradient_loss,
     compute_per_token_logprobs,
-    compute_policy_gradient_loss,
     get_policy_loss,
-    grpo_microbatch_train_step,
-    sft_microbatch_train_step,
+    grpo_clip_loss,
+    reinforce_per_token,
 )
 
-VOCAB = 64
-
-
-def _model_batch(seed: int = 0):
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(0, VOCAB, (4, 7), generator=generator)
-    attention_mask = torch.ones_like(input_ids)
-    mask = torch.ones(4, 6, dtype=torch.float64)
-    mask[:, :2] = 0  # prompt of 3 tokens
-    mask[1, 4:] = 0  # a shorter completion
-    advantages = torch.tensor([1.0, -0.5, 2.0, -1.5], dtype=torch.float64)
-    return input_ids, attention_mask, mask, advantages
-
-
-def _gradients(model) -> list[torch.Tensor]:
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad(set_to_none=True)
-    return grads
-
-
-def test_at_ratio_one_clip_gradient_equals_group_reinforce(make_tiny_llama):
+def test_at_ratio_one_clip_gradient_equals_group_reinforce(make_tiny_llama, policy_batch, pop_gradients):
     model = make_tiny_llama(torch.float64)
-    input_ids, attention_mask, mask, advantages = _model_batch()
+    input_ids, attention_mask, mask, advantages = policy_batch()
     logprobs = compute_per_token_logprobs(model, input_ids, attention_mask)  # [4, 6]
     # First step on fresh samples: the old log-probs are the current ones, passed undetached
     # as a careless caller would; the loss must still treat them as constants.
@@ -51,12 +28,12 @@ def test_at_ratio_one_clip_gradient_equals_group_reinforce(make_tiny_llama):
     assert loss.item() == pytest.approx(-advantages.mean().item(), abs=1e-12)
     assert metrics["clipped"].sum() == 0 and torch.all(metrics["ratio"] == 1.0)
     loss.backward()
-    clip_grads = _gradients(model)
+    clip_grads = pop_gradients(model)
 
     logprobs = compute_per_token_logprobs(model, input_ids, attention_mask)
     per_token, _ = get_policy_loss("gr_reinforce")(logprobs, logprobs.detach(), advantages, mask)
     aggregate_loss(per_token, mask, "seq_mean_token_mean").backward()
-    reinforce_grads = _gradients(model)
+    reinforce_grads = pop_gradients(model)
 
     total = sum(g.abs().sum() for g in clip_grads)
     assert total > 1e-3  # the gradient is not trivially zero
@@ -75,10 +52,11 @@ def test_old_logprobs_receive_no_gradient():
         assert old.grad is None, name
         assert logprobs.grad is not None and logprobs.grad.abs().sum() > 0, name
         logprobs.grad = None
-    # Same for the CS336 function.
-    loss, _ = compute_grpo_clip_loss(advantages[:, None], logprobs, old, 0.2)
-    loss.sum().backward()
-    assert old.grad is None
+    # Same with [B, 1] and per-token [B, T] advantages.
+    for shaped in (advantages[:, None], advantages[:, None].expand(2, 2)):
+        loss, _ = grpo_clip_loss(logprobs, old, shaped, None, clip_low=0.2)
+        loss.sum().backward()
+        assert old.grad is None
 
 
 @pytest.mark.parametrize(
@@ -98,7 +76,7 @@ def test_clip_quadrants(advantage, ratio, expected_loss, gradient_is_zero, flag)
     old = torch.full((1, 1), math.log(0.4), dtype=torch.float64)
     logprobs = (old + math.log(ratio)).clone().requires_grad_(True)
     advantages = torch.tensor([advantage], dtype=torch.float64)
-    loss, metadata = compute_grpo_clip_loss(advantages, logprobs, old, cliprange=0.2)
+    loss, metadata = grpo_clip_loss(logprobs, old, advantages, None, clip_low=0.2)
     assert loss.item() == pytest.approx(expected_loss, abs=1e-12)
     loss.sum().backward()
     if gradient_is_zero:
@@ -135,7 +113,7 @@ def test_clip_higher_and_registered_clip_by_hand():
 def test_log_ratio_is_clamped_before_exp():
     logprobs = torch.tensor([[0.0, -200.0]], requires_grad=True)
     old = torch.tensor([[-200.0, 0.0]])
-    loss, metadata = compute_grpo_clip_loss(torch.tensor([-1.0]), logprobs, old, cliprange=0.2)
+    loss, metadata = grpo_clip_loss(logprobs, old, torch.tensor([-1.0]), None, clip_low=0.2)
     assert torch.isfinite(loss).all()
     assert metadata["ratio"][0, 0].item() == pytest.approx(math.exp(20), rel=1e-5)
     assert metadata["ratio"][0, 1].item() == pytest.approx(math.exp(-20), rel=1e-5)
@@ -144,7 +122,7 @@ def test_log_ratio_is_clamped_before_exp():
 def test_naive_policy_gradient_by_hand():
     logprobs = torch.tensor([[-1.0, -2.0], [-0.5, -4.0]], requires_grad=True)
     rewards = torch.tensor([[3.0], [-2.0]])
-    loss = compute_naive_policy_gradient_loss(rewards, logprobs)
+    loss = reinforce_per_token(rewards, logprobs)
     assert loss.tolist() == [[3.0, 6.0], [-1.0, -8.0]]  # -A * logp
     loss.sum().backward()
     assert logprobs.grad.tolist() == [[-3.0, -3.0], [2.0, 2.0]]
@@ -153,83 +131,6 @@ def test_naive_policy_gradient_by_hand():
         per_token, metrics = POLICY_LOSSES.get(name)(logprobs, logprobs.detach(), rewards[:, 0], torch.ones(2, 2))
         assert per_token.tolist() == [[3.0, 6.0], [-1.0, -8.0]]
         assert metrics["clipped"].sum() == 0
-
-
-def test_cs336_dispatch_by_hand():
-    logprobs = torch.log(torch.tensor([[0.5, 0.25]], dtype=torch.float64))
-    old = torch.log(torch.tensor([[0.25, 0.5]], dtype=torch.float64))  # ratios [2, 0.5]
-    rewards = torch.tensor([[2.0]], dtype=torch.float64)
-    advantages = torch.tensor([[-1.0]], dtype=torch.float64)
-    loss, _ = compute_policy_gradient_loss(logprobs, "no_baseline", raw_rewards=rewards)
-    assert torch.allclose(loss, -2.0 * logprobs)
-    loss, _ = compute_policy_gradient_loss(logprobs, "reinforce_with_baseline", advantages=advantages)
-    assert torch.allclose(loss, logprobs)
-    # grpo_clip, A = -1, eps 0.2: rho 2 -> min(-2, -1.2) = -2 -> 2; rho 0.5 -> min(-0.5, -0.8) -> 0.8.
-    loss, metadata = compute_policy_gradient_loss(
-        logprobs, "grpo_clip", advantages=advantages, old_log_probs=old, cliprange=0.2
-    )
-    assert torch.allclose(loss, torch.tensor([[2.0, 0.8]], dtype=torch.float64))
-    assert metadata["clipped_low"].tolist() == [[0.0, 1.0]]
-    loss, _ = compute_policy_gradient_loss(logprobs, "grpo_no_clip", advantages=advantages, old_log_probs=old)
-    assert torch.allclose(loss, torch.tensor([[2.0, 0.5]], dtype=torch.float64))
-    with pytest.raises(ValueError, match="raw_rewards"):
-        compute_policy_gradient_loss(logprobs, "no_baseline", advantages=advantages)
-    with pytest.raises(ValueError, match="cliprange"):
-        compute_policy_gradient_loss(logprobs, "grpo_clip", advantages=advantages, old_log_probs=old)
-    with pytest.raises(ValueError, match="no_baseline, reinforce_with_baseline, grpo_clip, grpo_no_clip"):
-        compute_policy_gradient_loss(logprobs, "ppo", advantages=advantages)
-
-
-def test_grpo_microbatch_train_step_by_hand():
-    logprobs = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -1.0, 5.0]], requires_grad=True)
-    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    advantages = torch.tensor([[2.0], [-1.0]])
-    loss, metadata = grpo_microbatch_train_step(logprobs, mask, 2, "reinforce_with_baseline", advantages=advantages)
-    # Per-token -A * logp: row 0 [2, 4] -> mean 3; row 1 [-1] -> mean -1; batch mean 1; / 2 steps.
-    assert loss.item() == pytest.approx(0.5)
-    assert metadata["policy_loss"].item() == pytest.approx(1.0)
-    # d/dlogp: row 0 -A / (2 tokens * 2 rows * 2 steps) = -0.25; row 1 +1 / (1 * 2 * 2) = 0.25.
-    assert logprobs.grad.tolist() == [[-0.25, -0.25, 0.0], [0.25, 0.0, 0.0]]
-
-
-def test_grpo_microbatch_accumulation_equals_full_batch(make_tiny_llama):
-    model = make_tiny_llama(torch.float64)
-    input_ids, attention_mask, mask, advantages = _model_batch(seed=1)
-    with torch.no_grad():
-        old = compute_per_token_logprobs(model, input_ids, attention_mask) + 0.1 * torch.randn(
-            4, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64
-        )
-    kwargs = {"loss_type": "grpo_clip", "cliprange": 0.2}
-    logprobs = compute_per_token_logprobs(model, input_ids, attention_mask)
-    full_loss, _ = grpo_microbatch_train_step(
-        logprobs, mask, 1, advantages=advantages[:, None], old_log_probs=old, **kwargs
-    )
-    full_grads = _gradients(model)
-    accumulated_loss = 0.0
-    for rows in (slice(0, 2), slice(2, 4)):
-        logprobs = compute_per_token_logprobs(model, input_ids[rows], attention_mask[rows])
-        loss, _ = grpo_microbatch_train_step(
-            logprobs, mask[rows], 2, advantages=advantages[rows, None], old_log_probs=old[rows], **kwargs
-        )
-        accumulated_loss += loss.item()
-    accumulated_grads = _gradients(model)
-    assert accumulated_loss == pytest.approx(full_loss.item(), abs=1e-12)
-    assert sum(g.abs().sum() for g in full_grads) > 1e-3
-    for full, accumulated in zip(full_grads, accumulated_grads):
-        assert torch.allclose(full, accumulated, atol=1e-10, rtol=0)
-    # Without the division by the number of steps the accumulated gradient would be twice as large.
-    assert not torch.allclose(full_grads[0], 2 * accumulated_grads[0])
-
-
-def test_sft_microbatch_train_step_by_hand():
-    logprobs = torch.tensor([[-1.0, -2.0, -3.0], [-4.0, -1.0, 9.0]], requires_grad=True)
-    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
-    loss, metadata = sft_microbatch_train_step(logprobs, mask, gradient_accumulation_steps=4, normalize_constant=2.0)
-    # Row sums -3 and -5, / 2 -> -1.5 and -2.5; negated mean 2.0; / 4 steps = 0.5.
-    assert loss.item() == pytest.approx(0.5)
-    assert metadata["nll"].item() == pytest.approx(2.0)
-    # d/dlogp = -1 / (2 constant * 2 rows * 4 steps) = -1/16 on response tokens.
-    assert logprobs.grad.tolist() == [[-0.0625, -0.0625, 0.0], [-0.0625, -0.0625, 0.0]]
 
 
 def test_gspo_ratio_by_hand():
@@ -271,7 +172,8 @@ def test_gspo_token_form_gradient_equals_sequence_objective():
 
 
 def test_registered_losses_share_one_signature():
-    assert set(POLICY_LOSSES.names()) == {"grpo_clip", "grpo_no_clip", "gspo", "gr_reinforce", "reinforce"}
+    assert set(POLICY_LOSSES.names()) == {"grpo_clip", "ppo_clip", "grpo_no_clip", "gspo", "gr_reinforce", "reinforce"}
+    assert POLICY_LOSSES.get("ppo_clip") is POLICY_LOSSES.get("grpo_clip")  # one clipped surrogate, two names
     generator = torch.Generator().manual_seed(5)
     logprobs = -torch.rand(3, 4, generator=generator)
     old = logprobs + 0.3 * torch.randn(3, 4, generator=generator)
@@ -283,5 +185,20 @@ def test_registered_losses_share_one_signature():
             for key in ("ratio", "clipped_low", "clipped_high", "clipped"):
                 assert metrics[key].shape == (3, 4), (name, key)
                 assert not metrics[key].requires_grad
-    with pytest.raises(KeyError, match="gr_reinforce, grpo_clip, grpo_no_clip, gspo, reinforce"):
+    with pytest.raises(KeyError, match="gr_reinforce, grpo_clip, grpo_no_clip, gspo, ppo_clip, reinforce"):
         get_policy_loss("ppo")
+
+
+def test_per_token_advantages_weigh_each_token():
+    """A token-level estimator's [B, T] advantages reach each token; [B] broadcasts one value per row."""
+    logprobs = torch.log(torch.tensor([[0.5, 0.25, 0.2]], dtype=torch.float64)).requires_grad_(True)
+    per_token = torch.tensor([[1.0, -2.0, 0.5]], dtype=torch.float64)
+    mask = torch.ones(1, 3, dtype=torch.float64)
+    for name in ("grpo_clip", "reinforce"):
+        loss, _ = POLICY_LOSSES.get(name)(logprobs, logprobs.detach(), per_token, mask, clip_low=0.2)
+        (gradient,) = torch.autograd.grad(loss.sum(), logprobs)
+        # At ratio 1 both losses have d/dlogp = -A_t per token.
+        assert gradient.tolist() == [[-1.0, 2.0, -0.5]], name
+        row, _ = POLICY_LOSSES.get(name)(logprobs, logprobs.detach(), per_token.mean(-1), mask, clip_low=0.2)
+        (row_gradient,) = torch.autograd.grad(row.sum(), logprobs)
+        assert torch.allclose(row_gradient, torch.full((1, 3), 0.5 / 3, dtype=torch.float64)), name

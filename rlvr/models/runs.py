@@ -1,0 +1,174 @@
+"""From a run folder (or one of its checkpoints) back to the policy it trained, without exporting.
+
+A run folder holds `config.yaml` (its `model` section names the base model, the dtype and whether
+LoRA was on) and `checkpoints/iter_NNNNNN/model/` (the trainable weights, `trainable.json` says
+which kind) with a `latest` pointer. `load_policy_from_run` accepts the run folder (latest
+checkpoint, or `checkpoint=`), a checkpoint folder or its `model/` folder, loads the base model
+and puts the trained weights in: the same policy `rlvr train --resume` continues from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import yaml
+from torch import nn
+
+from rlvr.models.conversion import check_model_spec
+from rlvr.models.policy import LoadedModel, LoraSettings, load_policy, resolve_dtype
+from rlvr.models.trainable_state import TRAINABLE_INFO_FILE, load_trainable, read_adapter_config
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"
+RUN_CONFIG = "config.yaml"
+
+
+def checkpoint_root(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint the `latest` pointer names, else the highest `iter_*` folder, else None."""
+    root = checkpoint_root(run_dir)
+    pointer = root / LATEST
+    if pointer.exists():
+        folder = root / pointer.read_text().strip()
+        if folder.is_dir():
+            return folder
+    folders = sorted(p for p in root.glob("iter_*") if p.is_dir())
+    return folders[-1] if folders else None
+
+
+@dataclass
+class RunCheckpoint:
+    """Where a trained policy lives: its run, the checkpoint, and the weights folder in it."""
+
+    run_dir: Path
+    checkpoint_dir: Path
+    model_dir: Path
+    model_settings: dict  # the `model` section of the run's config.yaml
+
+    @property
+    def kind(self) -> str:
+        return json.loads((self.model_dir / TRAINABLE_INFO_FILE).read_text())["kind"]
+
+
+def is_run_path(path: str | os.PathLike) -> bool:
+    """True for a run folder, a checkpoint folder or a checkpoint's `model/` folder."""
+    path = Path(path).expanduser()
+    return path.is_dir() and ((path / RUN_CONFIG).is_file() and (path / CHECKPOINTS).is_dir()
+                              or (path / TRAINABLE_INFO_FILE).is_file()
+                              or (path / "model" / TRAINABLE_INFO_FILE).is_file())
+
+
+def _named_checkpoint(run_dir: Path, checkpoint: str) -> Path:
+    folders = sorted(p for p in checkpoint_root(run_dir).glob("iter_*") if p.is_dir())
+    match = re.fullmatch(r"(?:iter_)?0*(\d+)", str(checkpoint))
+    for folder in folders:
+        if folder.name == checkpoint or match and int(folder.name.removeprefix("iter_")) == int(match.group(1)):
+            return folder
+    raise FileNotFoundError(f"{run_dir} has no checkpoint {checkpoint!r}; valid choices: "
+                            f"{', '.join(f.name for f in folders) or '(none)'}")
+
+
+def find_checkpoint(path: str | os.PathLike, checkpoint: Optional[str] = None) -> RunCheckpoint:
+    """Resolve a run folder (latest checkpoint unless `checkpoint`, e.g. `iter_4`), a checkpoint
+    folder, or a checkpoint's `model/` folder."""
+    path = Path(path).expanduser()
+    if (path / TRAINABLE_INFO_FILE).is_file():
+        path = path.parent
+    if (path / "model" / TRAINABLE_INFO_FILE).is_file():
+        if checkpoint is not None:
+            raise ValueError(f"{path} is a checkpoint already; pass its run folder to choose another checkpoint")
+        checkpoint_dir, run_dir = path, path.parent.parent
+    elif (path / RUN_CONFIG).is_file():
+        run_dir = path
+        checkpoint_dir = _named_checkpoint(path, checkpoint) if checkpoint is not None else latest_checkpoint(path)
+        if checkpoint_dir is None:
+            raise FileNotFoundError(f"run {path} has no checkpoint yet ({CHECKPOINTS}/ is empty)")
+    else:
+        raise FileNotFoundError(f"{path} is neither a run folder (with {RUN_CONFIG} and {CHECKPOINTS}/) nor a "
+                                f"checkpoint folder (with model/{TRAINABLE_INFO_FILE})")
+    config_path = run_dir / RUN_CONFIG
+    if not config_path.is_file():
+        raise FileNotFoundError(f"checkpoint {checkpoint_dir} is not inside a run folder: {config_path} is missing "
+                                "(it names the base model)")
+    settings = (yaml.safe_load(config_path.read_text()) or {}).get("model") or {}
+    if not settings.get("name"):
+        raise ValueError(f"{config_path} names no base model (model.name)")
+    model_dir = checkpoint_dir / "model"
+    if not (model_dir / TRAINABLE_INFO_FILE).is_file():
+        raise FileNotFoundError(f"checkpoint {checkpoint_dir} is incomplete: model/{TRAINABLE_INFO_FILE} is missing")
+    return RunCheckpoint(run_dir=run_dir, checkpoint_dir=checkpoint_dir, model_dir=model_dir, model_settings=settings)
+
+
+def lora_settings_from_checkpoint(model_dir: Path) -> LoraSettings:
+    """The adapter shape saved with a LoRA checkpoint (older string-form `target_modules` included)."""
+    config = read_adapter_config(model_dir)
+    return LoraSettings(rank=int(config["r"]), alpha=config["lora_alpha"], dropout=float(config.get("lora_dropout", 0)),
+                        target_modules=tuple(config["target_modules"]))
+
+
+def load_policy_from_run(path: str | os.PathLike, *, checkpoint: Optional[str] = None, dtype: Optional[str] = None,
+                         device: str = "cpu", base_model: Optional[str] = None, memory_kernels: bool = True,
+                         _seen: tuple[Path, ...] = ()) -> LoadedModel:
+    """The policy a run trained, ready to sample from: base model (the run's `model.name`, or
+    `base_model`) with the checkpoint's weights, in eval mode. LoRA stays an unmerged adapter.
+
+    A run started from another run's weights (`model.init_from` in its config.yaml) sits on those:
+    they are rebuilt first (`merged_model_from_run`, down the whole chain), then this run's weights go in.
+    dtype: the run's `model.dtype` by default; another dtype casts the loaded weights.
+    """
+    found = find_checkpoint(path, checkpoint)
+    if found.run_dir.resolve() in _seen:
+        raise ValueError(f"model.init_from chain loops back to {found.run_dir}")
+    run_dtype = found.model_settings.get("dtype", "float32")
+    lora = lora_settings_from_checkpoint(found.model_dir) if found.kind == "lora" else None
+    initial = None
+    if found.model_settings.get("init_from"):
+        initial = merged_model_from_run(found.model_settings["init_from"], dtype=run_dtype, device=device,
+                                        base_model=base_model, _seen=_seen + (found.run_dir.resolve(),))
+    loaded = load_policy(base_model or found.model_settings["name"], dtype=run_dtype, device=device, lora=lora,
+                         memory_kernels=memory_kernels, initial_model=initial)
+    load_trainable(loaded, found.model_dir)
+    if dtype is not None and resolve_dtype(dtype) != loaded.dtype:
+        loaded.policy.to(resolve_dtype(dtype))
+        loaded.dtype = resolve_dtype(dtype)
+    loaded.policy.eval().requires_grad_(False)
+    return loaded
+
+
+def merged_model_from_run(path: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu",
+                          base_model: Optional[str] = None, _seen: tuple[Path, ...] = ()) -> nn.Module:
+    """The weights a run (its latest checkpoint) or a checkpoint trained, as one plain transformers model: a
+    LoRA adapter merged into its base, full weights as they are. `model.init_from` starts a run from this."""
+    loaded = load_policy_from_run(path, dtype=dtype, device=device, base_model=base_model, memory_kernels=False,
+                                  _seen=_seen)
+    return loaded.policy.merge_and_unload() if loaded.is_lora else loaded.policy
+
+
+def _names_a_run(spec: str | os.PathLike) -> bool:
+    return is_run_path(spec) or (Path(spec).expanduser() / RUN_CONFIG).is_file()
+
+
+def check_inference_spec(spec: str | os.PathLike) -> None:
+    """Raise now, loading nothing, if `load_model_for_inference(spec)` would find no model: a run folder
+    needs a complete checkpoint and a base model that `check_model_spec` accepts."""
+    if _names_a_run(spec):
+        check_model_spec(find_checkpoint(spec).model_settings["name"])
+    else:
+        check_model_spec(spec)
+
+
+def load_model_for_inference(spec: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu",
+                             memory_kernels: bool = True) -> LoadedModel:
+    """`spec` as `rlvr eval --model` takes it: a run or checkpoint folder gives its trained policy,
+    anything else (embedded name, model folder, .gguf, cached hub id) goes to `load_policy`."""
+    if _names_a_run(spec):
+        return load_policy_from_run(spec, dtype=dtype, device=device, memory_kernels=memory_kernels)
+    return load_policy(spec, dtype=dtype, device=device, lora=None, memory_kernels=memory_kernels)

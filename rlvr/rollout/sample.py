@@ -1,0 +1,67 @@
+"""Sample completions and judge them: the one path from examples to verdicts.
+
+`sample_and_score` renders B examples' prompts, samples G completions each through a rollout
+backend (inside its `sync`), and scores every completion with `score_completions`, the only
+place in rlvr that judges a completion (through `rlvr.tasks.judging.judge`, which guards the
+task's `score` against exceptions, wrong types and unusable rewards). Training rollouts, expert
+iteration, evaluation (in training and `rlvr eval`), `rlvr check` and the SFT data filter all
+come through here, so they sample with the same settings and judge the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from rlvr.rollout.backend import RolloutBackend
+from rlvr.rollout.base import Generation, SamplingSettings, render_prompts
+from rlvr.tasks.base import Example, Task, Verdict
+from rlvr.tasks.judging import judge
+
+
+@dataclass(frozen=True)
+class ScoredRollout:
+    """B examples, G sampled completions each (rows prompt-major: example b owns rows b*G .. b*G+G-1)."""
+
+    examples: list[Example]  # [B]
+    prompts: list[str]  # [B], rendered
+    group_size: int  # G
+    generation: Generation  # N = B*G rows
+    verdicts: list[Verdict]  # [N]
+    generation_seconds: float
+    scoring_seconds: float
+
+    def __len__(self) -> int:
+        return len(self.verdicts)
+
+    def rows(self, example_index: int) -> slice:
+        """The rows of example `example_index`'s group."""
+        return slice(example_index * self.group_size, (example_index + 1) * self.group_size)
+
+    @property
+    def completion_texts(self) -> list[str]:
+        return self.generation.completion_texts
+
+
+def score_completions(task: Task, completions: Sequence[str], examples: Sequence[Example]) -> list[Verdict]:
+    """One verdict per (completion, example) pair: every completion rlvr judges is judged here."""
+    if len(completions) != len(examples):
+        raise ValueError(f"{len(completions)} completions but {len(examples)} examples to judge them against")
+    return [judge(task, completion, example) for completion, example in zip(completions, examples)]
+
+
+def sample_and_score(backend: RolloutBackend, task: Task, examples: Sequence[Example], *, group_size: int,
+                     settings: SamplingSettings, use_chat_template: bool) -> ScoredRollout:
+    """Render `examples`, sample `group_size` completions for each, and judge every completion."""
+    examples = list(examples)
+    prompts = render_prompts(backend.tokenizer, examples, use_chat_template)
+    started = time.perf_counter()
+    with backend.sync():
+        generation = backend.generate(prompts, group_size, settings)
+    sampled = time.perf_counter()
+    repeated = [example for example in examples for _ in range(group_size)]  # [N], prompt-major
+    verdicts = score_completions(task, generation.completion_texts, repeated)
+    return ScoredRollout(examples=examples, prompts=prompts, group_size=group_size, generation=generation,
+                         verdicts=verdicts, generation_seconds=sampled - started,
+                         scoring_seconds=time.perf_counter() - sampled)

@@ -1,0 +1,117 @@
+"""Reading question-answer rows from local files or a Hugging Face dataset, each with its location.
+
+Local files: `.jsonl` (one object a line), `.json` (a list of objects), `.parquet` (needs
+`pyarrow`, which the `datasets` package brings) and `.csv` (a header row; every value is text).
+A Hugging Face dataset (`datasets.load_dataset(name, config, split=...)`) is read only when the
+user names one. Each row comes with where it was found (`train.jsonl line 5`), so a bad row is
+reported by file and position rather than as "some record".
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from rlvr.utils import read_jsonl_numbered
+
+FORMATS = (".jsonl", ".json", ".parquet", ".csv")
+
+
+@dataclass
+class Row:
+    """One record and where it came from (`data.jsonl line 3`, `data.csv row 2`)."""
+
+    where: str
+    record: dict
+
+
+def _jsonl_rows(path: Path) -> list[Row]:
+    # Empty files, non-UTF-8 bytes, bad JSON and non-object lines are errors naming file and line.
+    return [Row(f"{path}:{number}", record) for number, record in read_jsonl_numbered(path)]
+
+
+def _json_rows(path: Path) -> list[Row]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of objects, got {type(data).__name__} "
+                         "(one object per line is a .jsonl file)")
+    rows = []
+    for number, record in enumerate(data, 1):
+        if not isinstance(record, dict):
+            raise ValueError(f"{path} item {number}: expected a JSON object, got {type(record).__name__}")
+        rows.append(Row(f"{path} item {number}", record))
+    return rows
+
+
+def _parquet_rows(path: Path) -> list[Row]:
+    try:
+        import pyarrow.parquet as parquet
+    except ImportError:
+        raise ValueError(f"{path}: reading parquet needs the `pyarrow` package (pip install 'rlvr[tasks]')") from None
+    records = parquet.read_table(path).to_pylist()
+    return [Row(f"{path} row {number}", record) for number, record in enumerate(records, 1)]
+
+
+def _csv_rows(path: Path) -> list[Row]:
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            return [Row(f"{path} row {number}", dict(record))
+                    for number, record in enumerate(csv.DictReader(handle), 1)]
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
+
+
+READERS = {".jsonl": _jsonl_rows, ".json": _json_rows, ".parquet": _parquet_rows, ".csv": _csv_rows}
+
+
+def read_rows(path: str | Path) -> list[Row]:
+    """Every record of a local data file, by its suffix (see `FORMATS`)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {str(path)!r} does not exist")
+    reader = READERS.get(path.suffix.lower())
+    if reader is None:
+        raise ValueError(f"data file {str(path)!r}: unknown format {path.suffix!r}; "
+                         f"valid formats: {', '.join(FORMATS)}")
+    rows = reader(path)
+    if not rows:
+        raise ValueError(f"{path}: the file is empty; a data file holds at least one record")
+    return rows
+
+
+def _offline_mode() -> Optional[str]:
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+        if os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on"):
+            return name
+    return None
+
+
+def hf_rows(dataset: str, config: Optional[str], split: str) -> list[Row]:
+    """Only called when the user names a dataset; needs the `datasets` package and the hub or a cache."""
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError("task.options.dataset needs the `datasets` package (pip install datasets)") from None
+    try:
+        records = datasets.load_dataset(dataset, config, split=split)
+    except ConnectionError as exc:
+        offline = _offline_mode()
+        where = (f"{offline} is set, so only the local Hugging Face cache was searched, and the dataset is not "
+                 "there" if offline else "could not reach the Hugging Face hub, and the dataset is not in the local "
+                 "cache")
+        raise ValueError(
+            f"task.options.dataset={dataset!r} (split {split!r}): {where} ({exc}). Download it once on a machine "
+            "with network access, or point the task at local files instead: task.options.path=data.jsonl "
+            "(a slice held out for eval) or train_path / eval_path"
+        ) from None
+    return [Row(f"dataset {dataset} split {split} row {number}", dict(record))
+            for number, record in enumerate(records, 1)]

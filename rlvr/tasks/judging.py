@@ -1,0 +1,61 @@
+"""`judge`: the one way every trainer and evaluator turns a completion into a verdict.
+
+It calls the task's `score` and guards what comes back, so a verifier bug cannot end a run or
+silently poison a batch: a `score` that raises, returns something other than a `Verdict`, or gives
+a total or component that is infinite or larger in size than `max_abs_reward` (default 1e6;
+1e38 already overflows float32 sums and would zero every advantage of its group) becomes a verdict
+with status `error`, every component NaN and a detail saying why. A NaN total stays as it is: that
+is how a task says "could not be judged" (`unjudgeable`, `timeout`), and such a completion is left
+out of its group's advantage and counted (`unscorable`, `status/<status>` in the rollout metrics).
+
+The limit is `task.max_abs_reward` in the config; `build_task` records it on the task it builds,
+so every caller applies the same limit without passing it around.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from rlvr.tasks.base import Example, Verdict
+
+DEFAULT_MAX_ABS_REWARD = 1e6
+
+
+def _error(task, detail: str, names=None, verifier: str = "", version: str = "") -> Verdict:
+    names = tuple(getattr(task, "component_names", ())) if names is None else tuple(names)
+    return Verdict(components={name: math.nan for name in names}, total=math.nan, status="error",
+                   verifier=verifier or str(getattr(task, "name", type(task).__name__)), version=version,
+                   correct=False, detail=detail[:500])
+
+
+def reward_problem(verdict: Verdict, max_abs_reward: float) -> Optional[str]:
+    """Why the verdict's numbers cannot be used as rewards, or None when they can (NaN allowed)."""
+    numbers = {"total": verdict.total, **{f"component {name!r}": value for name, value in verdict.components.items()}}
+    for label, value in numbers.items():
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            return f"{label} is not a number ({value!r})"
+        if math.isinf(value) or (math.isfinite(value) and abs(value) > max_abs_reward):
+            return f"{label} {value!r} is beyond the limit of {max_abs_reward:g} (task.max_abs_reward)"
+    return None
+
+
+def judge(task, completion: str, example: Example, max_abs_reward: Optional[float] = None) -> Verdict:
+    """`task.score(completion, example)`, guarded: never raises, never returns an unusable reward.
+
+    `max_abs_reward` defaults to the task's `max_abs_reward` (set by `build_task`), else 1e6.
+    """
+    limit = float(max_abs_reward if max_abs_reward is not None
+                  else getattr(task, "max_abs_reward", DEFAULT_MAX_ABS_REWARD))
+    try:
+        verdict = task.score(completion, example)
+    except Exception as exc:  # noqa: BLE001 - a verifier bug must not stop a run
+        return _error(task, f"score raised {type(exc).__name__}: {exc}")
+    if not isinstance(verdict, Verdict):
+        return _error(task, f"score returned {type(verdict).__name__}, not a Verdict")
+    problem = reward_problem(verdict, limit)
+    if problem is not None:
+        return _error(task, f"unscorable: {problem}", verdict.components, verdict.verifier, verdict.version)
+    return verdict

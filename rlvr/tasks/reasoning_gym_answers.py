@@ -1,0 +1,160 @@
+"""Which reasoning-gym scorers evaluate the answer text, and the one shape of text each is given.
+
+Audited against reasoning-gym 0.1.25 (every `score_answer` read, and each one run with marked
+answers under an audit hook that records what gets compiled). Nine pass the answer to Python's
+`eval` or sympy's `parse_expr`; for those the answer is parsed into data of the shape the scorer
+expects (`rlvr.tasks.safe_parse`) and re-rendered, and only that canonical text reaches the
+scorer. Anything else is refused (`unjudgeable`). The other datasets compare, regex-match or
+`json.loads` the text without evaluating it and get the answer as written. A dataset in neither
+list (a newer reasoning-gym) cannot be used until it is audited: `check_audited` says so.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from rlvr.tasks.safe_parse import Grammar, Refused, parse_expression, parse_literal, render_expression, render_literal
+
+# Plain-text forms, as the questions ask for them. ASCII classes only: `\d` would admit other
+# scripts' digits. Single spaces and canonical integers (no `+`, no leading zeros), so that the
+# re-rendering of what matches is the text itself and exact-match scoring is unchanged.
+INTEGER = r"(?:0|-?[1-9][0-9]{0,29})"
+INTEGER_ROW = re.compile(rf"{INTEGER}(?: {INTEGER})*")
+BOARD_ROW = re.compile(r"[Q_](?: [Q_])*")
+LETTERS = re.compile(r"[A-Za-z]{1,10000}")
+
+# Single letters that name something in sympy's namespace, which `parse_expr` would not read as
+# a symbol (E is Euler's number where a grammar allows it as a constant).
+SYMPY_LETTERS = frozenset("EINOQS")
+LETTER_SYMBOLS = frozenset(chr(c) for c in [*range(65, 91), *range(97, 123)]) - SYMPY_LETTERS
+ARITHMETIC = Grammar(operators=frozenset("+-*/"))
+POLYNOMIAL = Grammar(operators=frozenset({"+", "-", "*", "/", "**"}), symbols=LETTER_SYMBOLS)
+INTEGRATION_FUNCTIONS = frozenset(
+    "sin cos tan cot sec csc asin acos atan acot sinh cosh tanh asinh acosh atanh exp log ln sqrt "
+    "Abs Integral".split()
+)
+ANTIDERIVATIVE = Grammar(operators=frozenset({"+", "-", "*", "/", "**"}),
+                         symbols=LETTER_SYMBOLS | {"E", "pi"}, functions=INTEGRATION_FUNCTIONS, allow_float=True)
+
+
+def _require(condition: bool, reason: str) -> None:
+    if not condition:
+        raise Refused(reason)
+
+
+def _is_int(value) -> bool:
+    return type(value) is int
+
+
+def _int_rows(text: str) -> list[str]:
+    rows = text.split("\n")
+    _require(all(INTEGER_ROW.fullmatch(row) for row in rows), "not rows of single-space-separated integers")
+    return rows
+
+
+def spiral_matrix(answer: str, entry: dict) -> str:
+    """`1 2 3 4` (the asked form, compared exactly) or a list of integers (scored 0.1 by the scorer)."""
+    if INTEGER_ROW.fullmatch(answer):
+        return " ".join(str(int(token)) for token in answer.split(" "))
+    value = parse_literal(answer)
+    _require(isinstance(value, list) and all(_is_int(item) for item in value), "not a list of integers")
+    return render_literal(value)
+
+
+def binary_matrix(answer: str, entry: dict) -> str:
+    """Rows of integers, one row a line, or a list of lists of integers."""
+    if INTEGER_ROW.fullmatch(answer.split("\n", 1)[0]):
+        return "\n".join(" ".join(str(int(t)) for t in row.split(" ")) for row in _int_rows(answer))
+    value = parse_literal(answer)
+    _require(isinstance(value, list) and all(isinstance(row, list) and all(_is_int(x) for x in row) for row in value),
+             "not a list of lists of integers")
+    return render_literal(value)
+
+
+def n_queens(answer: str, entry: dict) -> str:
+    """A board of `Q` and `_`, one row a line, or a list of lists of strings."""
+    rows = answer.split("\n")
+    if all(BOARD_ROW.fullmatch(row) for row in rows):
+        return "\n".join(" ".join(row.split(" ")) for row in rows)
+    value = parse_literal(answer)
+    _require(isinstance(value, list) and all(isinstance(row, list) and all(type(x) is str for x in row)
+                                             for row in value), "not a board or a list of lists of strings")
+    return render_literal(value)
+
+
+def string_insertion(answer: str, entry: dict) -> str:
+    """Letters (compared exactly), or a list of strings / one string literal (joined by the scorer)."""
+    if LETTERS.fullmatch(answer):
+        return answer
+    value = parse_literal(answer)
+    _require(type(value) is str or (isinstance(value, list) and all(type(x) is str for x in value)),
+             "not letters or a list of strings")
+    return render_literal(value)
+
+
+def arithmetic_expression(answer: str, entry: dict) -> str:
+    """countdown, puzzle24: integers with `+ - * /` and parentheses."""
+    return render_expression(parse_expression(answer, ARITHMETIC))
+
+
+def polynomial(answer: str, entry: dict) -> str:
+    """polynomial_multiplication: integers and single-letter symbols with `+ - * / **`."""
+    return render_expression(parse_expression(answer, POLYNOMIAL))
+
+
+def antiderivative(answer: str, entry: dict) -> str:
+    """simple/intermediate_integration: symbols, `C`, `E`, `pi`, numbers and the usual functions."""
+    return render_expression(parse_expression(answer, ANTIDERIVATIVE))
+
+
+Shape = Callable[[str, dict], str]
+EVALUATING: dict[str, Shape] = {
+    "binary_matrix": binary_matrix,
+    "countdown": arithmetic_expression,
+    "intermediate_integration": antiderivative,
+    "n_queens": n_queens,
+    "polynomial_multiplication": polynomial,
+    "puzzle24": arithmetic_expression,
+    "simple_integration": antiderivative,
+    "spiral_matrix": spiral_matrix,
+    "string_insertion": string_insertion,
+}
+NON_EVALUATING = frozenset("""
+ab acre advanced_geometry aiw arc_1d arc_agi base_conversion basic_arithmetic bf binary_alternation
+bitwise_arithmetic boxnet caesar_cipher calendar_arithmetic chain_sum circuit_logic codeio coin_flip
+color_cube_rotation complex_arithmetic count_bits count_primes course_schedule cryptarithm
+decimal_arithmetic decimal_chain_sum dice emoji_mystery family_relationships figlet_font
+fraction_simplification futoshiki game_of_life game_of_life_halting gcd graph_color group_anagrams
+gsm_symbolic isomorphic_strings jugs kakurasu knight_swap knights_knaves largest_island lcm
+leg_counting letter_counting letter_jumble list_functions mahjong_puzzle manipulate_matrix maze
+mini_sudoku modulo_grid needle_haystack number_filtering number_format number_sequence number_sorting
+palindrome_generation palindrome_partitioning path_star polynomial_equations pool_matrix power_function
+prime_factorization products propositional_logic quantum_lock ransom_note rearc rectangle_count
+rotate_matrix rotten_oranges rubiks_cube rush_hour self_reference sentence_reordering shortest_path
+simple_equations simple_geometry sokoban spell_backward string_manipulation string_splitting
+string_synthesis sudoku survo syllogism time_intervals tower_of_hanoi tsumego word_ladder
+word_sequence_reversal word_sorting zebra_puzzles
+""".split())
+
+
+def check_audited(dataset: str) -> None:
+    """Raise when `dataset`'s scorer has not been audited for evaluating its answer."""
+    if dataset not in EVALUATING and dataset not in NON_EVALUATING:
+        hint = " (mix datasets with reasoning_gym:mix instead)" if dataset == "composite" else ""
+        raise ValueError(f"reasoning-gym dataset {dataset!r} is not among the audited scorers{hint}; "
+                         f"audited: {', '.join(sorted([*EVALUATING, *NON_EVALUATING]))}")
+
+
+def scorer_text(dataset: str, answer: str, entry: dict) -> str:
+    """The text handed to `dataset`'s scorer for `answer`: canonical where the scorer evaluates text.
+
+    The dataset that really scores is the entry's `source_dataset` (a composite dataset forwards
+    to it); both names must be audited. Raises `Refused` with the reason otherwise.
+    """
+    source = str((entry.get("metadata") or {}).get("source_dataset", dataset))
+    for name in {dataset, source}:
+        if name not in EVALUATING and name not in NON_EVALUATING:
+            raise Refused(f"dataset {name!r} is not audited")
+    shape = EVALUATING.get(source) or EVALUATING.get(dataset)
+    return answer if shape is None else shape(answer, entry)

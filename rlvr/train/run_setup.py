@@ -1,0 +1,112 @@
+"""What a command builds from its config before the model loads, and then the model itself.
+
+`prepare_task` makes every check that needs no model: the task with its options and data (built
+and seeded), the held-out examples an eval needs, and the model source (named, installed, in the
+cache: nothing is loaded or converted). `rlvr train`, `sft`, `expert-iter`, `check`, `sweep` and
+`eval` call it before they create any folder, so a bad config, task, data file or model name fails
+in seconds with a message that names it, and leaves nothing behind. `load_run_model` then loads
+the policy (and `set_up_value_model` PPO's value model) and `rollout_backend` sets up sampling on it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlvr.config import Config, ConfigError
+from rlvr.models import LoadedModel, LoraSettings, check_inference_spec, check_model_spec, load_policy
+from rlvr.models.runs import find_checkpoint, merged_model_from_run
+from rlvr.models.value_model import ValueModel, build_value_model
+from rlvr.rollout import ROLLOUT_BACKENDS, RolloutBackend
+from rlvr.tasks import Task, build_task
+from rlvr.utils import seed_everything
+
+
+def expect_config(config) -> None:
+    """A TypeError that says how to build a config, for a dict or a path passed where a `Config` belongs."""
+    if not isinstance(config, Config):
+        raise TypeError(f"expected a Config (Config(...), Config.from_dict(data) or load_config(path)), got "
+                        f"{type(config).__name__}")
+
+
+def check_model_source(config: Config, *, inference: bool = False) -> None:
+    """`model.name` names a model that can load, checked without loading it (`inference`: a run folder too)."""
+    try:
+        (check_inference_spec if inference else check_model_spec)(config.model.name)
+    except (ValueError, OSError, ImportError) as exc:  # ImportError: an embedded model's package is missing
+        raise ConfigError(f"model.name: {exc}") from None
+
+
+def check_init_from(config: Config) -> None:
+    """`model.init_from` names a run or checkpoint trained from `model.name`, checked without loading it."""
+    if not config.model.init_from:
+        return
+    try:
+        found = find_checkpoint(config.model.init_from)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"model.init_from: {exc}") from None
+    trained_from = found.model_settings["name"]
+    if trained_from != config.model.name:
+        raise ConfigError(f"model.init_from {config.model.init_from!r} was trained from model {trained_from!r} but "
+                          f"model.name is {config.model.name!r}; set model.name={trained_from}")
+
+
+def check_held_out(task: Task, config: Config) -> None:
+    """With train.eval_size > 0 the task must have held-out examples: evaluating on none is an error."""
+    if config.train.eval_size > 0 and not task.examples("eval", 1, config.train.seed):
+        raise ValueError(f"task {config.task.name!r} has no held-out examples but train.eval_size="
+                         f"{config.train.eval_size}: give the task eval data (e.g. task.options.eval_path, or "
+                         "task.options.eval_size > 0) or set train.eval_size=0 to train without evaluation")
+
+
+def prepare_task(config: Config, *, inference: bool = False) -> Task:
+    """Every check before the model loads, then the task, built with the run's seed set.
+
+    `inference`: `model.name` may also be a run or checkpoint folder (`rlvr eval`).
+    """
+    expect_config(config)
+    if config.model.num_threads > 0:
+        torch.set_num_threads(config.model.num_threads)
+    seed_everything(config.train.seed)
+    task = build_task(config.task.name, reward_weights=config.task.reward_weights, options=config.task.options,
+                      use_chat_template=config.task.use_chat_template, seed=config.train.seed,
+                      max_abs_reward=config.task.max_abs_reward)
+    check_held_out(task, config)
+    check_model_source(config, inference=inference)
+    check_init_from(config)
+    return task
+
+
+def load_run_model(config: Config, *, need_reference: bool) -> LoadedModel:
+    """The policy: LoRA or full weights, a frozen reference copy only when asked; with `model.init_from`,
+    on another run's trained weights (merged), which are then the reference policy too."""
+    lora = None
+    if config.model.lora:
+        lora = LoraSettings(rank=config.model.lora_rank, alpha=config.model.lora_alpha,
+                            dropout=config.model.lora_dropout, target_modules=tuple(config.model.lora_target_modules))
+    initial = None
+    if config.model.init_from:
+        initial = merged_model_from_run(config.model.init_from, dtype=config.model.dtype, device=config.model.device)
+    return load_policy(
+        config.model.name, dtype=config.model.dtype, device=config.model.device, lora=lora,
+        gradient_checkpointing=config.model.gradient_checkpointing, need_reference=need_reference,
+        memory_kernels=config.model.memory_kernels, initial_model=initial,
+    )
+
+
+def set_up_value_model(config: Config, loaded: LoadedModel) -> ValueModel:
+    """PPO's value model (`algorithm.value_model`): a head on the policy, or a second copy of the model set
+    up as the policy is (its own LoRA adapter or all weights, from `model.init_from` too) with the head."""
+    return build_value_model(config.algorithm.value_model, loaded,
+                             load_separate=lambda: load_run_model(config, need_reference=False))
+
+
+def load_model_and_task(config: Config, *, need_reference: bool) -> tuple[LoadedModel, Task]:
+    """The task (every check first) and then the policy, seeded: what `rlvr check` runs on."""
+    task = prepare_task(config)
+    return load_run_model(config, need_reference=need_reference), task
+
+
+def rollout_backend(config: Config, loaded: LoadedModel) -> RolloutBackend:
+    """The configured rollout backend (`rollout.backend`), set up on the loaded policy."""
+    return ROLLOUT_BACKENDS.get(config.rollout.backend)(loaded.policy, loaded.tokenizer,
+                                                       merge_lora=config.rollout.merge_lora)

@@ -1,0 +1,461 @@
+"""The bugs `scripts/mutate.py` injects, one at a time, and the tests that must catch each.
+
+Each mutation names a file, what the bug is, the exact text it replaces (which must occur once),
+and `tests`: the test files (or `file::test_function` node ids) that run against it, `tests/core`
+by default. Realistic bugs only: each is a one-line slip someone could make, in the code where a
+silent error costs most (the math, the data-parallel step, dynamic sampling, stop strings, the
+verifier's walls, run folders and checkpoints). Not mutated here: `rlvr/rollout/decode_loop.py`
+and the sampling KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # relative to the repository root
+    description: str
+    replacements: tuple[tuple[str, str], ...]  # (exact text, replacement); each text must occur once
+    tests: tuple[str, ...] = ("tests/core",)  # test paths or node ids, relative to the repository root
+
+
+def mutation(name: str, path: str, description: str, *replacements: tuple[str, str],
+             tests: tuple[str, ...] = ("tests/core",)) -> Mutation:
+    return Mutation(name, path, description, tuple(replacements), tuple(tests))
+
+
+# ----------------------------------------------------------------------------- the math (rlvr/core and friends)
+
+CORE = [
+    mutation(
+        "mask_keeps_prompt", "rlvr/core/masks.py",
+        "completion mask also covers prompt tokens",
+        ("target_is_completion = target_position >= prompt_len",
+         "target_is_completion = target_position >= 1"),
+    ),
+    mutation(
+        "mask_shifted_by_one", "rlvr/core/masks.py",
+        "completion mask aligned with input tokens instead of targets",
+        ("target_is_real = attention_mask[:, 1:] != 0",
+         "target_is_real = attention_mask[:, :-1] != 0"),
+        ("torch.arange(1, seq_len, device=input_ids.device)",
+         "torch.arange(0, seq_len - 1, device=input_ids.device)"),
+    ),
+    mutation(
+        "logits_not_shifted", "rlvr/core/logprobs.py",
+        "logits at t score token t instead of t+1 (off by one)",
+        ("return torch.cat([input_ids[:, 1:], dummy], dim=1)  # [B, L]",
+         "return input_ids  # [B, L]"),
+    ),
+    mutation(
+        "no_fp32_upcast", "rlvr/core/logprobs.py",
+        "log-softmax taken in bf16/fp16",
+        ("compute_dtype = torch.promote_types(logits.dtype, torch.float32)",
+         "compute_dtype = logits.dtype"),
+    ),
+    mutation(
+        "position_ids_ignore_padding", "rlvr/core/logprobs.py",
+        "left padding shifts the positions of the real tokens",
+        ("position_ids = position_ids_from_attention_mask(attention_mask)  # [B, L]",
+         "position_ids = torch.arange(input_ids.shape[1]).expand_as(input_ids)  # [B, L]"),
+    ),
+    mutation(
+        "kl_sign_reversed", "rlvr/core/kl.py",
+        "d = log(pi / pi_ref) instead of log(pi_ref / pi)",
+        ("log_ratio = logp_ref - logp_new  # [B, T]",
+         "log_ratio = logp_new - logp_ref  # [B, T]"),
+    ),
+    mutation(
+        "kl_missing_minus_one", "rlvr/core/kl.py",
+        "k3 = exp(d) - d without the -1",
+        ("return torch.expm1(log_ratio) - log_ratio",
+         "return torch.exp(log_ratio) - log_ratio"),
+    ),
+    mutation(
+        "kl_not_clamped", "rlvr/core/kl.py",
+        "log-ratio not clamped before exp",
+        ("log_ratio = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)  # [B, T]",
+         "log_ratio = log_ratio  # [B, T]"),
+    ),
+    mutation(
+        "minibatch_shuffles_only_input_ids", "rlvr/core/batch.py",
+        "the permutation is applied to input_ids only",
+        ("minibatch = batch.select(index)",
+         "minibatch = batch.select(torch.arange(start, start + len(index)))\n"
+         "        minibatch.input_ids = batch.input_ids[index]"),
+    ),
+    mutation(
+        "advantages_groups_transposed", "rlvr/core/advantages.py",
+        "contiguous groups read as a transposed [G, N/G] reshape",
+        ("return torch.arange(num_samples, device=device) // group_size, num_samples // group_size",
+         "return torch.arange(num_samples, device=device) % (num_samples // group_size), num_samples // group_size"),
+    ),
+    mutation(
+        "cs336_rewards_reshaped_transposed", "rlvr/compat/cs336.py",
+        "CS336 group normalization reshapes the wrong way round",
+        ("grouped = raw_rewards.view(-1, group_size)",
+         "grouped = raw_rewards.view(group_size, -1).T"),
+    ),
+    mutation(
+        "sample_std_instead_of_population", "rlvr/core/advantages.py",
+        "population std replaced by sample std",
+        ('degrees_of_freedom = stats["counts"] if std == "population" else stats["counts"] - 1',
+         'degrees_of_freedom = stats["counts"] - 1'),
+    ),
+    mutation(
+        "std_eps_dropped", "rlvr/core/advantages.py",
+        "eps no longer added to the group std",
+        ("advantages = centred / (group_std[index] + eps)  # [N]",
+         "advantages = centred / group_std[index]  # [N]"),
+    ),
+    mutation(
+        "zero_spread_groups_not_zeroed", "rlvr/core/advantages.py",
+        "groups without spread keep float-noise advantages",
+        ("        advantages = centred  # [N]\n"
+         "    return torch.where(_degenerate(stats, eps)[index], torch.zeros_like(advantages), advantages)",
+         "        advantages = centred  # [N]\n    return advantages"),
+    ),
+    mutation(
+        "rloo_baseline_includes_self", "rlvr/core/advantages.py",
+        "RLOO baseline is the full group mean",
+        ('baseline = (stats["sums"][index] - rewards) / others',
+         'baseline = stats["means"][index]'),
+    ),
+    mutation(
+        "reinforce_without_advantage", "rlvr/core/policy_losses.py",
+        "REINFORCE loss forgets to weight by the advantage",
+        ("return -advantages * policy_log_probs  # [B, T]",
+         "return -policy_log_probs  # [B, T]"),
+    ),
+    mutation(
+        "clip_loss_wrong_sign", "rlvr/core/policy_losses.py",
+        "GRPO clip loss maximised instead of minimised",
+        ("loss = -torch.min(unclipped_objective, clipped_objective)",
+         "loss = torch.min(unclipped_objective, clipped_objective)"),
+    ),
+    mutation(
+        "clip_removed", "rlvr/core/policy_losses.py",
+        "ratio never clipped",
+        ("clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # [B, T]",
+         "clipped_ratio = ratio  # [B, T]"),
+    ),
+    mutation(
+        "min_replaced_by_max", "rlvr/core/policy_losses.py",
+        "optimistic instead of pessimistic bound",
+        ("loss = -torch.min(unclipped_objective, clipped_objective)",
+         "loss = -torch.max(unclipped_objective, clipped_objective)"),
+    ),
+    mutation(
+        "old_logprobs_not_detached", "rlvr/core/policy_losses.py",
+        "gradient flows into the old policy's log-probs",
+        ("log_ratio = policy_log_probs - old_log_probs.detach()  # [B, T]",
+         "log_ratio = policy_log_probs - old_log_probs  # [B, T]"),
+    ),
+    mutation(
+        "gspo_sum_not_mean", "rlvr/core/policy_losses.py",
+        "GSPO sequence ratio uses the sum, not the mean, of token log-ratios",
+        ("sequence_log_ratio = masked_mean_per_row(log_ratio, mask).unsqueeze(-1)  # [B, 1]",
+         "sequence_log_ratio = (log_ratio * mask).sum(-1, keepdim=True)  # [B, 1]"),
+    ),
+    mutation(
+        "loss_not_divided_by_accumulation", "rlvr/compat/cs336.py",
+        "microbatch loss not divided by the accumulation steps",
+        ("    loss = batch_loss / gradient_accumulation_steps\n    loss.backward()\n    return loss\n",
+         "    loss = batch_loss\n    loss.backward()\n    return loss\n"),
+    ),
+    mutation(
+        "token_mean_ignores_global_count", "rlvr/core/aggregation.py",
+        "token_mean divides by the microbatch's own token count",
+        ("    return values.sum() / num_tokens",
+         "    return values.sum() / weights.sum()"),
+    ),
+    mutation(
+        "gae_bootstraps_from_padding", "rlvr/core/value.py",
+        "GAE runs through masked columns: the last token bootstraps from the padding's value",
+        ("next_value = torch.where(keep[:, t], values[:, t], next_value)  # [B]",
+         "next_value = values[:, t]  # [B]"),
+        ("next_advantage = torch.where(keep[:, t], advantage, next_advantage)  # [B]",
+         "next_advantage = advantage  # [B]"),
+    ),
+    mutation(
+        "value_clip_min_not_max", "rlvr/core/value.py",
+        "clipped value loss takes the optimistic min of the two squared errors",
+        ("per_token = 0.5 * torch.max(unclipped_error, clipped_error)  # [B, T]",
+         "per_token = 0.5 * torch.min(unclipped_error, clipped_error)  # [B, T]"),
+    ),
+    mutation(
+        "whiten_ignores_mask", "rlvr/core/value.py",
+        "whitening statistics taken over padding and prompt columns too",
+        ("kept = values[keep]  # [n]",
+         "kept = values.flatten()  # [n]"),
+    ),
+    mutation(
+        "shared_prompt_cache_detached", "rlvr/models/completion_logprobs.py",
+        "the prompt run once per group is cut out of the graph: no gradient through the prompt",
+        ("cache.batch_repeat_interleave(group_size)  # keys/values",
+         "[setattr(layer, k, getattr(layer, k).detach()) for layer in cache.layers for k in ('keys', 'values')]; cache.batch_repeat_interleave(group_size)  # keys/values"),
+    ),
+    mutation(
+        "completion_scored_from_own_position", "rlvr/models/completion_logprobs.py",
+        "completion token t scored from the hidden state at t instead of t-1 (off by one)",
+        ("scoring_hidden = torch.cat([last_prompt_hidden, completion_hidden[:, :-1]], dim=1)",
+         "scoring_hidden = completion_hidden"),
+    ),
+    mutation(
+        "head_gradient_without_softmax_term", "rlvr/core/head_logprobs.py",
+        "frozen LM head: d log p(t) / d h taken as w_t / T, forgetting the -sum_v p_v w_v of the normalizer",
+        ("jacobian_parts.append((weight_c[chunk_targets] - expected) / temperature)",
+         "jacobian_parts.append(weight_c[chunk_targets] / temperature)"),
+    ),
+    mutation(
+        "no_contrast_absolute_tolerance", "rlvr/core/groups.py",
+        "a group's reward spread compared with an absolute eps, not eps relative to the rewards' scale",
+        ("scale = torch.maximum(highest.abs(), lowest.abs()).clamp(min=1.0)  # [G]",
+         "scale = torch.ones_like(highest)  # [G]"),
+        tests=("tests/core", "tests/test_advantage_stage.py"),
+    ),
+    mutation(
+        "shared_prompt_cache_tiled", "rlvr/models/completion_logprobs.py",
+        "the prompt's keys/values repeated as a tile (p0 p1 p0 p1) instead of per group (p0 p0 p1 p1)",
+        ("cache.batch_repeat_interleave(group_size)  # keys/values",
+         "[setattr(layer, k, getattr(layer, k).repeat(group_size, 1, 1, 1)) for layer in cache.layers "
+         "for k in ('keys', 'values')]  # keys/values"),
+    ),
+    mutation(
+        "last_prompt_hidden_tiled", "rlvr/models/completion_logprobs.py",
+        "the hidden state scoring each first completion token repeated as a tile, not per group",
+        ("last_prompt_hidden = last_prompt_hidden.repeat_interleave(group_size, dim=0)  # [N, 1, H]",
+         "last_prompt_hidden = last_prompt_hidden.repeat(group_size, 1, 1)  # [N, 1, H]"),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- the data-parallel and FSDP step
+
+TWO_RANKS = ("tests/test_distributed.py", "tests/test_fsdp.py")
+
+DISTRIBUTED = [
+    mutation(
+        "rank_gradients_averaged", "rlvr/train/distributed.py",
+        "replicated gradients averaged over ranks (DDP's rule) although each rank's loss carries the global counts",
+        ("flat = self.all_reduce(flat)", "flat = self.all_reduce(flat) / self.world_size"),
+        tests=TWO_RANKS,
+    ),
+    mutation(
+        "token_count_not_global", "rlvr/train/update.py",
+        "token-mean losses divided by this rank's token count instead of all ranks'",
+        ("num_tokens = dist.all_reduce(num_tokens)", "num_tokens = num_tokens"),
+        tests=TWO_RANKS,
+    ),
+    mutation(
+        "fsdp_layer_gradients_averaged", "rlvr/models/sharding.py",
+        "FSDP left at its default gradient divide factor: sharded layers' gradients averaged over ranks",
+        ("        module.set_gradient_divide_factor(1.0)\n", ""),
+        tests=("tests/test_fsdp.py",),
+    ),
+    mutation(
+        "fsdp_clip_norm_over_local_shards", "rlvr/train/fsdp.py",
+        "the clip norm of sharded gradients taken over this rank's shards only",
+        ("total_norm = (dist.all_reduce(sharded_sq) + replicated_sq).sqrt()  # []",
+         "total_norm = (sharded_sq + replicated_sq).sqrt()  # []"),
+        tests=("tests/test_fsdp.py",),
+    ),
+    mutation(
+        "every_rank_writes_the_logs", "rlvr/train/session.py",
+        "every rank, not only rank 0, appends to metrics.jsonl / eval.jsonl (only a launched CLI run shows it)",
+        ("self.writer = RunWriter(self.run_dir, is_main=main,", "self.writer = RunWriter(self.run_dir, is_main=True,"),
+        tests=("tests/test_distributed_cli.py", "tests/test_fsdp_cli.py"),
+    ),
+]
+
+# ----------------------------------------------------------------------------- dynamic sampling, stop strings
+
+COLLECT = ("tests/test_collect.py",)
+STOP_STRING_TESTS = ("tests/test_stop_strings.py", "tests/test_eval_cli.py", "tests/test_train.py",
+                     "tests/test_rollout_path.py")
+
+SAMPLING = [
+    mutation(
+        "refill_takes_every_set_aside_group", "rlvr/train/collect.py",
+        "the refill slices set-aside groups from the end: with nothing missing ([-0:]) it adds all of them",
+        ("kept += set_aside[:filled]", "kept += set_aside[-filled:]"),
+        tests=COLLECT,
+    ),
+    mutation(
+        "groups_kept_beyond_the_quota", "rlvr/train/collect.py",
+        "every group with contrast is kept, even after this rank holds its B / world_size",
+        ("elif len(kept) < quota:", "else:"),
+        tests=COLLECT,
+    ),
+    mutation(
+        "kept_groups_counted_per_rank", "rlvr/train/collect.py",
+        "a rank counts its own kept groups times the world size instead of summing every rank's",
+        ("return int(dist.sum_scalar(len(kept))) if dist.enabled else len(kept)",
+         "return len(kept) * dist.world_size"),
+        tests=COLLECT,
+    ),
+    mutation(
+        "cut_before_the_stop_string", "rlvr/rollout/base.py",
+        "a completion cut at the start of its stop string, dropping the stop string itself",
+        ("ends = [text.find(s) + len(s) for s in stop_strings if s and s in text]",
+         "ends = [text.find(s) for s in stop_strings if s and s in text]"),
+        tests=STOP_STRING_TESTS,
+    ),
+    mutation(
+        "cut_at_the_last_stop_string", "rlvr/rollout/base.py",
+        "with several stop strings, the text is kept up to the last one found, past the earliest",
+        ("return text[: min(ends)] if ends else text", "return text[: max(ends)] if ends else text"),
+        tests=STOP_STRING_TESTS,
+    ),
+    mutation(
+        "stopped_row_counts_the_filler_eos", "rlvr/rollout/base.py",
+        "a row ended by a stop string also counts the EOS filler after it as generated",
+        ("                lengths[row] = end\n", "                lengths[row] = end + 1\n"),
+        tests=STOP_STRING_TESTS,
+    ),
+    mutation(
+        "task_stop_strings_ignored", "rlvr/rollout/base.py",
+        "sampling settings take rollout.stop_strings only, never the task's own",
+        ("stop_strings=tuple(rollout.stop_strings) or tuple(task.stop_strings),",
+         "stop_strings=tuple(rollout.stop_strings),"),
+        tests=STOP_STRING_TESTS,
+    ),
+]
+
+# ----------------------------------------------------------------------------- the verifier and judge
+
+WORKER = ("tests/test_verifier_worker.py",)
+PARSING = ("tests/test_safe_parse.py", "tests/test_tasks_reasoning_gym.py")
+SCORER_TEXT = ("tests/test_safe_parse.py", "tests/test_tasks_reasoning_gym.py", "tests/test_verifier_worker.py")
+
+VERIFIER = [
+    mutation(
+        "check_deadline_not_enforced", "rlvr/tasks/worker.py",
+        "a check is given the worker's start-up allowance (120 s) instead of its own time limit",
+        ("line = self._read_line(started + limit)", "line = self._read_line(started + STARTUP_SECONDS)"),
+        tests=WORKER,
+    ),
+    mutation(
+        "timed_out_worker_kept", "rlvr/tasks/worker.py",
+        "a worker that ran past the limit is not killed: it goes on computing, and its late reply answers the next call",
+        ("        if line is None:\n            self._replace_in_background()\n",
+         "        if line is None:\n"),
+        tests=WORKER,
+    ),
+    mutation(
+        "scorer_given_the_raw_answer", "rlvr/tasks/worker.py",
+        "the reasoning-gym scorer gets the model's own text, not the re-rendered canonical one",
+        ("float(_DATASETS[key].score_answer(text, entry))", "float(_DATASETS[key].score_answer(answer, entry))"),
+        tests=SCORER_TEXT,
+    ),
+    mutation(
+        "sandbox_allows_subprocess", "rlvr/tasks/sandbox.py",
+        "the subprocess.* audit events are not refused",
+        ('REFUSED_PREFIXES = ("socket.", "ctypes.", "subprocess.", ',
+         'REFUSED_PREFIXES = ("socket.", "ctypes.", '),
+        tests=WORKER,
+    ),
+    mutation(
+        "sandbox_allows_writes_anywhere", "rlvr/tasks/sandbox.py",
+        "a file opened for writing outside the worker's temporary folder is allowed",
+        ('return None if _inside(args[0], temp_dir) else f"open for writing {str(args[0])[:100]}"',
+         "return None"),
+        tests=WORKER,
+    ),
+    mutation(
+        "sandbox_allows_read_write_open", "rlvr/tasks/sandbox.py",
+        "os.open(path, O_RDWR) is not counted as opening for writing",
+        ("_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT", "_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT"),
+        tests=WORKER,
+    ),
+    mutation(
+        "sandbox_keeps_raw_fork_exec", "rlvr/tasks/sandbox.py",
+        "_posixsubprocess.fork_exec (which raises no audit event) is left callable",
+        ("    _posixsubprocess.fork_exec = _refuse_fork_exec\n", ""),
+        tests=WORKER,
+    ),
+    mutation(
+        "any_function_may_be_called", "rlvr/tasks/safe_parse.py",
+        "an arithmetic answer may call any named function, not only the grammar's",
+        ("if not isinstance(node.func, ast.Name) or node.func.id not in grammar.functions:",
+         "if not isinstance(node.func, ast.Name):"),
+        tests=PARSING,
+    ),
+    mutation(
+        "any_name_is_a_symbol", "rlvr/tasks/safe_parse.py",
+        "names checked against a denylist of dunders instead of the grammar's symbols",
+        ("if node.id not in grammar.symbols:", 'if node.id.startswith("__"):'),
+        tests=PARSING,
+    ),
+    mutation(
+        "arithmetic_answer_passed_raw", "rlvr/tasks/reasoning_gym_answers.py",
+        "countdown / puzzle24 answers are parsed (so checked) but passed on as written",
+        ("return render_expression(parse_expression(answer, ARITHMETIC))",
+         "return parse_expression(answer, ARITHMETIC) and answer"),
+        tests=SCORER_TEXT,
+    ),
+    mutation(
+        "composite_shaped_by_its_outer_name", "rlvr/tasks/reasoning_gym_answers.py",
+        "a composite entry is shaped by the dataset it was drawn through, not the one that scores it",
+        ("shape = EVALUATING.get(source) or EVALUATING.get(dataset)", "shape = EVALUATING.get(dataset)"),
+        tests=SCORER_TEXT,
+    ),
+    mutation(
+        "max_abs_reward_not_checked", "rlvr/tasks/judging.py",
+        "judge lets through finite rewards of any size (1e38 zeroes a group's advantages)",
+        ("if math.isinf(value) or (math.isfinite(value) and abs(value) > max_abs_reward):",
+         "if math.isinf(value):"),
+        tests=("tests/test_judging.py",),
+    ),
+    mutation(
+        "judge_reraises", "rlvr/tasks/judging.py",
+        "judge re-raises a score() exception instead of returning an error verdict",
+        ('return _error(task, f"score raised {type(exc).__name__}: {exc}")', "raise"),
+        tests=("tests/test_judging.py",),
+    ),
+]
+
+# ----------------------------------------------------------------------------- run folders, checkpoints, resume
+
+RUNS = [
+    mutation(
+        "run_lock_waits_for_the_holder", "rlvr/train/run_lock.py",
+        "the run folder's flock without LOCK_NB: a second writer waits for the first instead of being refused",
+        ("fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", "fcntl.flock(fd, fcntl.LOCK_EX)"),
+        tests=("tests/test_run_folder.py::test_the_lock_is_exclusive_even_within_one_process_and_released_cleanly",
+               "tests/test_run_folder.py::test_a_live_rlvr_holder_refuses_a_second_writer_at_once"),
+    ),
+    mutation(
+        "run_lock_released_after_recording", "rlvr/train/run_lock.py",
+        "the lock is released right after the holder is written down, so a second writer gets in",
+        ("            os.fsync(fd)\n            lock = cls(",
+         "            os.fsync(fd)\n            fcntl.flock(fd, fcntl.LOCK_UN)\n            lock = cls("),
+        tests=("tests/test_run_folder.py",),
+    ),
+    mutation(
+        "manifest_hash_not_compared", "rlvr/train/checkpoint.py",
+        "a checkpoint file's size is checked twice and its sha256 never",
+        ('if _file_digest(path) != expected["sha256"]:', 'if path.stat().st_size != expected["size"]:'),
+        tests=("tests/test_checkpoint.py",),
+    ),
+    mutation(
+        "fallback_loads_an_unverified_checkpoint", "rlvr/train/checkpoint.py",
+        "each candidate gets the verdict of the last one checked: the damaged newest one is loaded unverified",
+        ("reason = verdicts[index] if index < len(verdicts) else None",
+         "reason = verdicts[-1] if index < len(verdicts) else None"),
+        tests=("tests/test_checkpoint.py",),
+    ),
+    mutation(
+        "resume_allows_a_whole_section", "rlvr/train/resume_policy.py",
+        "a resume may change any key of a section that has one mutable key (train.seed with train.iterations)",
+        ('return any(key == allowed or (allowed.endswith(".") and key.startswith(allowed)) '
+         'for allowed in RESUME_MUTABLE_KEYS)',
+         'return any(key.split(".")[0] == allowed.split(".")[0] for allowed in RESUME_MUTABLE_KEYS)'),
+        tests=("tests/test_run_folder.py",),
+    ),
+]
+
+MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS

@@ -1,0 +1,158 @@
+"""Imports point one way: foundation <- core <- models, tasks <- rollout <- train <- cli, and never in a circle.
+
+Every `import` and `from ... import` in the package is read with `ast`, function-level (lazy)
+imports included, and each module is given the layer of its longest listed prefix. A module may
+import its own layer or a lower one; any import of a higher layer, and any cycle among modules,
+fails with the offending edges. The rule functions are also run on synthetic inputs (a made-up
+upward import, a made-up cycle, a fake package written to a temporary folder) to show they fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Lowest first. A module belongs to the layer of the longest prefix that matches its dotted name
+# ("rlvr" itself, the package's __init__, matches only exactly: it re-exports the Python API, so it
+# sits on top with the commands).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundation", ("rlvr.registry", "rlvr.utils", "rlvr.metric_names", "rlvr.storage_errors")),
+    ("core", ("rlvr.core",)),
+    ("models, tasks", ("rlvr.models", "rlvr.tasks", "rlvr.compat", "rlvr.testing")),
+    ("rollout", ("rlvr.rollout",)),
+    ("train", ("rlvr.train", "rlvr.config", "rlvr.config_ranges", "rlvr.algorithms")),
+    ("cli, Python API", ("rlvr", "rlvr.cli", "rlvr.__main__", "rlvr.check", "rlvr.check_mechanism", "rlvr.sweep",
+                         "rlvr.report")),
+)
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_edges(root: Path, package: str = "rlvr") -> dict[str, set[str]]:
+    """module -> the package's modules it imports (anywhere in the file), for every .py under root/package."""
+    paths = sorted((root / package).rglob("*.py"))
+    modules = {module_name(path, root) for path in paths}
+    edges: dict[str, set[str]] = {}
+    for path in paths:
+        source = module_name(path, root)
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # `from a.b import c` imports a.b, and a.b.c when that is a module.
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            targets.update(name for name in names if name in modules)
+        edges[source] = targets - {source}
+    return edges
+
+
+def layer_of(module: str) -> int:
+    best, best_length = None, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            matches = module == prefix or (prefix != "rlvr" and module.startswith(prefix + "."))
+            if matches and len(prefix) > best_length:
+                best, best_length = index, len(prefix)
+    if best is None:
+        raise KeyError(f"module {module} is in no layer; add it to LAYERS in tests/test_architecture.py")
+    return best
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    found = []
+    for source, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            if layer_of(target) > layer_of(source):
+                found.append(f"{source} ({LAYERS[layer_of(source)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})")
+    return found
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(edges.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_the_package_imports_only_downward():
+    edges = import_edges(REPO)
+    assert len(edges) > 60 and "rlvr.train.rl" in edges
+    assert upward_imports(edges) == []
+
+
+def test_the_package_has_no_import_cycle():
+    assert cycles(import_edges(REPO)) == []
+
+
+def test_every_module_has_a_layer():
+    for module in import_edges(REPO):
+        layer_of(module)  # raises for a module no prefix covers
+    try:
+        layer_of("rlvr.new_module")
+    except KeyError as error:
+        assert "add it to LAYERS" in str(error)
+    else:
+        raise AssertionError("a module outside every layer was given one")
+
+
+def test_the_rules_fail_on_an_upward_import_and_a_cycle():
+    upward = {"rlvr.core.kl": {"rlvr.train.rl"}, "rlvr.train.rl": {"rlvr.core.kl"}}
+    assert upward_imports(upward) == ["rlvr.core.kl (core) imports rlvr.train.rl (train)"]
+    assert cycles(upward) == [["rlvr.core.kl", "rlvr.train.rl"]]
+    three = {"rlvr.train.a": {"rlvr.train.b"}, "rlvr.train.b": {"rlvr.train.c"}, "rlvr.train.c": {"rlvr.train.a"},
+             "rlvr.train.d": {"rlvr.train.a"}}
+    assert upward_imports(three) == [] and cycles(three) == [["rlvr.train.a", "rlvr.train.b", "rlvr.train.c"]]
+
+
+def test_a_fake_package_with_an_upward_lazy_import_is_caught(tmp_path):
+    package = tmp_path / "rlvr"
+    for folder in (package, package / "core", package / "train"):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "__init__.py").write_text("")
+    (package / "config.py").write_text("def validate():\n    from rlvr.train.sinks import SINKS\n")
+    (package / "train" / "sinks.py").write_text("from rlvr.config import validate\nSINKS = {}\n")
+    (package / "core" / "kl.py").write_text("def estimator():\n    import rlvr.train.sinks\n")
+    edges = import_edges(tmp_path)
+    assert edges["rlvr.core.kl"] == {"rlvr.train.sinks"}
+    assert upward_imports(edges) == ["rlvr.core.kl (core) imports rlvr.train.sinks (train)"]
+    assert cycles(edges) == [["rlvr.config", "rlvr.train.sinks"]]
