@@ -1,4 +1,4 @@
-"""rlvr vs TRL's GRPOTrainer on one workload (W1), each side in its own process, alternating.
+"""rlvr vs TRL's GRPOTrainer on one workload (W1 or W2), each side in its own process, alternating.
 
 W1: format_copy prompts as chat messages through SmolLM2's chat template (its default system
 prompt included), n from `random.Random(0)` in [-9999, 9999]; the format_copy reward (1.0 exact,
@@ -10,6 +10,15 @@ gradient checkpointing; 2 torch threads. `--groups-per-microbatch 1` makes rlvr 
 optimizer step as 4 accumulated microbatches of one group each (the same gradient as one pass
 over the 16 rows, as its loss divides by the batch's global counts): less memory, more time.
 
+W2 (`--workload w2 --gsm8k-path TRAIN.jsonl`), long completions: the first GSM8K training
+problems of that file, in file order, as `r1_zero` raw-text prompts (no chat template, as the
+prompt is a template of its own); the gsm8k reward (1.0 for the right number in a well-formed
+`</think> <answer>...</answer>`); up to 512 new tokens, stopping at EOS or at `</answer>` (kept,
+as rlvr's task does; TRL's `generate` gets the stop string and the tokenizer); everything else as
+W1 (SmolLM2-135M-Instruct fp32, LoRA r=16 alpha 32 on all 7 projections, 4 x 4, temperature 1.0,
+one epoch, AdamW 2e-4 constant, clip 0.2, no KL, 2 threads). A step costs minutes here, so
+`--steps 3 --warmup 1` is the usual W2 run.
+
 The parent runs `--rounds` rounds of (rlvr, TRL) or (TRL, rlvr), alternating the order, so
 machine drift hits both sides alike. Per side it prints the median seconds per step over
 steps 3..N of every run (the first two are warm-up), the split (generation / log-probs /
@@ -18,8 +27,10 @@ measured fp32 matmul rate, and rlvr's measured / bound.
 
     pip install -e ".[bench]"                      # TRL and datasets
     python benchmarks/vs_trl.py --steps 8 --rounds 2
+    python benchmarks/vs_trl.py --workload w2 --gsm8k-path data/gsm8k/train.jsonl --steps 3 --warmup 1
 
-Results go to benchmarks/results/vs_trl.json. Numbers are for the machine it runs on.
+Results go to benchmarks/results/vs_trl.json (W2: vs_trl_w2.json). Numbers are for the machine
+it runs on.
 """
 
 from __future__ import annotations
@@ -38,7 +49,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "smollm2-135m-instruct"
-PROMPTS_PER_STEP, GROUP, MAX_NEW_TOKENS, LR, THREADS = 4, 4, 24, 2e-4, 2
+PROMPTS_PER_STEP, GROUP, LR, THREADS = 4, 4, 2e-4, 2
+MAX_NEW_TOKENS = {"w1": 24, "w2": 512}
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -47,12 +59,27 @@ def w1_numbers(count: int) -> list[int]:
     return [rng.randint(-9999, 9999) for _ in range(count)]
 
 
+def w2_task(gsm8k_path: str):
+    """The gsm8k task W2 reads its problems from (r1_zero, raw text); its `train` list is in file order
+    (the whole file: no held-out slice)."""
+    from rlvr.tasks.gsm8k import GSM8KTask
+
+    return GSM8KTask(train_path=gsm8k_path, eval_path=gsm8k_path, eval_size=0, prompt="r1_zero",
+                     use_chat_template=False)
+
+
+def w2_examples(gsm8k_path: str, count: int) -> list:
+    task = w2_task(gsm8k_path)
+    return [task.make_example(problem, i, "train") for i, problem in enumerate(task.train[:count])]
+
+
 def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 # ----------------------------------------------------------------------------------------- rlvr
-def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STEP) -> dict:
+def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STEP, workload: str = "w1",
+             gsm8k_path: str | None = None) -> dict:
     import torch
 
     from rlvr.config import load_config
@@ -75,16 +102,38 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
                 return super().examples(split, count, seed)
             return [self.make_example(next(self._stream)) for _ in range(count)]
 
-    if "w1_format_copy" not in TASKS:
-        TASKS.add("w1_format_copy", W1Task)
+    from rlvr.tasks.gsm8k import GSM8KTask
+
+    class W2Task(GSM8KTask):
+        """gsm8k (r1_zero, raw text) whose training prompts are the file's problems, in order."""
+
+        name = "w2_gsm8k"
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self._stream = iter(range(len(self.train)))
+
+        def examples(self, split, count, seed):
+            if split == "eval":
+                return super().examples(split, count, seed)
+            return [self.make_example(self.train[i], i, "train") for i in (next(self._stream) for _ in range(count))]
+
+    for name, factory in (("w1_format_copy", W1Task), ("w2_gsm8k", W2Task)):
+        if name not in TASKS:
+            TASKS.add(name, factory)
+    task_overrides = {"task.name": "w1_format_copy"}
+    if workload == "w2":
+        task_overrides = {"task.name": "w2_gsm8k", "task.use_chat_template": "false",
+                          "task.options": json.dumps({"train_path": gsm8k_path, "eval_path": gsm8k_path,
+                                                      "eval_size": 0, "prompt": "r1_zero"})}
     torch.set_num_threads(THREADS)
     with tempfile.TemporaryDirectory() as folder:
         overrides = {
             "model.name": MODEL, "model.dtype": "float32", "model.lora": "true", "model.lora_rank": 16,
             "model.lora_alpha": 32, "model.lora_dropout": 0.0, "model.num_threads": THREADS,
             "model.gradient_checkpointing": "false",
-            "task.name": "w1_format_copy", "rollout.batch_size": PROMPTS_PER_STEP, "rollout.group_size": GROUP,
-            "rollout.max_new_tokens": MAX_NEW_TOKENS, "rollout.temperature": 1.0, "rollout.top_p": 1.0,
+            **task_overrides, "rollout.batch_size": PROMPTS_PER_STEP, "rollout.group_size": GROUP,
+            "rollout.max_new_tokens": MAX_NEW_TOKENS[workload], "rollout.temperature": 1.0, "rollout.top_p": 1.0,
             "rollout.top_k": 0, "algorithm.name": "grpo", "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1,
             "algorithm.clip_low": 0.2, "algorithm.clip_high": 0.2, "algorithm.std": "sample",
             "optim.lr": LR, "optim.schedule": "constant", "optim.max_grad_norm": 1.0,
@@ -106,6 +155,7 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
         "logprob_seconds": [r.get("time/logprobs", 0.0) for r in records],
         "update_seconds": [r.get("time/update", 0.0) for r in records],
         "reward_mean": [r["reward/mean"] for r in records],
+        "completion_tokens": [r.get("completion_len/mean") for r in records],
         "peak_rss_bytes": peak_rss(),
     }
     out.write_text(json.dumps(result))
@@ -113,7 +163,7 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
 
 
 # ------------------------------------------------------------------------------------------ TRL
-def run_trl(steps: int, out: Path) -> dict:
+def run_trl(steps: int, out: Path, workload: str = "w1", gsm8k_path: str | None = None) -> dict:
     import torch
 
     from rlvr.models import resolve_model_path
@@ -121,16 +171,23 @@ def run_trl(steps: int, out: Path) -> dict:
     from trl_grpo import TrlSettings, build_trainer, task_reward
 
     torch.set_num_threads(THREADS)
-    task = FormatCopyTask()
-    examples = [task.make_example(n) for n in w1_numbers(PROMPTS_PER_STEP * (steps + 2))]
+    count = PROMPTS_PER_STEP * (steps + 2)
+    if workload == "w2":
+        task = w2_task(gsm8k_path)
+        examples = w2_examples(gsm8k_path, count)
+    else:
+        task = FormatCopyTask()
+        examples = [task.make_example(n) for n in w1_numbers(count)]
     rows = [{"prompt": example.prompt, "example_index": i} for i, example in enumerate(examples)]
     settings = TrlSettings(
         model_path=resolve_model_path(MODEL)[0], prompts_per_step=PROMPTS_PER_STEP, group_size=GROUP,
-        max_new_tokens=MAX_NEW_TOKENS, lr=LR, steps=steps, lora_rank=16, lora_alpha=32,
-        lora_targets=tuple(LORA_TARGETS), clip_low=0.2, clip_high=0.2, loss_type="grpo", seed=0)
+        max_new_tokens=MAX_NEW_TOKENS[workload], lr=LR, steps=steps, lora_rank=16, lora_alpha=32,
+        lora_targets=tuple(LORA_TARGETS), clip_low=0.2, clip_high=0.2, loss_type="grpo", seed=0,
+        stop_strings=tuple(task.stop_strings))
     trainer, times = build_trainer(settings, rows, [task_reward(task, examples)])
     trainer.train()
     rewards = [r["reward"] for r in trainer.state.log_history if "reward" in r]
+    lengths = [r.get("completions/mean_length") for r in trainer.state.log_history if "reward" in r]
     result = {
         "side": "trl",
         "step_seconds": times.step,
@@ -138,6 +195,7 @@ def run_trl(steps: int, out: Path) -> dict:
         "logprob_seconds": times.logprobs,
         "update_seconds": times.update,
         "reward_mean": rewards,
+        "completion_tokens": lengths,
         "peak_rss_bytes": peak_rss(),
     }
     out.write_text(json.dumps(result))
@@ -161,8 +219,8 @@ def matmul_gflops(size: int = 1024, repeats: int = 20) -> float:
     return 2 * size**3 * repeats / best / 1e9
 
 
-def flop_bounds(prompt_tokens: float) -> dict:
-    """FLOPs of one W1 step: `simple` = 2N per generated or prefilled token + 6N per trained token;
+def flop_bounds(prompt_tokens: float, completion_tokens: float) -> dict:
+    """FLOPs of one step (completion_tokens: per row, on average): `simple` = 2N per generated or prefilled token + 6N per trained token;
     `lora` = the same with 4N per trained token (frozen weights need no weight gradient) and the LM
     head only at completion positions. N = all parameters (embedding used as LM head)."""
     from transformers import AutoConfig
@@ -175,7 +233,7 @@ def flop_bounds(prompt_tokens: float) -> dict:
     body = layers * (2 * h * h + 2 * h * kv + 3 * h * inter)  # attention + MLP weights
     head = h * vocab
     rows = PROMPTS_PER_STEP * GROUP
-    completion = rows * MAX_NEW_TOKENS
+    completion = rows * completion_tokens
     prompt = rows * prompt_tokens
     gen = 2 * (body + head) * (prompt + completion)
     simple = gen + 6 * (body + head) * (prompt + completion)
@@ -188,22 +246,50 @@ def median_after_warmup(values: list[float], warmup: int = 2) -> float:
     return statistics.median(values[warmup:] if len(values) > warmup else values)
 
 
+def mean_prompt_tokens(workload: str, gsm8k_path: str | None) -> float:
+    from rlvr.models import load_tokenizer, resolve_model_path
+    from rlvr.rollout import render_prompts
+    from rlvr.tasks.format_copy import FormatCopyTask
+
+    path, gguf = resolve_model_path(MODEL)
+    tokenizer = load_tokenizer(path, gguf_file=gguf)
+    if workload == "w2":
+        rendered = [example.prompt for example in w2_examples(gsm8k_path, 64)]
+    else:
+        task = FormatCopyTask()
+        rendered = render_prompts(tokenizer, [task.make_example(n) for n in w1_numbers(64)], use_chat_template=True)
+    return statistics.mean(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in rendered)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=8, help="steps per run (the first two are warm-up)")
+    parser.add_argument("--workload", choices=["w1", "w2"], default="w1", help="w1: format_copy, 24 tokens; "
+                        "w2: GSM8K r1_zero, up to 512 tokens (needs --gsm8k-path)")
+    parser.add_argument("--gsm8k-path", help="W2: a GSM8K jsonl file (question, answer); its first problems are used")
+    parser.add_argument("--steps", type=int, default=8, help="steps per run (the first --warmup are warm-up)")
+    parser.add_argument("--warmup", type=int, default=2, help="steps per run left out of the medians")
     parser.add_argument("--rounds", type=int, default=2, help="A B rounds, the order alternating")
     parser.add_argument("--groups-per-microbatch", type=int, default=PROMPTS_PER_STEP, choices=[1, 2, 4],
                         help="rlvr: groups per forward / backward pass (4: one pass over the batch)")
     parser.add_argument("--side", choices=["rlvr", "trl"], help="(internal) run one side in this process")
     parser.add_argument("--out", help="(internal) where the child writes its result")
-    parser.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "vs_trl.json"))
+    parser.add_argument("--json", help="result file (default benchmarks/results/vs_trl.json, W2 vs_trl_w2.json)")
     args = parser.parse_args()
+    if args.workload == "w2":
+        if not args.gsm8k_path or not Path(args.gsm8k_path).is_file():
+            parser.error(f"--workload w2 needs --gsm8k-path, a GSM8K jsonl file (got {args.gsm8k_path!r})")
+        args.gsm8k_path = str(Path(args.gsm8k_path).resolve())
+    if args.steps <= args.warmup:
+        parser.error(f"--steps ({args.steps}) must be above --warmup ({args.warmup})")
+    json_path = args.json or str(REPO / "benchmarks" / "results" / ("vs_trl.json" if args.workload == "w1"
+                                                                     else "vs_trl_w2.json"))
     if args.side:
         if args.side == "rlvr":
-            run_rlvr(args.steps, Path(args.out), args.groups_per_microbatch)
+            run_rlvr(args.steps, Path(args.out), args.groups_per_microbatch, args.workload, args.gsm8k_path)
         else:
-            run_trl(args.steps, Path(args.out))
+            run_trl(args.steps, Path(args.out), args.workload, args.gsm8k_path)
         return 0
+    warm = args.warmup
 
     runs: dict[str, list[dict]] = {"rlvr": [], "trl": []}
     env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "TOKENIZERS_PARALLELISM": "false"}
@@ -214,46 +300,46 @@ def main() -> int:
                 out = Path(folder) / "result.json"
                 started = time.perf_counter()
                 subprocess.run([sys.executable, __file__, "--side", side, "--steps", str(args.steps),
+                                "--warmup", str(warm), "--workload", args.workload,
+                                *(["--gsm8k-path", args.gsm8k_path] if args.gsm8k_path else []),
                                 "--groups-per-microbatch", str(args.groups_per_microbatch), "--out", str(out)],
                                check=True, cwd=REPO, env=env)
                 result = json.loads(out.read_text())
             result["wall_seconds"] = time.perf_counter() - started
             runs[side].append(result)
-            print(f"round {round_index + 1} {side}: median step {median_after_warmup(result['step_seconds']):.2f} s, "
+            print(f"round {round_index + 1} {side}: median step {median_after_warmup(result['step_seconds'], warm):.2f} s, "
                   f"peak RSS {result['peak_rss_bytes'] / 2**30:.2f} GiB", flush=True)
 
     summary = {}
     for side, results in runs.items():
-        pooled = {key: [v for r in results for v in r[key][2:]]
+        pooled = {key: [v for r in results for v in r[key][warm:]]
                   for key in ("step_seconds", "generation_seconds", "logprob_seconds", "update_seconds")}
+        lengths = [v for r in results for v in r.get("completion_tokens", [])[warm:] if v is not None]
         summary[side] = {
             "median_step_s": statistics.median(pooled["step_seconds"]),
             "median_generation_s": statistics.median(pooled["generation_seconds"]),
             "median_logprobs_s": statistics.median(pooled["logprob_seconds"]),
             "median_update_s": statistics.median(pooled["update_seconds"]),
-            "per_run_median_step_s": [median_after_warmup(r["step_seconds"]) for r in results],
+            "per_run_median_step_s": [median_after_warmup(r["step_seconds"], warm) for r in results],
+            "mean_completion_tokens": statistics.mean(lengths) if lengths else None,
             "peak_rss_gib": max(r["peak_rss_bytes"] for r in results) / 2**30,
         }
-    from rlvr.models import load_tokenizer, resolve_model_path
-    from rlvr.rollout import render_prompts
-    from rlvr.tasks.format_copy import FormatCopyTask
-
-    path, gguf = resolve_model_path(MODEL)
-    tokenizer = load_tokenizer(path, gguf_file=gguf)
-    task = FormatCopyTask()
-    rendered = render_prompts(tokenizer, [task.make_example(n) for n in w1_numbers(64)], use_chat_template=True)
-    prompt_tokens = statistics.mean(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in rendered)
+    prompt_tokens = mean_prompt_tokens(args.workload, args.gsm8k_path)
     gflops = matmul_gflops()
-    bounds = flop_bounds(prompt_tokens)
     rlvr, trl = summary["rlvr"], summary["trl"]
+    # The bound uses rlvr's own completions (W1: the 24-token budget, which nearly every completion fills).
+    completion_tokens = rlvr["mean_completion_tokens"] or MAX_NEW_TOKENS[args.workload]
+    bounds = flop_bounds(prompt_tokens, completion_tokens)
     ratio_time = rlvr["median_step_s"] / trl["median_step_s"]
     ratio_rss = rlvr["peak_rss_gib"] / trl["peak_rss_gib"]
     bound_simple = bounds["simple_flops"] / (gflops * 1e9)
     bound_lora = bounds["lora_flops"] / (gflops * 1e9)
 
-    print(f"\nW1: {PROMPTS_PER_STEP} prompts x {GROUP} completions, {MAX_NEW_TOKENS} new tokens, "
+    print(f"\n{args.workload.upper()}: {PROMPTS_PER_STEP} prompts x {GROUP} completions, up to "
+          f"{MAX_NEW_TOKENS[args.workload]} new tokens (completion tokens per row, mean: rlvr "
+          f"{rlvr['mean_completion_tokens'] or 0:.0f}, TRL {trl['mean_completion_tokens'] or 0:.0f}), "
           f"{prompt_tokens:.0f} prompt tokens on average, {args.rounds} alternating rounds of {args.steps} steps, "
-          f"median over steps 3..{args.steps}\n")
+          f"median over steps {warm + 1}..{args.steps}\n")
     print("| side | s/step | generation | log-probs | update | peak RSS (GiB) |")
     print("|---|---|---|---|---|---|")
     for side in ("rlvr", "trl"):
@@ -264,10 +350,10 @@ def main() -> int:
     print(f"fp32 matmul: {gflops:.0f} GFLOPS; FLOP bound of a step: {bound_simple:.2f} s (2N/6N per token), "
           f"{bound_lora:.2f} s (LoRA-aware); rlvr measured / bound: {rlvr['median_step_s'] / bound_simple:.2f}, "
           f"{rlvr['median_step_s'] / bound_lora:.2f}")
-    out = Path(args.json)
+    out = Path(json_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
-        "argv": sys.argv[1:], "summary": summary, "ratio_step_time": ratio_time, "ratio_peak_rss": ratio_rss,
+        "argv": sys.argv[1:], "workload": args.workload, "summary": summary, "ratio_step_time": ratio_time, "ratio_peak_rss": ratio_rss,
         "matmul_gflops": gflops, "prompt_tokens_mean": prompt_tokens, "bound_simple_s": bound_simple,
         "bound_lora_s": bound_lora, "runs": runs,
     }, indent=2) + "\n")

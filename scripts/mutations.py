@@ -4,8 +4,7 @@ Each mutation names a file, what the bug is, the exact text it replaces (which m
 and `tests`: the test files (or `file::test_function` node ids) that run against it, `tests/core`
 by default. Realistic bugs only: each is a one-line slip someone could make, in the code where a
 silent error costs most (the math, the data-parallel step, dynamic sampling, stop strings, the
-verifier's walls, run folders and checkpoints). Not mutated here: `rlvr/rollout/decode_loop.py`
-and the sampling KV cache.
+verifier's walls, run folders and checkpoints, the decoding loop and its preallocated KV cache).
 """
 
 from __future__ import annotations
@@ -458,4 +457,46 @@ RUNS = [
     ),
 ]
 
-MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS
+# ----------------------------------------------------------------------------- decoding: preallocated cache, stop-string filter
+
+DECODE_TESTS = ("tests/test_kv_cache.py", "tests/test_decode_loop.py")
+MATCHER_TESTS = ("tests/test_stop_string_matcher.py", "tests/test_stop_strings.py", "tests/test_decode_loop.py")
+
+DECODING = [
+    mutation(
+        "prompt_cache_tiled_not_grouped", "rlvr/rollout/kv_cache.py",
+        "the prefilled prompt is tiled (0, 1, 0, 1, ...) instead of repeated per group (0, 0, 1, 1, ...)",
+        ("= keys.repeat_interleave(repeats, dim=0)", "= keys.repeat(repeats, 1, 1, 1)"),
+        ("= values.repeat_interleave(repeats, dim=0)", "= values.repeat(repeats, 1, 1, 1)"),
+        ("real = prompt_mask.bool().repeat_interleave(repeats, dim=0)", "real = prompt_mask.bool().repeat(repeats, 1)"),
+        tests=DECODE_TESTS,
+    ),
+    mutation(
+        "compaction_leaves_the_padding_mask", "rlvr/rollout/kv_cache.py",
+        "a compaction moves a row's keys and values but not its padding mask",
+        ("                self.real[slot].copy_(self.real[row])\n", "                pass\n"),
+        tests=DECODE_TESTS,
+    ),
+    mutation(
+        "compaction_leaves_the_positions", "rlvr/rollout/decode_loop.py",
+        "a compaction moves rows in the cache but their rotary positions stay in the old slots",
+        ("self.positions, self.tokens = self.positions[index], self.tokens[index]",
+         "self.tokens = self.tokens[index]"),
+        tests=DECODE_TESTS,
+    ),
+    mutation(
+        "decode_positions_count_padding", "rlvr/rollout/decode_loop.py",
+        "the first decoded token's rotary position is the padded prompt width, not the row's own length",
+        ("next_position = positions[:, -1].repeat_interleave(group_size) + 1  # [N]",
+         "next_position = torch.full((prompt_ids.shape[0] * group_size,), prompt_ids.shape[1])  # [N]"),
+        tests=DECODE_TESTS,
+    ),
+    mutation(
+        "stop_filter_on_first_character", "rlvr/rollout/stop_strings.py",
+        "only tokens holding a stop string's first character are checked, so stops completed by a later token are missed",
+        ("last_characters = {s[-1] for s in self.stops}", "last_characters = {s[0] for s in self.stops}"),
+        tests=MATCHER_TESTS,
+    ),
+]
+
+MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + DECODING

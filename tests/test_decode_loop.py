@@ -1,9 +1,12 @@
-"""The `decode_loop` rollout backend against `hf_generate` and against the model's own softmax.
+"""The `decode_loop` rollout backend against `hf_generate`, its own transformers-cache path, and the softmax.
 
 Greedy decoding must give the same tokens, lengths, truncation flags and texts as Hugging Face
-`generate`, with rows finishing at different steps (EOS, one- and two-character stop strings),
-which exercises dropping finished rows from the KV cache. Sampling must draw from the filtered
-softmax: first-token frequencies over many rows are compared with the model's probabilities.
+`generate` and as the model's forward on transformers' cache (`cache="dynamic"`), with rows
+finishing at different steps (EOS, one- and two-character stop strings), for every architecture
+the preallocated path covers and whatever the compaction policy (finished rows dropped at once,
+kept until a quarter finished, never dropped). Sampling must draw from the filtered softmax:
+first-token frequencies, and second-token frequencies after rows finished at the first token,
+are compared with the model's probabilities.
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.models import load_policy
+from rlvr.models import LoraSettings, load_policy
+from rlvr.models.merge import merged_adapter
 from rlvr.rollout import SamplingSettings, decode_loop, hf_generate
-from rlvr.rollout.decode_loop import filter_scores
+from rlvr.rollout.decode_loop import draw_from_weights, filter_scores
+from rlvr.rollout.decode_step import DecoderWeights
+from rlvr.testing import TINY_VOCAB_SIZE, build_tiny_tokenizer
 
 PROMPTS = ["say a 1", "say bb 22 long prompt here", "c"]
 
@@ -109,3 +115,181 @@ def test_filter_scores_top_p_keeps_the_smallest_set_reaching_p():
     assert kept.tolist() == [[True, False, False, False]]
     kept = torch.isfinite(filter_scores(scores, SamplingSettings(max_new_tokens=1, min_p=0.5)))
     assert kept.tolist() == [[True, True, False, False]]
+
+
+# Tiny models of each architecture family, configured so the code path under test differs from Llama's.
+ARCHITECTURES = {
+    "llama_mha": ("LlamaConfig", {"num_key_value_heads": 4}),  # no grouped-query attention
+    "qwen2": ("Qwen2Config", {}),  # biases on q, k, v
+    "qwen3": ("Qwen3Config", {"head_dim": 16}),  # per-head RMSNorm of queries and keys
+    "mistral": ("MistralConfig", {"sliding_window": 4096}),  # window longer than any rollout here
+    "mistral_window": ("MistralConfig", {"sliding_window": 6}),  # window shorter: the dynamic path
+}
+
+
+@pytest.fixture(scope="module")
+def architecture_dirs(tmp_path_factory):
+    import transformers
+
+    folders = {}
+    for name, (config_class, extra) in ARCHITECTURES.items():
+        config = getattr(transformers, config_class)(
+            vocab_size=TINY_VOCAB_SIZE, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=extra.pop("num_key_value_heads", 2), intermediate_size=64,
+            max_position_embeddings=256, initializer_range=0.2, rms_norm_eps=1e-5, tie_word_embeddings=True,
+            eos_token_id=2, pad_token_id=2, bos_token_id=1, **extra)
+        ARCHITECTURES[name][1].update(extra)  # keep the table intact for later parametrizations
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1)
+            model = getattr(transformers, config_class.replace("Config", "ForCausalLM"))(config)
+        folder = tmp_path_factory.mktemp(name)
+        model.save_pretrained(folder)
+        build_tiny_tokenizer().save_pretrained(folder)
+        folders[name] = folder
+    return folders
+
+
+def _stop_from(generation):
+    """A one-character stop string that ends some rows early and not others."""
+    for text in generation.completion_texts:
+        for char in text[2:6]:
+            hits = [char in t for t in generation.completion_texts]
+            if any(hits) and not all(hits) and char.strip():
+                return char
+    raise AssertionError(f"no character separates the rows: {generation.completion_texts}")
+
+
+@pytest.mark.parametrize("architecture", list(ARCHITECTURES))
+@pytest.mark.parametrize("group_size", [1, 3])
+def test_greedy_preallocated_equals_dynamic_cache_across_architectures(architecture_dirs, architecture, group_size):
+    loaded = load_policy(str(architecture_dirs[architecture]))
+    model, tokenizer = loaded.policy, loaded.tokenizer
+    supported = DecoderWeights.of(model, 64) is not None
+    assert supported == (architecture != "mistral_window"), DecoderWeights.unsupported_reason(model, 64)
+    plain = SamplingSettings(max_new_tokens=12, do_sample=False)
+    reference = decode_loop(model, tokenizer, PROMPTS, group_size, plain, cache="dynamic")
+    stops = (_stop_from(reference),)
+    settings = SamplingSettings(max_new_tokens=12, do_sample=False, stop_strings=stops)
+    expected = decode_loop(model, tokenizer, PROMPTS, group_size, settings, cache="dynamic")
+    assert len(set(expected.completion_lengths.tolist())) > 1 and bool(expected.truncated.any())
+    for compact_fraction in (0.0, 0.25, 1.0):  # drop finished rows at once, at a quarter, never
+        ours = decode_loop(model, tokenizer, PROMPTS, group_size, settings, compact_fraction=compact_fraction)
+        _same(ours, expected)
+    _same(decode_loop(model, tokenizer, PROMPTS, group_size, plain), reference)
+    _same(decode_loop(model, tokenizer, PROMPTS[:1], group_size, settings),  # one prompt: no padding, no mask
+          decode_loop(model, tokenizer, PROMPTS[:1], group_size, settings, cache="dynamic"))
+
+
+def test_preallocated_with_merged_lora_and_fallback_without(tiny_model_dir):
+    loaded = load_policy(str(tiny_model_dir), lora=LoraSettings(rank=4, alpha=8))
+    with torch.no_grad():
+        for name, parameter in loaded.policy.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.3, generator=torch.Generator().manual_seed(len(name)))
+    model, tokenizer = loaded.policy, loaded.tokenizer
+    settings = SamplingSettings(max_new_tokens=10, do_sample=False, stop_strings=("0",))
+    assert "unmerged adapter" in DecoderWeights.unsupported_reason(model, 64)
+    with pytest.raises(ValueError, match="unmerged adapter"):
+        decode_loop(model, tokenizer, PROMPTS, 2, settings, cache="preallocated")
+    unmerged = decode_loop(model, tokenizer, PROMPTS, 2, settings)  # falls back to the dynamic cache
+    with merged_adapter(model):
+        assert DecoderWeights.of(model, 64) is not None
+        merged = decode_loop(model, tokenizer, PROMPTS, 2, settings, cache="preallocated")
+        merged_dynamic = decode_loop(model, tokenizer, PROMPTS, 2, settings, cache="dynamic")
+    _same(merged, merged_dynamic)
+    _same(merged, unmerged)
+    with model.disable_adapter():
+        assert DecoderWeights.of(model, 64) is not None  # adapter off: the base layers alone
+        base = decode_loop(model, tokenizer, PROMPTS, 2, settings, cache="preallocated")
+        _same(base, decode_loop(model, tokenizer, PROMPTS, 2, settings, cache="dynamic"))
+    assert base.completion_texts != merged.completion_texts  # the adapter changes what is generated
+
+
+def test_a_forward_hook_keeps_the_model_forward(tiny_model_dir):
+    """A hook that edits logits must see every step: the layer-by-layer step would bypass it."""
+    loaded = load_policy(str(tiny_model_dir))
+    model, tokenizer = loaded.policy, loaded.tokenizer
+    settings = SamplingSettings(max_new_tokens=6, do_sample=False)
+    plain = decode_loop(model, tokenizer, PROMPTS, 1, settings)
+    banned = plain.input_ids[0, plain.prompt_len + 1].item()  # the first row's second token
+
+    def ban(module, args, logits):  # logits [B, T, V]
+        logits[..., banned] = -1e9
+        return logits
+
+    handle = model.get_output_embeddings().register_forward_hook(ban)
+    assert "forward hook on lm_head" in DecoderWeights.unsupported_reason(model, 64)
+    hooked = decode_loop(model, tokenizer, PROMPTS, 1, settings)
+    handle.remove()
+    assert DecoderWeights.of(model, 64) is not None
+    completion = hooked.input_ids[:, hooked.prompt_len:]  # [N, C]
+    assert banned not in completion[hooked.attention_mask[:, hooked.prompt_len:].bool()].tolist()
+
+
+def test_unknown_cache_is_an_error(loaded):
+    with pytest.raises(ValueError, match="auto, preallocated, dynamic"):
+        decode_loop(loaded.policy, loaded.tokenizer, PROMPTS, 1, SamplingSettings(max_new_tokens=2), cache="static")
+
+
+def _conditional_probs(model, tokenizer, text, settings):
+    encoded = tokenizer([text], return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        logits = model(**encoded).logits[0, -1].float()
+    return torch.softmax(filter_scores(logits[None], settings), dim=-1)[0]
+
+
+@pytest.mark.parametrize("compact_fraction", [0.0, 1.0])
+def test_second_token_follows_the_model_after_rows_finish(eos_biased, compact_fraction):
+    """Rows that drew EOS first finish; the others' second token must follow p(. | prompt, first token)."""
+    model, tokenizer = eos_biased.policy, eos_biased.tokenizer
+    settings = SamplingSettings(max_new_tokens=2, top_k=8)
+    prompt = PROMPTS[1]
+    first_probs = _conditional_probs(model, tokenizer, prompt, settings)
+    eos = tokenizer.eos_token_id
+    assert 0.5 < float(first_probs[eos]) < 0.9  # most rows finish after one token
+    torch.manual_seed(1)
+    generation = decode_loop(model, tokenizer, [prompt], 20000, settings, compact_fraction=compact_fraction)
+    first = generation.input_ids[:, generation.prompt_len]
+    second = generation.input_ids[:, generation.prompt_len + 1]
+    assert generation.completion_lengths[first == eos].eq(1).all()
+    counts = torch.bincount(first[first != eos], minlength=TINY_VOCAB_SIZE)
+    distributions = []
+    for token in counts.argsort(descending=True)[:2].tolist():  # the two most common first tokens
+        rows = first == token
+        expected = _conditional_probs(model, tokenizer, prompt + tokenizer.decode([token]), settings)
+        observed = torch.bincount(second[rows], minlength=TINY_VOCAB_SIZE).float() / int(rows.sum())
+        assert 0.5 * (observed - expected).abs().sum() < 0.08, (token, int(rows.sum()))
+        distributions.append(expected)
+    # Power: had a row been given another row's logits, it would draw from the other conditional.
+    assert 0.5 * (distributions[0] - distributions[1]).abs().sum() > 0.3
+
+
+def _two_level_draws(weights, wrong: bool = False):
+    if not wrong:
+        return draw_from_weights(weights)
+    # A plausible slip: the offset into the chosen block not measured from the block's start.
+    rows, vocab = weights.shape
+    block_cdf = weights.view(rows, -1, 8).sum(-1, dtype=torch.float64).cumsum(-1)
+    point = torch.rand(rows, 1, dtype=torch.float64) * block_cdf[:, -1:]
+    block = torch.searchsorted(block_cdf, point, right=True)
+    inside = weights.view(rows, -1, 8).gather(1, block[:, :, None].expand(rows, 1, 8)).squeeze(1).double().cumsum(-1)
+    token = torch.searchsorted(inside, torch.minimum(point, inside[:, -1:] * (1 - 1e-12)), right=True)
+    return (block * 8 + token).squeeze(-1)
+
+
+@pytest.mark.parametrize("vocab", [400, 4104])  # blocks of 8; padded to blocks of 1024
+def test_draw_from_weights_matches_the_weights(vocab):
+    support = torch.tensor([0, 7, 8, 9, 15, 16, 200, 255, 256, 391, vocab - 2, vocab - 1])
+    weights = torch.zeros(vocab)
+    weights[support] = torch.tensor([3.0, 1, 5, 0.5, 2, 2, 4, 1, 1, 6, 2, 3])
+    expected = weights / weights.sum()
+    rows = 4000
+    torch.manual_seed(0)
+    draws = draw_from_weights(weights.expand(rows, vocab).contiguous())
+    assert bool((weights[draws] > 0).all())  # zero-weight tokens are never drawn
+    observed = torch.bincount(draws, minlength=vocab).float() / rows
+    assert 0.5 * (observed - expected).abs().sum() < 0.05
+    if vocab == 400:
+        wrong = torch.bincount(_two_level_draws(weights.expand(rows, vocab).contiguous(), wrong=True),
+                               minlength=vocab).float() / rows
+        assert 0.5 * (wrong - expected).abs().sum() > 0.2

@@ -14,7 +14,15 @@ from peft import LoraConfig, get_peft_model
 from torch import nn
 
 from rlvr.models.completion_logprobs import compute_completion_logprobs
-from rlvr.models.kernels import GQA_ATTENTION, SiluMul, apply_memory_kernels, install_fused_mlp, silu_mul
+from rlvr.models.kernels import (
+    GQA_ATTENTION,
+    WEIGHT_MAJOR_ABOVE_ROWS,
+    SiluMul,
+    apply_memory_kernels,
+    install_fused_mlp,
+    silu_mul,
+    weight_major_linears,
+)
 from rlvr.testing import build_tiny_model
 from tests.core.test_completion_logprobs import GROUP, _batch
 
@@ -171,3 +179,18 @@ def test_lm_head_logits_are_not_kept_for_backward():
     vocab = model.get_base_model().config.vocab_size
     assert not [shape for shape in shapes if shape and shape[-1] == vocab]  # recomputed per chunk in backward
     logprobs.sum().backward()  # and backward still works
+
+
+def test_weight_major_linears_give_the_linear_product_and_are_undone():
+    layer = nn.Linear(24, 40)
+    model = nn.Sequential(layer)
+    with torch.no_grad():
+        for rows in (1, WEIGHT_MAJOR_ABOVE_ROWS, WEIGHT_MAJOR_ABOVE_ROWS + 1, 33):  # both sides of the switch
+            x = torch.randn(2, rows, 24, dtype=torch.float32)
+            expected = x @ layer.weight.t() + layer.bias  # [2, rows, 40]
+            with weight_major_linears(model) as switched:
+                got = model(x)
+                assert switched == 1 and "forward" in vars(layer)
+            assert got.shape == expected.shape and got.is_contiguous()
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+            assert "forward" not in vars(layer)

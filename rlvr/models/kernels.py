@@ -13,8 +13,9 @@
 random input against the original forward before keeping it.
 
 For sampling there is also `weight_major_linears(model)`: inside it, every `nn.Linear` on the
-CPU computes `(W @ x^T)^T` instead of `x @ W^T`. Same product, but with few rows (decoding runs
-one token per sequence) CPU GEMMs run it 1.3x (layers) to 1.8x (a 49k-row LM head) faster.
+CPU computes `(W @ x^T)^T` instead of `x @ W^T` when more than `WEIGHT_MAJOR_ABOVE_ROWS` rows
+(tokens) go through it. Same product; which orientation MKL runs faster depends on the row
+count (see the constant), so prefill and 16-row decoding steps go weight-major, a few rows not.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 
 GQA_ATTENTION = "sdpa_gqa"
+# Weight-major products only above this many rows: from 2 to 8 rows MKL runs (W x^T)^T as slowly as
+# at 16 (about 35 ms for SmolLM2's layer linears on 2 threads) where x W^T takes 21 to 29 ms; at one
+# row both are the same matrix-vector product (benchmarks/decode_speed.py, "linears").
+WEIGHT_MAJOR_ABOVE_ROWS = 8
 # MLP classes whose forward is exactly down_proj(act_fn(gate_proj(x)) * up_proj(x)).
 SWIGLU_MLP_CLASSES = frozenset({"LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP", "Olmo2MLP", "GraniteMLP"})
 SILU_ACTIVATIONS = ("SiLUActivation", "SiLU")
@@ -149,6 +154,8 @@ def apply_memory_kernels(model: nn.Module) -> list[str]:
 
 def _weight_major_forward(self, x: torch.Tensor) -> torch.Tensor:
     flat = x.reshape(-1, x.shape[-1])  # [M, in]
+    if flat.shape[0] <= WEIGHT_MAJOR_ABOVE_ROWS:
+        return F.linear(x, self.weight, self.bias)
     out = torch.mm(self.weight, flat.t()).t()  # [M, out], computed as [out, in] @ [in, M]
     if self.bias is not None:
         out = out + self.bias

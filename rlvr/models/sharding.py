@@ -2,7 +2,7 @@
 
 Only the decoder layers are sharded; the embeddings, the final norm and the (tied) LM head stay
 replicated, because the training code runs the decoder body and the LM head as separate calls
-(rlvr/core/completion_logprobs.py). Layer gradients are reduce-scattered as sums, not averages
+(rlvr/models/completion_logprobs.py). Layer gradients are reduce-scattered as sums, not averages
 (the loss already divides by the global counts). While sampling, `unsharded` gathers every layer
 once and keeps it whole, so decoding steps need no collectives and ranks may stop at different steps.
 """

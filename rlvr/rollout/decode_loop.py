@@ -1,17 +1,23 @@
-"""Rollout backend `decode_loop`: rlvr's own sampling loop on the model's KV cache.
+"""Rollout backend `decode_loop`: rlvr's own sampling loop.
 
 The same distribution as `hf_generate` (temperature, top-k, top-p, min-p, min_new_tokens, stop
 strings; greedy gives the same tokens), with less work per step:
-  - each prompt is prefilled once and its KV cache repeated G times (prompt-major groups);
-  - rows that finished (EOS or a stop string) leave the batch and the cache, so later steps
-    only run the rows still generating;
-  - sampling inverts the CDF with one uniform number per row (a cumulative sum and a binary
-    search), cheaper on a CPU than `torch.multinomial` or a Gumbel race over the vocabulary;
-  - no logits processors or stopping criteria beyond the ones asked for; lengths, truncation
-    and the stop position are known exactly, not re-derived from the padded output.
+  - each prompt is prefilled once (the model's forward) and its keys and values repeated G times
+    (prompt-major groups);
+  - decoding steps run on a cache allocated once for the whole rollout (`kv_cache.py`), layer by
+    layer (`decode_step.py`), so a step costs the same at position 1 and 1000; models that path
+    does not cover run the model's forward on transformers' growing cache instead;
+  - rows that finished (EOS or a stop string) are left out of sampling and of the LM head at
+    once, and out of the cache once a quarter of its rows have finished (`COMPACT_FRACTION`);
+  - sampling inverts the CDF with one uniform number per row, in two levels (blocks of the
+    vocabulary, then tokens in the chosen block) instead of a cumulative sum over all of it;
+  - stop strings are checked only for rows whose new token can end one (`stop_strings.py`).
+Lengths, truncation and the stop position are known exactly, not re-derived from padded output.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -19,11 +25,19 @@ from rlvr.models.hf_cache import cache_argument_name, output_cache
 from rlvr.models.kernels import weight_major_linears
 from rlvr.rollout.backend import ROLLOUT_BACKENDS, InProcessBackend
 from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids
+from rlvr.rollout.decode_step import DecoderWeights, decode_step
+from rlvr.rollout.stop_strings import StopStringMatcher
+
+# Finished rows stay in the preallocated cache (computed, then ignored) until this fraction of its
+# rows have finished; then the rest are moved to the front. 0 compacts at every finished row.
+COMPACT_FRACTION = 0.25
+CACHES = ("auto", "preallocated", "dynamic")
 
 
 def filter_scores(scores: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
     """Temperature, then top-k, top-p and min-p masking (-inf). scores [A, V] fp32 -> [A, V]."""
-    scores = scores / settings.temperature
+    if settings.temperature != 1.0:
+        scores = scores / settings.temperature
     if settings.top_k and settings.top_k < scores.shape[-1]:
         kth = torch.topk(scores, settings.top_k, dim=-1).values[:, -1:]  # [A, 1]
         scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -41,31 +55,161 @@ def filter_scores(scores: torch.Tensor, settings: SamplingSettings) -> torch.Ten
     return scores
 
 
+def _block_size(vocab: int) -> int:
+    """The largest power of two <= 1024 dividing `vocab` (49152 -> 1024, 151936 -> 128), at least 1."""
+    size = 1024
+    while vocab % size:
+        size //= 2
+    return size
+
+
+def draw_from_weights(weights: torch.Tensor) -> torch.Tensor:
+    """One index per row with probability weights[i] / sum(weights): weights [A, V] >= 0 -> [A] long.
+
+    Inverse CDF with one uniform number per row, in two levels: fp64 totals of blocks of the
+    vocabulary pick a block, a cumulative sum inside that block picks the token. Only tokens of
+    positive weight can be chosen: the point is kept strictly below each level's total.
+    """
+    rows, vocab = weights.shape
+    size = _block_size(vocab)
+    if size < 64 and vocab > 4096:  # awkward vocabulary size: pad to whole blocks of 1024 with zero weight
+        size = 1024
+        weights = torch.nn.functional.pad(weights, (0, -vocab % size))
+    blocks = weights.view(rows, -1, size)  # [A, nb, s]
+    block_totals = blocks.sum(-1, dtype=torch.float64)  # [A, nb]
+    block_cdf = block_totals.cumsum(-1)  # [A, nb]
+    total = block_cdf[:, -1:]  # [A, 1]
+    point = torch.rand(rows, 1, dtype=torch.float64, device=weights.device) * total
+    point = torch.minimum(point, torch.nextafter(total, torch.zeros_like(total)))  # [A, 1], < total
+    block = torch.searchsorted(block_cdf, point, right=True)  # [A, 1]: first block whose cdf exceeds the point
+    before = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp(min=0)), torch.zeros_like(point))
+    inside = blocks.gather(1, block[:, :, None].expand(rows, 1, size)).squeeze(1).double()  # [A, s]
+    inside_cdf = inside.cumsum(-1)  # [A, s]
+    inside_total = inside_cdf[:, -1:]
+    # The point's offset into its block, rescaled onto the block's own running sum (rounded differently).
+    offset = (point - before) / block_totals.gather(-1, block) * inside_total
+    offset = torch.minimum(offset, torch.nextafter(inside_total, torch.zeros_like(inside_total)))
+    token = torch.searchsorted(inside_cdf, offset, right=True)  # [A, 1]
+    return (block * size + token).squeeze(-1)
+
+
 def sample_tokens(scores: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
     """One token per row from last-position scores [A, V]: greedy, or drawn from the filtered softmax."""
     if not settings.do_sample:
         return scores.argmax(dim=-1)
-    probs = torch.softmax(filter_scores(scores, settings), dim=-1)  # [A, V]
-    # Inverse CDF: the first token whose cumulative probability exceeds u ~ U[0, total). Zero-probability
-    # tokens never increase the CDF, so they are never chosen; fp64 keeps the running sum exact enough.
-    cdf = probs.double().cumsum(dim=-1)  # [A, V]
-    u = torch.rand(probs.shape[0], 1, dtype=torch.float64, device=probs.device) * cdf[:, -1:]  # [A, 1]
-    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)  # [A]
+    scores = filter_scores(scores, settings)
+    # softmax up to its normaliser, which the inverse CDF does not need; -inf -> weight 0
+    weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))  # [A, V]
+    return draw_from_weights(weights)
 
 
-def _hit_stop(tokenizer, row_tokens: torch.Tensor, stop_strings, window: int) -> bool:
-    """Did the last token complete a stop string? Only the last `window` tokens are decoded."""
-    tail = tokenizer.decode(row_tokens[-window:], skip_special_tokens=True)
-    return any(stop in tail for stop in stop_strings)
+class DynamicCacheSteps:
+    """Decoding steps through the model's forward on transformers' cache; finished rows leave it at once."""
+
+    def __init__(self, model, cache, attention: torch.Tensor, next_position: torch.Tensor):
+        self.model, self.cache = model, cache
+        self.cache_name = cache_argument_name(model)
+        self.attention = attention  # [A, P + t]
+        self.next_position = next_position  # [A]
+
+    def finish(self, done: torch.Tensor) -> None:
+        keep = (~done).nonzero().squeeze(-1)  # [A']
+        self.cache.batch_select_indices(keep)
+        self.attention, self.next_position = self.attention[keep], self.next_position[keep]
+
+    def step(self, chosen: torch.Tensor) -> torch.Tensor:
+        self.attention = torch.cat([self.attention, self.attention.new_ones(self.attention.shape[0], 1)], dim=1)
+        out = self.model(input_ids=chosen[:, None], attention_mask=self.attention,
+                         position_ids=self.next_position[:, None], use_cache=True, **{self.cache_name: self.cache})
+        self.cache = output_cache(out)
+        self.next_position = self.next_position + 1
+        return out.logits[:, -1]
 
 
-def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
+class PreallocatedSteps:
+    """Decoding steps of `decode_step` on a `PreallocatedKVCache`.
+
+    The cache's rows are slots. A finished row's slot stays (fed its last token, never sampled)
+    until `compact_fraction` of the slots are finished; then each hole below the new row count
+    is filled by one live row from above it, so a compaction copies only the rows that move.
+    Slots may then hold rows out of order: `sampled` maps the loop's live rows to their slots.
+    """
+
+    def __init__(self, weights: DecoderWeights, cache, next_position: torch.Tensor, compact_fraction: float):
+        self.weights, self.cache = weights, cache
+        self.compact_fraction = compact_fraction
+        self.positions = next_position.clone()  # [S] rotary position of each slot's next token
+        self.tokens = torch.zeros_like(self.positions)  # [S] each slot's next input token
+        self.slots = list(range(self.positions.numel()))  # slot of each live row, in the loop's row order
+        self.sampled = None  # torch.tensor(self.slots), or None when that is every slot in order
+        self.compactions = 0
+
+    def finish(self, done: torch.Tensor) -> None:
+        """done [A] bool over the live rows, in the loop's order (which the loop keeps)."""
+        self.slots = [slot for slot, finished in zip(self.slots, done.tolist()) if not finished]
+        total, kept = self.positions.numel(), len(self.slots)
+        if total - kept and total - kept >= self.compact_fraction * total:
+            holes = sorted(set(range(kept)) - set(self.slots))  # [h] free slots below `kept`
+            movers = sorted(s for s in self.slots if s >= kept)  # [h] live slots at or above it
+            source = list(range(kept))  # new slot i holds old slot source[i]
+            for hole, mover in zip(holes, movers):
+                source[hole] = mover
+            self.cache.compact(source)
+            index = torch.tensor(source, dtype=torch.long)
+            self.positions, self.tokens = self.positions[index], self.tokens[index]
+            new_slot = {old: new for new, old in enumerate(source)}
+            self.slots = [new_slot[slot] for slot in self.slots]
+            self.compactions += 1
+        in_order = self.slots == list(range(self.positions.numel()))
+        self.sampled = None if in_order else torch.tensor(self.slots, dtype=torch.long,
+                                                          device=self.positions.device)
+
+    def step(self, chosen: torch.Tensor) -> torch.Tensor:
+        """chosen [A]: the live rows' new tokens; returns their logits [A, V] in the same order."""
+        if self.sampled is None:
+            self.tokens = chosen
+        else:
+            self.tokens[self.sampled] = chosen
+        logits = decode_step(self.weights, self.cache, self.tokens, self.positions, self.sampled)
+        self.positions = self.positions + 1
+        return logits
+
+
+def start_decoding(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int,
+                   weights: DecoderWeights | None, capacity: int, compact_fraction: float = COMPACT_FRACTION):
+    """Prefill each prompt once with the model's forward; return the first logits [N, V] (N = B * G,
+    prompt-major) and the steps object that continues: `PreallocatedSteps` when `weights` is given
+    (a cache of `capacity` positions), else `DynamicCacheSteps`. prompt_ids, prompt_mask [B, P]."""
+    positions = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P], skips left padding
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
+                use_cache=True, logits_to_keep=1)
+    logits = out.logits[:, -1].repeat_interleave(group_size, dim=0)  # [N, V]
+    next_position = positions[:, -1].repeat_interleave(group_size) + 1  # [N]
+    prefill_cache = output_cache(out)
+    if weights is not None:
+        kv_cache = weights.new_cache(prompt_ids.shape[0] * group_size, capacity)
+        layers = prefill_cache.layers
+        kv_cache.write_prompt([l.keys for l in layers], [l.values for l in layers], prompt_mask, group_size)
+        return logits, PreallocatedSteps(weights, kv_cache, next_position, compact_fraction)
+    if group_size > 1:
+        prefill_cache.batch_repeat_interleave(group_size)  # [B, ...] -> [N, ...], prompt-major
+    return logits, DynamicCacheSteps(model, prefill_cache, prompt_mask.repeat_interleave(group_size, dim=0),
+                                     next_position)
+
+
+def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings: SamplingSettings, *,
+                cache: str = "auto", compact_fraction: float = COMPACT_FRACTION) -> Generation:
+    """Sample `group_size` completions per prompt. `cache`: "preallocated" (`decode_step`, an error
+    where unsupported), "dynamic" (the model's forward on transformers' cache) or "auto" (the first
+    where supported, else the second)."""
     if not prompts:
         raise ValueError("decode_loop: no prompts")
     if tokenizer.padding_side != "left":
         raise ValueError("decode_loop needs a left-padding tokenizer (tokenizer.padding_side='left')")
     if settings.do_sample and settings.temperature <= 0:
         raise ValueError(f"decode_loop: temperature={settings.temperature} must be > 0 when sampling")
+    if cache not in CACHES:
+        raise ValueError(f"decode_loop: unknown cache {cache!r}; choose from {', '.join(CACHES)}")
     device = next(model.parameters()).device
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     prompt_ids = encoded["input_ids"].to(device)  # [B, P]
@@ -76,27 +220,22 @@ def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings:
     eos = torch.tensor(sorted(eos_ids), device=device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else int(eos[0])
     stops = tuple(s for s in settings.stop_strings if s)
-    # A stop string of k characters ends within the last k + 1 tokens (a token decodes to >= 1 character
-    # except for pieces of a multi-byte character, hence the slack).
-    window = max((len(s) for s in stops), default=0) + 4
-    cache_name = cache_argument_name(model)
+    # The last sampled token is never fed back: the prompt and max_new - 1 tokens are cached.
+    capacity = prompt_len + max(max_new - 1, 0)
+    weights = DecoderWeights.of(model, capacity) if cache != "dynamic" else None
+    if cache == "preallocated" and weights is None:
+        raise ValueError(f"decode_loop: cache='preallocated' does not support this model "
+                         f"({DecoderWeights.unsupported_reason(model, capacity)})")
 
     tokens = torch.full((num_rows, max(max_new, 1)), pad_id, dtype=torch.long, device=device)  # [N, C]
-    lengths = torch.zeros(num_rows, dtype=torch.long)
-    ended = torch.zeros(num_rows, dtype=torch.bool)  # EOS or stop string (not truncated)
+    lengths = torch.zeros(num_rows, dtype=torch.long, device=device)
+    ended = torch.zeros(num_rows, dtype=torch.bool, device=device)  # EOS or stop string (not truncated)
     was_training = model.training
     model.eval()
     with torch.inference_mode(), weight_major_linears(model):
-        positions = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P], skips left padding
-        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
-                    use_cache=True, logits_to_keep=1)
-        cache = output_cache(out)
-        logits = out.logits[:, -1]  # [B, V]
-        if group_size > 1:
-            cache.batch_repeat_interleave(group_size)  # [B, ...] -> [N, ...], prompt-major
-            logits = logits.repeat_interleave(group_size, dim=0)  # [N, V]
-        attention = prompt_mask.repeat_interleave(group_size, dim=0)  # [A, P + t]
-        next_position = positions[:, -1].repeat_interleave(group_size) + 1  # [A]
+        logits, steps = start_decoding(model, prompt_ids, prompt_mask, group_size, weights, capacity,
+                                       compact_fraction)
+        matcher = StopStringMatcher(tokenizer, stops, logits.shape[-1], device)
         active = torch.arange(num_rows, device=device)  # rows still generating, in row order
         for step in range(max_new):
             scores = logits.float()  # fp32 before the softmax
@@ -104,28 +243,19 @@ def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings:
                 scores[:, eos] = float("-inf")
             chosen = sample_tokens(scores, settings)  # [A]
             tokens[active, step] = chosen
-            lengths[active.cpu()] = step + 1
-            done = torch.isin(chosen, eos)  # [A]
-            if stops:
-                for i, row in enumerate(active.tolist()):
-                    if not done[i] and _hit_stop(tokenizer, tokens[row, : step + 1].tolist(), stops, window):
-                        done[i] = True
-            ended[active[done].cpu()] = True
+            lengths[active] = step + 1
+            done = matcher.finished(tokens, active, chosen, step, torch.isin(chosen, eos))  # [A]
+            ended[active[done]] = True
             if step + 1 == max_new or bool(done.all()):
                 break
             if bool(done.any()):
+                steps.finish(done)
                 keep = (~done).nonzero().squeeze(-1)  # [A']
-                cache.batch_select_indices(keep)
                 active, chosen = active[keep], chosen[keep]
-                attention, next_position = attention[keep], next_position[keep]
-            attention = torch.cat([attention, attention.new_ones(attention.shape[0], 1)], dim=1)
-            out = model(input_ids=chosen[:, None], attention_mask=attention, position_ids=next_position[:, None],
-                        use_cache=True, **{cache_name: cache})
-            cache = output_cache(out)
-            logits = out.logits[:, -1]
-            next_position = next_position + 1
+            logits = steps.step(chosen)
     model.train(was_training)
 
+    lengths, ended = lengths.cpu(), ended.cpu()
     width = int(lengths.max()) if num_rows else 0
     completion_ids = tokens[:, :width].cpu()  # [N, C]
     columns = torch.arange(width)

@@ -1,0 +1,255 @@
+"""One decoding step of a Llama-family decoder, run layer by layer on a `PreallocatedKVCache`.
+
+Calling the model's forward for one token per row costs more in framework work (mask building,
+cache bookkeeping, keyword plumbing, hooks) than the arithmetic of a small model, and its
+`DynamicCache` copies the whole cache every step. `DecoderWeights` reads the weights of a
+supported decoder once per rollout (Llama, Mistral, Qwen2, Qwen3: RMSNorm, rotary positions,
+grouped-query attention, SwiGLU; Qwen2's q/k/v biases and Qwen3's per-head q/k norms), and
+`decode_step` computes what the model's forward computes for one new token per row, with the
+same operations in the same order (weight-major linears on the CPU, as in `weight_major_linears`),
+writing one position of the cache and attending over its filled part.
+
+Anything else (another architecture, an unmerged or non-plain adapter, FSDP-sharded layers, a
+sliding window shorter than the rollout, a forward hook on any module) gets `None` from
+`DecoderWeights.of` and the caller uses the model's own forward instead;
+`DecoderWeights.unsupported_reason` says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlvr.models.kernels import WEIGHT_MAJOR_ABOVE_ROWS
+from rlvr.rollout.kv_cache import PreallocatedKVCache
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# RMSNorms whose forward is weight * (x * rsqrt(mean(x^2) + eps)), computed in fp32.
+RMS_NORM_CLASSES = frozenset({"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"})
+MLP_CLASSES = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP"})
+ATTENTION_IMPLEMENTATIONS = frozenset({"sdpa", "sdpa_gqa", "eager"})
+# The LM head (49k x 576 for SmolLM2) multiplies as x W^T up to this many rows, weight-major above:
+# measured 8.7 against 10.9 ms at 16 rows, 2 threads (benchmarks/decode_speed.py, "linears").
+HEAD_WEIGHT_MAJOR_ABOVE_ROWS = 32
+
+
+@dataclass
+class Linear:
+    weight: torch.Tensor  # [out, in]
+    bias: Optional[torch.Tensor]  # [out] or None
+    weight_major: bool  # on the CPU: (W x^T)^T above `rows_for_x_major` rows (see `rlvr.models.kernels`)
+    rows_for_x_major: int = WEIGHT_MAJOR_ABOVE_ROWS
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [R, in] -> [R, out]; weight-major, a transposed view of a contiguous [out, R] product
+        (the next matmul reads it as is; elementwise operations do not care about the layout)."""
+        if not self.weight_major or x.shape[0] <= self.rows_for_x_major:
+            return F.linear(x, self.weight, self.bias)
+        out = torch.mm(self.weight, x.t()).t()  # [R, out], computed as [out, in] @ [in, R]
+        return out if self.bias is None else out + self.bias
+
+
+@dataclass
+class RMSNorm:
+    weight: torch.Tensor  # [H]
+    eps: float
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's RMSNorm on the last dimension, operation for operation. x [..., H] -> [..., H]."""
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        variance = x.pow(2).mean(-1, keepdim=True)
+        x = x * torch.rsqrt(variance + self.eps)
+        return self.weight * x.to(dtype)
+
+
+@dataclass
+class LayerWeights:
+    input_norm: RMSNorm
+    q: Linear
+    k: Linear
+    v: Linear
+    o: Linear
+    q_norm: Optional[RMSNorm]  # Qwen3: per-head norm of queries and keys before the rotation
+    k_norm: Optional[RMSNorm]
+    post_attention_norm: RMSNorm
+    gate: Linear
+    up: Linear
+    down: Linear
+
+
+def _base_model(model):
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _linear(module: nn.Module, rows_for_x_major: int = WEIGHT_MAJOR_ABOVE_ROWS) -> Linear:
+    """The weight a projection multiplies by: an `nn.Linear`, or a PEFT LoRA layer whose adapter is merged
+    into its base layer (or has no adapter active). Anything else raises `_Unsupported`."""
+    if type(module) is not nn.Linear:
+        base = getattr(module, "base_layer", None)
+        if base is None or not hasattr(module, "merged"):
+            raise _Unsupported(f"projection {type(module).__name__} is not a linear layer")
+        active = [a for a in getattr(module, "active_adapters", []) if a in getattr(module, "lora_A", {})]
+        runs_base_only = (module.merged and not module.disable_adapters) or (
+            not module.merged and (module.disable_adapters or not active))
+        if not runs_base_only:
+            raise _Unsupported("an unmerged adapter (its layers add a low-rank product to the base layer)")
+        module = base
+        if type(module) is not nn.Linear:
+            raise _Unsupported(f"adapter base layer {type(module).__name__} is not nn.Linear")
+    weight = module.weight
+    if type(weight) not in (torch.Tensor, nn.Parameter):
+        raise _Unsupported(f"weight of type {type(weight).__name__} (a sharded or quantized tensor)")
+    bias = None if module.bias is None else module.bias.detach()
+    return Linear(weight.detach(), bias, weight.device.type == "cpu", rows_for_x_major)
+
+
+def _rms_norm(module: nn.Module) -> RMSNorm:
+    if type(module).__name__ not in RMS_NORM_CLASSES or "forward" in vars(module):
+        raise _Unsupported(f"norm {type(module).__name__}")
+    return RMSNorm(module.weight.detach(), float(module.variance_epsilon))
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _first_hooked_module(model: nn.Module) -> Optional[str]:
+    """The name of the first module with a forward (pre-)hook, or None: a hook may change what the
+    model computes (steering, logit edits), and `decode_step` does not call the modules' forwards."""
+    for name, module in model.named_modules():
+        if module._forward_hooks or module._forward_pre_hooks:
+            return name or type(module).__name__
+    return None
+
+
+@dataclass
+class DecoderWeights:
+    embed: nn.Module  # token embedding module, called as is
+    rotary: nn.Module  # the model's rotary embedding module: (x, position_ids [R, 1]) -> cos, sin [R, 1, D]
+    layers: list[LayerWeights]
+    norm: RMSNorm
+    head: Linear
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    scaling: float
+
+    @classmethod
+    def of(cls, model, capacity: int) -> Optional["DecoderWeights"]:
+        """The weights of `model` for `decode_step`, or None when it is not supported (see module docstring)."""
+        try:
+            return cls._read(model, capacity)
+        except _Unsupported:
+            return None
+
+    @classmethod
+    def unsupported_reason(cls, model, capacity: int) -> Optional[str]:
+        """Why `of` gives None for `model` (None when it is supported)."""
+        try:
+            cls._read(model, capacity)
+        except _Unsupported as reason:
+            return str(reason)
+        return None
+
+    @classmethod
+    def _read(cls, model, capacity: int) -> "DecoderWeights":
+        from rlvr.models.sharding import is_sharded
+
+        base = _base_model(model)
+        config = getattr(base, "config", None)
+        model_type = getattr(config, "model_type", None)
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise _Unsupported(f"model type {model_type!r} (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+        if is_sharded(model):
+            raise _Unsupported("FSDP-sharded layers")
+        if getattr(config, "_attn_implementation", None) not in ATTENTION_IMPLEMENTATIONS:
+            raise _Unsupported(f"attention implementation {getattr(config, '_attn_implementation', None)!r}")
+        window = getattr(config, "sliding_window", None)
+        windowed = model_type == "mistral" or "sliding_attention" in (getattr(config, "layer_types", None) or ())
+        if windowed and window is not None and capacity > window:
+            raise _Unsupported(f"sliding window of {window} positions, shorter than the rollout ({capacity})")
+        if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+            raise _Unsupported("logits post-processing")
+        hooked = _first_hooked_module(model)
+        if hooked is not None:
+            raise _Unsupported(f"a forward hook on {hooked} (the step would bypass it)")
+        decoder = base.get_decoder()
+        head = base.get_output_embeddings()
+        layers = []
+        for layer in decoder.layers:
+            attention, mlp = layer.self_attn, layer.mlp
+            if type(mlp).__name__ not in MLP_CLASSES or type(mlp.act_fn).__name__ not in ("SiLUActivation", "SiLU"):
+                raise _Unsupported(f"MLP {type(mlp).__name__} with {type(mlp.act_fn).__name__}")
+            has_qk_norm = hasattr(attention, "q_norm")
+            layers.append(LayerWeights(
+                input_norm=_rms_norm(layer.input_layernorm),
+                q=_linear(attention.q_proj), k=_linear(attention.k_proj), v=_linear(attention.v_proj),
+                o=_linear(attention.o_proj),
+                q_norm=_rms_norm(attention.q_norm) if has_qk_norm else None,
+                k_norm=_rms_norm(attention.k_norm) if has_qk_norm else None,
+                post_attention_norm=_rms_norm(layer.post_attention_layernorm),
+                gate=_linear(mlp.gate_proj), up=_linear(mlp.up_proj), down=_linear(mlp.down_proj),
+            ))
+        first = decoder.layers[0].self_attn
+        num_heads = config.num_attention_heads
+        return cls(
+            embed=decoder.embed_tokens, rotary=decoder.rotary_emb, layers=layers, norm=_rms_norm(decoder.norm),
+            head=_linear(head, HEAD_WEIGHT_MAJOR_ABOVE_ROWS), num_heads=num_heads,
+            num_kv_heads=config.num_key_value_heads,
+            head_dim=first.head_dim, scaling=float(first.scaling),
+        )
+
+    def new_cache(self, rows: int, capacity: int) -> PreallocatedKVCache:
+        weight = self.layers[0].k.weight
+        return PreallocatedKVCache(len(self.layers), rows, self.num_kv_heads, capacity, self.head_dim,
+                                   weight.dtype, weight.device)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding as transformers applies it: x * cos + rotate_half(x) * sin. x [R, H, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos) + (rotated * sin)
+
+
+def decode_step(weights: DecoderWeights, cache: PreallocatedKVCache, token_ids: torch.Tensor,
+                positions: torch.Tensor, head_rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Run one new token per cache row through the decoder; return last-position logits.
+
+    token_ids [R] long, positions [R] long (rotary position of each row's new token; rows are
+    left-padded, so it differs from the cache position), R == cache.rows. head_rows [R'] selects
+    the rows the LM head runs on (None: all). Writes position `cache.length` and advances it.
+    Returns logits [R', V] (R' = R without head_rows).
+    """
+    rows = token_ids.shape[0]
+    groups = weights.num_heads // weights.num_kv_heads
+    x = weights.embed(token_ids)  # [R, H]
+    cos, sin = weights.rotary(x, positions[:, None])  # [R, 1, D] each, broadcast over heads
+    mask = cache.attention_mask()  # [R, 1, 1, T] or None
+    for index, layer in enumerate(weights.layers):
+        h = layer.input_norm(x)
+        q = layer.q(h).view(rows, weights.num_heads, weights.head_dim)  # [R, Hq, D]
+        k = layer.k(h).view(rows, weights.num_kv_heads, weights.head_dim)  # [R, Hkv, D]
+        v = layer.v(h).view(rows, weights.num_kv_heads, weights.head_dim)
+        if layer.q_norm is not None:
+            q, k = layer.q_norm(q), layer.k_norm(k)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        keys, values = cache.append(index, k, v)  # [R, Hkv, T, D]
+        # The G query heads that share a key/value head become G query positions of that head: no
+        # copies of keys and values (the query is one token, so there is no causal order among them).
+        # contiguous: with a strided last dimension scaled_dot_product_attention takes its slow math path
+        query = q.reshape(rows, weights.num_kv_heads, groups, weights.head_dim).contiguous()  # [R, Hkv, G, D]
+        attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=weights.scaling)
+        x += layer.o(attended.reshape(rows, weights.num_heads * weights.head_dim))  # x stays contiguous
+        h = layer.post_attention_norm(x)
+        x += layer.down(F.silu(layer.gate(h)) * layer.up(h))
+    cache.advance()
+    x = weights.norm(x)
+    if head_rows is not None:
+        x = x[head_rows]
+    return weights.head(x).contiguous()  # [R', V], rows contiguous for sampling
