@@ -41,6 +41,7 @@ class TrlSettings:
     clip_high: float = 0.2
     beta: float = 0.0  # KL coefficient
     num_iterations: int = 1  # optimizer steps per generation round (rlvr's ppo_epochs)
+    microbatches: int = 1  # forward / backward passes accumulated per optimizer step (rlvr's grad_accum_steps)
     loss_type: str = "grpo"  # grpo (seq-mean-token-mean), dapo (token-mean), dr_grpo (sum / constant)
     scale_rewards: str = "group"  # group: divide by the group std (TRL: sample std); none: mean-centred only
     max_grad_norm: float = 1.0
@@ -108,8 +109,10 @@ def build_trainer(settings: TrlSettings, rows: list[dict], reward_funcs: list, c
         output_dir=tempfile.mkdtemp(prefix="trl-grpo-"), use_cpu=not torch.cuda.is_available(), bf16=False,
         fp16=False, loss_type=settings.loss_type, scale_rewards=settings.scale_rewards,
         num_generations=settings.group_size,
-        per_device_train_batch_size=settings.prompts_per_step * settings.group_size,
-        gradient_accumulation_steps=1, max_completion_length=settings.max_new_tokens, beta=settings.beta,
+        # One generation round of B x G rows per optimizer step (steps_per_generation defaults to the
+        # accumulation steps), its loss taken over `microbatches` passes.
+        per_device_train_batch_size=settings.prompts_per_step * settings.group_size // settings.microbatches,
+        gradient_accumulation_steps=settings.microbatches, max_completion_length=settings.max_new_tokens, beta=settings.beta,
         num_iterations=settings.num_iterations, gradient_checkpointing=False, report_to="none",
         learning_rate=settings.lr, lr_scheduler_type=settings.lr_scheduler, warmup_steps=settings.warmup_steps,
         weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm, temperature=settings.temperature,

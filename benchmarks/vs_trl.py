@@ -8,7 +8,8 @@ q,k,v,o,gate,up,down; 4 prompts x 4 completions per step; 24 new tokens at most;
 constant, gradient clipping 1.0; group-std advantages (sample std, as TRL); clip 0.2; no
 gradient checkpointing; 2 torch threads. `--groups-per-microbatch 1` makes rlvr run its one
 optimizer step as 4 accumulated microbatches of one group each (the same gradient as one pass
-over the 16 rows, as its loss divides by the batch's global counts): less memory, more time.
+over the 16 rows, as its loss divides by the batch's global counts), and TRL the same (4 rows
+per device batch, 4 accumulation steps, one generation round of 16): less memory, more time.
 
 W2 (`--workload w2 --gsm8k-path TRAIN.jsonl`), long completions: the first GSM8K training
 problems of that file, in file order, as `r1_zero` raw-text prompts (no chat template, as the
@@ -16,8 +17,10 @@ prompt is a template of its own); the gsm8k reward (1.0 for the right number in 
 `</think> <answer>...</answer>`); up to 512 new tokens, stopping at EOS or at `</answer>` (kept,
 as rlvr's task does; TRL's `generate` gets the stop string and the tokenizer); everything else as
 W1 (SmolLM2-135M-Instruct fp32, LoRA r=16 alpha 32 on all 7 projections, 4 x 4, temperature 1.0,
-one epoch, AdamW 2e-4 constant, clip 0.2, no KL, 2 threads). A step costs minutes here, so
-`--steps 3 --warmup 1` is the usual W2 run.
+one epoch, AdamW 2e-4 constant, clip 0.2, no KL, 2 threads), except that by default each side
+runs its one optimizer step as 4 accumulated passes of one group (4 rows): in one 16-row pass
+the rlvr side peaked at 19.6 GiB and TRL's was killed for memory on a 24 GiB machine. A step
+costs a minute or more here, so `--steps 3 --warmup 1` is the usual W2 run.
 
 The parent runs `--rounds` rounds of (rlvr, TRL) or (TRL, rlvr), alternating the order, so
 machine drift hits both sides alike. Per side it prints the median seconds per step over
@@ -163,7 +166,8 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
 
 
 # ------------------------------------------------------------------------------------------ TRL
-def run_trl(steps: int, out: Path, workload: str = "w1", gsm8k_path: str | None = None) -> dict:
+def run_trl(steps: int, out: Path, workload: str = "w1", gsm8k_path: str | None = None,
+            groups_per_microbatch: int = PROMPTS_PER_STEP) -> dict:
     import torch
 
     from rlvr.models import resolve_model_path
@@ -183,7 +187,7 @@ def run_trl(steps: int, out: Path, workload: str = "w1", gsm8k_path: str | None 
         model_path=resolve_model_path(MODEL)[0], prompts_per_step=PROMPTS_PER_STEP, group_size=GROUP,
         max_new_tokens=MAX_NEW_TOKENS[workload], lr=LR, steps=steps, lora_rank=16, lora_alpha=32,
         lora_targets=tuple(LORA_TARGETS), clip_low=0.2, clip_high=0.2, loss_type="grpo", seed=0,
-        stop_strings=tuple(task.stop_strings))
+        stop_strings=tuple(task.stop_strings), microbatches=PROMPTS_PER_STEP // groups_per_microbatch)
     trainer, times = build_trainer(settings, rows, [task_reward(task, examples)])
     trainer.train()
     rewards = [r["reward"] for r in trainer.state.log_history if "reward" in r]
@@ -269,8 +273,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=8, help="steps per run (the first --warmup are warm-up)")
     parser.add_argument("--warmup", type=int, default=2, help="steps per run left out of the medians")
     parser.add_argument("--rounds", type=int, default=2, help="A B rounds, the order alternating")
-    parser.add_argument("--groups-per-microbatch", type=int, default=PROMPTS_PER_STEP, choices=[1, 2, 4],
-                        help="rlvr: groups per forward / backward pass (4: one pass over the batch)")
+    parser.add_argument("--groups-per-microbatch", type=int, default=None, choices=[1, 2, 4],
+                        help="both sides: groups per forward / backward pass, the rest accumulated into the one "
+                             "optimizer step (default: W1 4, one pass over the batch; W2 1, as 16 rows of up to "
+                             "~650 tokens in one pass take about 20 GiB on the rlvr side and more on TRL's)")
     parser.add_argument("--side", choices=["rlvr", "trl"], help="(internal) run one side in this process")
     parser.add_argument("--out", help="(internal) where the child writes its result")
     parser.add_argument("--json", help="result file (default benchmarks/results/vs_trl.json, W2 vs_trl_w2.json)")
@@ -279,6 +285,8 @@ def main() -> int:
         if not args.gsm8k_path or not Path(args.gsm8k_path).is_file():
             parser.error(f"--workload w2 needs --gsm8k-path, a GSM8K jsonl file (got {args.gsm8k_path!r})")
         args.gsm8k_path = str(Path(args.gsm8k_path).resolve())
+    if args.groups_per_microbatch is None:
+        args.groups_per_microbatch = PROMPTS_PER_STEP if args.workload == "w1" else 1
     if args.steps <= args.warmup:
         parser.error(f"--steps ({args.steps}) must be above --warmup ({args.warmup})")
     json_path = args.json or str(REPO / "benchmarks" / "results" / ("vs_trl.json" if args.workload == "w1"
@@ -287,7 +295,7 @@ def main() -> int:
         if args.side == "rlvr":
             run_rlvr(args.steps, Path(args.out), args.groups_per_microbatch, args.workload, args.gsm8k_path)
         else:
-            run_trl(args.steps, Path(args.out), args.workload, args.gsm8k_path)
+            run_trl(args.steps, Path(args.out), args.workload, args.gsm8k_path, args.groups_per_microbatch)
         return 0
     warm = args.warmup
 
