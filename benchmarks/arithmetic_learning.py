@@ -14,6 +14,13 @@ unless `algorithm.std=sample`) and trains the EOS that pads a row stopped by a s
     python benchmarks/arithmetic_learning.py --config configs/integer_add_2digit.yaml --seeds 0 1 2 --trl
     python benchmarks/arithmetic_learning.py --config configs/integer_add_2digit.yaml --replot
 
+`--trl-only` runs only TRL's side, and `--also JSON` draws and tabulates runs saved earlier beside
+the new ones (not rewriting that file), so TRL can be added to rlvr results already measured:
+
+    python benchmarks/arithmetic_learning.py --config configs/integer_mul_2to12.yaml --seeds 0 1 2 --trl-only \
+      --also benchmarks/results/arithmetic_mul.json --json benchmarks/results/arithmetic_mul_trl.json \
+      --out docs/arithmetic_mul_vs_trl.png
+
 Runs go to `runs/bench-arith-<config>-<side>-s<seed>` (deleted first); the summary to
 `benchmarks/results/arithmetic_learning.json` and the curves (accuracy with intervals, and rollout
 reward, against seconds) to `docs/arithmetic_learning.png`. Numbers are for the machine it runs on.
@@ -201,6 +208,9 @@ def main() -> int:
     parser.add_argument("--config", default="configs/integer_add_2digit.yaml")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer on the same budget")
+    parser.add_argument("--trl-only", action="store_true", help="run only TRL's side")
+    parser.add_argument("--also", action="append", default=[],
+                        help="a results JSON saved earlier: its runs are drawn and tabulated beside these")
     parser.add_argument("--override", action="append", default=[], help="key=value passed to every run (both sides)")
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--json", default="benchmarks/results/arithmetic_learning.json")
@@ -218,15 +228,16 @@ def main() -> int:
         results = json.loads(out_json.read_text())["runs"]
     else:
         runs_dir = (REPO / args.runs_dir).resolve()
-        sides = SIDES if args.trl else ("rlvr",)
+        sides = ("trl",) if args.trl_only else SIDES if args.trl else ("rlvr",)
         results = [run_side(side, args.config, args.override, seed, runs_dir) for seed in args.seeds for side in sides]
         from rlvr.utils import atomic_write_text
 
         out_json.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out_json, json.dumps({"argv": sys.argv[1:], "runs": results}, indent=1) + "\n")
         print(f"wrote {out_json}")
-    print_table(results)
-    plot(results, REPO / args.out)
+    earlier = [run for path in args.also for run in json.loads((REPO / path).read_text())["runs"]]
+    print_table(earlier + results)
+    plot(earlier + results, REPO / args.out)
     return 0
 
 

@@ -3,8 +3,8 @@
 `train_in_fresh_process` starts a command (`rlvr train ...`, or a TRL side that writes the same
 files) as a new process, timed from the moment it starts (model loading included), prints each
 eval as it lands in the run's eval.jsonl, with its Wilson 95% interval, and returns the run's
-metrics and evals. `accuracy_ci` and `best_and_final` summarise eval records the same way for
-every benchmark.
+metrics and evals. `accuracy_ci`, `best_and_final` and `first_best` summarise eval records the
+same way for every benchmark.
 """
 
 from __future__ import annotations
@@ -86,5 +86,9 @@ def best_and_final(evals: list[dict], started: float) -> dict:
 
     if not evals:
         return {"best": None, "final": None}
-    best = max(evals, key=lambda r: (r.get("eval/accuracy") or 0.0, -r.get("iteration", 0)))
-    return {"best": point(best), "final": point(evals[-1])}
+    return {"best": point(first_best(evals)), "final": point(evals[-1])}
+
+
+def first_best(records: list[dict], key: str = "eval/accuracy") -> dict:
+    """The record with the highest `key`, the earliest iteration among equals."""
+    return max(records, key=lambda r: (r.get(key) or 0.0, -(r.get("iteration") or 0)))

@@ -1,0 +1,167 @@
+"""Compare finished runs (a sweep's folder, or run folders) in one table and one figure.
+
+For each run: the preset (`algorithm.name`) and seed from its saved config; step-0, best and final
+greedy eval with Wilson 95% intervals; when eval accuracy first reached `--reach`; the main reward
+component's rollout mean over the first and the last iterations; the share of groups without
+reward contrast (no learning signal); DAPO's extra sampled groups; iterations, wall seconds (from
+the run's own start, model loading included) and the median seconds per iteration. The figure draws held-out accuracy, the main component and the zero-contrast
+share (trailing means over `--smooth` iterations) against iterations (top row) and seconds
+(bottom row).
+
+    python benchmarks/sweep_summary.py runs/sweep-algorithms_arithmetic runs/sweep-grpo_seeds_arithmetic \
+      --json benchmarks/results/algorithms_arithmetic.json --out docs/algorithms_arithmetic.png
+
+Prints a markdown table; `--json` keeps every number it was made from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+from bench_runs import REPO, accuracy_ci, first_best
+
+from rlvr.metric_names import (
+    DYNAMIC_SAMPLING_SAMPLED_GROUPS,
+    ELAPSED_S,
+    FRAC_ZERO_VARIANCE_GROUPS,
+    ITERATION,
+    REWARD_PREFIX,
+    TIME_ITERATION,
+)
+from rlvr.report import load_runs
+from rlvr.utils import atomic_write_text
+
+
+def _mean(values: list[float]) -> float:
+    values = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return statistics.fmean(values) if values else math.nan
+
+
+def summarize_run(run, component: str, window: int, reach: float) -> dict:
+    """One run's row: eval points with intervals, component and zero-contrast shares, timing."""
+    evals = [{ITERATION: e.get(ITERATION), "seconds": e.get(ELAPSED_S), **accuracy_ci(e)} for e in run.evals]
+    key = REWARD_PREFIX + component
+    metrics = [{ITERATION: m.get(ITERATION), "seconds": m.get(ELAPSED_S), "component": m.get(key),
+                "zero_variance": m.get(FRAC_ZERO_VARIANCE_GROUPS),
+                "sampled_groups": m.get(DYNAMIC_SAMPLING_SAMPLED_GROUPS),
+                "iteration_s": m.get(TIME_ITERATION)} for m in run.metrics]
+    best = first_best(evals, key="accuracy") if evals else None
+    sampled = [m["sampled_groups"] for m in metrics if m["sampled_groups"] is not None]
+    iteration_s = [m["iteration_s"] for m in metrics if m["iteration_s"]]
+    reached = next((e for e in evals if e["accuracy"] >= reach), None)
+    return {
+        "label": run.label, "algorithm": run.config.get("algorithm.name"), "seed": run.config.get("train.seed"),
+        "step0": evals[0] if evals else None, "best": best, "final": evals[-1] if evals else None,
+        "reach": reach, "reached": reached,
+        "component_first": _mean([m["component"] for m in metrics[:window]]),
+        "component_last": _mean([m["component"] for m in metrics[-window:]]),
+        "zero_variance_mean": _mean([m["zero_variance"] for m in metrics]),
+        "zero_variance_last": _mean([m["zero_variance"] for m in metrics[-window:]]),
+        "sampled_groups_total": sum(sampled) if sampled else None,
+        "iterations": metrics[-1][ITERATION] if metrics else 0,
+        "wall_s": max([p["seconds"] for p in metrics + evals if p["seconds"] is not None], default=math.nan),
+        "median_iteration_s": statistics.median(iteration_s or [math.nan]),
+        "evals": evals, "metrics": metrics,
+    }
+
+
+def markdown_table(rows: list[dict], component: str, window: int, reach: float) -> str:
+    def point(p, with_iteration=True):
+        if p is None:
+            return "-"
+        text = f"{p['accuracy']:.3f} ({p['low']:.3f}-{p['high']:.3f})"
+        return f"{text}, it {p[ITERATION]}" if with_iteration else text
+
+    def first_reach(p):
+        return "-" if p is None else f"it {p[ITERATION]}, {p['seconds']:.0f} s"
+
+    lines = [f"| run | seed | step 0 | best eval (95% CI) | final eval (95% CI) | eval >= {reach:g} first | "
+             f"{component}: first {window} -> last {window} it | zero-contrast groups: all / last {window} | "
+             "groups sampled | wall s | s / it |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        sampled = "-" if r["sampled_groups_total"] is None else str(r["sampled_groups_total"])
+        lines.append(f"| {r['algorithm'] or r['label']} | {r['seed']} | {point(r['step0'], False)} | "
+                     f"{point(r['best'])} | {point(r['final'], False)} | {first_reach(r['reached'])} | "
+                     f"{r['component_first']:.3f} -> {r['component_last']:.3f} | "
+                     f"{r['zero_variance_mean']:.2f} / {r['zero_variance_last']:.2f} | {sampled} | "
+                     f"{r['wall_s']:.0f} | {r['median_iteration_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def moving_mean(values: list, width: int) -> list[float]:
+    """Trailing mean over the last `width` values (fewer at the start); None and NaN skipped."""
+    return [_mean(values[max(0, i + 1 - width):i + 1]) for i in range(len(values))]
+
+
+def plot(rows: list[dict], component: str, out: Path, smooth: int) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(15, 8), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(2, 3)
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
+    colors = {a: f"C{i}" for i, a in enumerate(algorithms)}
+    styles = ["-", "--", ":", "-."]
+    for r in rows:
+        seeds = sorted({x["seed"] for x in rows if x["algorithm"] == r["algorithm"]})
+        style = styles[seeds.index(r["seed"]) % len(styles)]
+        label = f"{r['algorithm']} seed {r['seed']}" if len(seeds) > 1 else r["algorithm"]
+        for row, x in enumerate((ITERATION, "seconds")):
+            ax_eval, ax_component, ax_zero = axes[row]
+            xs = [e[x] for e in r["evals"]]
+            ax_eval.plot(xs, [e["accuracy"] for e in r["evals"]], style, marker="o", ms=3, color=colors[r["algorithm"]],
+                         label=label)
+            ax_eval.fill_between(xs, [e["low"] for e in r["evals"]], [e["high"] for e in r["evals"]],
+                                 color=colors[r["algorithm"]], alpha=0.05)
+            mx = [m[x] for m in r["metrics"]]
+            color = colors[r["algorithm"]]
+            ax_component.plot(mx, moving_mean([m["component"] for m in r["metrics"]], smooth), style, color=color, lw=1)
+            ax_zero.plot(mx, moving_mean([m["zero_variance"] for m in r["metrics"]], smooth), style, color=color, lw=1)
+    n = next((e["n"] for r in rows for e in r["evals"]), "?")
+    for row, xlabel in enumerate(("iteration", "seconds since the run started")):
+        ax_eval, ax_component, ax_zero = axes[row]
+        ax_eval.set(xlabel=xlabel, ylabel=f"greedy accuracy, {n} held out", ylim=(-0.02, 1.02))
+        ax_component.set(xlabel=xlabel, ylabel=f"rollout reward/{component} (mean)", ylim=(-0.02, 1.02))
+        ax_zero.set(xlabel=xlabel, ylabel="share of groups without contrast", ylim=(-0.02, 1.02))
+        for ax in axes[row]:
+            ax.grid(alpha=0.3)
+    axes[0][0].set_title("held-out accuracy (Wilson 95% bands)")
+    axes[0][1].set_title(f"rollout reward/{component} ({smooth}-iteration mean)")
+    axes[0][2].set_title(f"groups without contrast ({smooth}-iteration mean)")
+    axes[0][0].legend(fontsize=8)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out)
+    print(f"wrote {out}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", help="run folders, or folders of runs (a sweep's output)")
+    parser.add_argument("--component", default="answer", help="the main reward component (default: answer)")
+    parser.add_argument("--window", type=int, default=10, help="iterations averaged at the start and the end")
+    parser.add_argument("--reach", type=float, default=0.6, help="the table says when eval accuracy first reached this")
+    parser.add_argument("--smooth", type=int, default=5, help="trailing mean over this many iterations in the figure")
+    parser.add_argument("--json", help="write every number here")
+    parser.add_argument("--out", help="write the figure here (PNG)")
+    args = parser.parse_args()
+    rows = [summarize_run(run, args.component, args.window, args.reach) for run in load_runs(args.runs)]
+    print(markdown_table(rows, args.component, args.window, args.reach))
+    if args.json:
+        path = REPO / args.json
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"argv": sys.argv[1:], "runs": rows}, indent=1) + "\n")
+        print(f"wrote {path}")
+    if args.out:
+        plot(rows, args.component, REPO / args.out, args.smooth)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

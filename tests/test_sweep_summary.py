@@ -1,0 +1,84 @@
+"""benchmarks/sweep_summary.py on a run folder written by hand: the table's numbers are the ones the
+records hold (best eval the first to reach the maximum, first and last windows of the main component,
+zero-contrast shares, DAPO's sampled groups, wall time from the run's own clock), and the figure is drawn."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import sweep_summary  # noqa: E402
+
+from rlvr.report import load_runs  # noqa: E402
+
+
+def _write_run(folder: Path, algorithm: str, seed: int, answers: list[float], zero: list[float],
+               accuracies: list[float], sampled: list[int] | None = None) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump({"algorithm": {"name": algorithm}, "train": {"seed": seed}}))
+    metrics = []
+    for i, (answer, z) in enumerate(zip(answers, zero), start=1):
+        record = {"iteration": i, "elapsed_s": 10.0 * i, "reward/answer": answer, "reward/mean": answer,
+                  "frac_zero_variance_groups": z, "time/iteration": 2.0 + i}
+        if sampled is not None:
+            record["dynamic_sampling/sampled_groups"] = sampled[i - 1]
+        metrics.append(record)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    evals = [{"iteration": 2 * k, "elapsed_s": 20.0 * k + 5, "eval/accuracy": a, "eval/num_examples": 20}
+             for k, a in enumerate(accuracies)]
+    (folder / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    return folder
+
+
+def test_summary_numbers_come_from_the_records(tmp_path):
+    sweep = tmp_path / "sweep"
+    _write_run(sweep / "name=dapo", "dapo", 0, answers=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
+               zero=[1.0, 0.5, 0.5, 0.25, 0.0, 0.0], accuracies=[0.1, 0.5, 0.3, 0.5], sampled=[4, 8, 4, 12, 4, 4])
+    _write_run(sweep / "name=grpo", "grpo", 2, answers=[0.5] * 6, zero=[0.0] * 6, accuracies=[0.2, 0.25])
+    dapo, grpo = [sweep_summary.summarize_run(run, "answer", window=2, reach=0.5) for run in load_runs([sweep])]
+
+    assert (dapo["algorithm"], dapo["seed"], grpo["algorithm"], grpo["seed"]) == ("dapo", 0, "grpo", 2)
+    # 0.5 is reached at iteration 2 and again at 6: the best is the first (a last-wins max would say 6).
+    assert dapo["best"]["iteration"] == 2 and dapo["best"]["accuracy"] == 0.5
+    # 0.5 is met exactly at iteration 2 (and again at 6): the first is kept, and ">" would find none.
+    assert dapo["reached"]["iteration"] == 2 and dapo["reached"]["seconds"] == 25.0 and grpo["reached"] is None
+    assert dapo["final"]["iteration"] == 6 and dapo["step0"]["accuracy"] == 0.1
+    low, high = dapo["best"]["low"], dapo["best"]["high"]  # Wilson 95% for 10 of 20, computed by hand
+    assert low == pytest.approx(0.2993, abs=1e-4) and high == pytest.approx(0.7007, abs=1e-4)
+    assert dapo["component_first"] == pytest.approx(0.1) and dapo["component_last"] == pytest.approx(0.9)
+    assert dapo["zero_variance_mean"] == pytest.approx(2.25 / 6) and dapo["zero_variance_last"] == 0.0
+    assert dapo["sampled_groups_total"] == 36 and grpo["sampled_groups_total"] is None
+    assert dapo["iterations"] == 6
+    assert dapo["wall_s"] == 65.0  # the last eval (iteration 6, 65 s) lands after the last metrics record (60 s)
+    assert dapo["median_iteration_s"] == 5.5
+
+    table = sweep_summary.markdown_table([dapo, grpo], "answer", 2, 0.5)
+    assert "| dapo | 0 | 0.100 (" in table and "0.500 (0.299-0.701), it 2" in table and "| 36 |" in table
+    assert "| it 2, 25 s |" in table
+    assert "0.100 -> 0.900" in table and "0.38 / 0.00" in table
+
+
+def test_moving_mean_is_trailing_and_skips_missing():
+    assert sweep_summary.moving_mean([1.0, 3.0, None, 5.0, float("nan"), 7.0], 2) == [1.0, 2.0, 3.0, 5.0, 5.0, 7.0]
+
+
+def test_main_writes_table_json_and_figure(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    _write_run(sweep / "name=rloo", "rloo", 0, answers=[0.0, 0.5], zero=[1.0, 0.5], accuracies=[0.1, 0.4])
+    out_json, out_png = tmp_path / "s.json", tmp_path / "s.png"
+    sys_argv = sys.argv
+    sys.argv = ["sweep_summary.py", str(sweep), "--window", "1", "--json", str(out_json), "--out", str(out_png)]
+    try:
+        assert sweep_summary.main() == 0
+    finally:
+        sys.argv = sys_argv
+    assert "| rloo | 0 |" in capsys.readouterr().out
+    saved = json.loads(out_json.read_text())["runs"]
+    assert saved[0]["component_first"] == 0.0 and saved[0]["component_last"] == 0.5
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
