@@ -4,9 +4,9 @@ For each run: the preset (`algorithm.name`) and seed from its saved config; step
 greedy eval with Wilson 95% intervals; when eval accuracy first reached `--reach`; the main reward
 component's rollout mean over the first and the last iterations; the share of groups without
 reward contrast (no learning signal); DAPO's extra sampled groups; iterations, wall seconds (from
-the run's own start, model loading included) and the median seconds per iteration. The figure draws held-out accuracy, the main component and the zero-contrast
-share (trailing means over `--smooth` iterations) against iterations (top row) and seconds
-(bottom row).
+the run's own start, model loading included) and the median seconds per iteration. The figure
+draws held-out accuracy, the main component and the zero-contrast share (trailing means over
+`--smooth` iterations) against iterations (top row) and seconds (bottom row).
 
     python benchmarks/sweep_summary.py runs/sweep-algorithms_arithmetic runs/sweep-grpo_seeds_arithmetic \
       --json benchmarks/results/algorithms_arithmetic.json --out docs/algorithms_arithmetic.png
@@ -34,6 +34,7 @@ from rlvr.metric_names import (
     TIME_ITERATION,
 )
 from rlvr.report import load_runs
+from rlvr.report.runs import summarize
 from rlvr.utils import atomic_write_text
 
 
@@ -54,6 +55,7 @@ def summarize_run(run, component: str, window: int, reach: float) -> dict:
     sampled = [m["sampled_groups"] for m in metrics if m["sampled_groups"] is not None]
     iteration_s = [m["iteration_s"] for m in metrics if m["iteration_s"]]
     reached = next((e for e in evals if e["accuracy"] >= reach), None)
+    summary = summarize(run)  # iterations and wall time as `rlvr report` counts them
     return {
         "label": run.label, "algorithm": run.config.get("algorithm.name"), "seed": run.config.get("train.seed"),
         "step0": evals[0] if evals else None, "best": best, "final": evals[-1] if evals else None,
@@ -63,8 +65,8 @@ def summarize_run(run, component: str, window: int, reach: float) -> dict:
         "zero_variance_mean": _mean([m["zero_variance"] for m in metrics]),
         "zero_variance_last": _mean([m["zero_variance"] for m in metrics[-window:]]),
         "sampled_groups_total": sum(sampled) if sampled else None,
-        "iterations": metrics[-1][ITERATION] if metrics else 0,
-        "wall_s": max([p["seconds"] for p in metrics + evals if p["seconds"] is not None], default=math.nan),
+        "iterations": summary.iterations,
+        "wall_s": math.nan if summary.wall_s is None else summary.wall_s,
         "median_iteration_s": statistics.median(iteration_s or [math.nan]),
         "evals": evals, "metrics": metrics,
     }
@@ -113,15 +115,14 @@ def plot(rows: list[dict], component: str, out: Path, smooth: int) -> None:
         seeds = sorted({x["seed"] for x in rows if x["algorithm"] == r["algorithm"]})
         style = styles[seeds.index(r["seed"]) % len(styles)]
         label = f"{r['algorithm']} seed {r['seed']}" if len(seeds) > 1 else r["algorithm"]
+        color = colors[r["algorithm"]]
         for row, x in enumerate((ITERATION, "seconds")):
             ax_eval, ax_component, ax_zero = axes[row]
             xs = [e[x] for e in r["evals"]]
-            ax_eval.plot(xs, [e["accuracy"] for e in r["evals"]], style, marker="o", ms=3, color=colors[r["algorithm"]],
-                         label=label)
-            ax_eval.fill_between(xs, [e["low"] for e in r["evals"]], [e["high"] for e in r["evals"]],
-                                 color=colors[r["algorithm"]], alpha=0.05)
+            ax_eval.plot(xs, [e["accuracy"] for e in r["evals"]], style, marker="o", ms=3, color=color, label=label)
+            ax_eval.fill_between(xs, [e["low"] for e in r["evals"]], [e["high"] for e in r["evals"]], color=color,
+                                 alpha=0.05)
             mx = [m[x] for m in r["metrics"]]
-            color = colors[r["algorithm"]]
             ax_component.plot(mx, moving_mean([m["component"] for m in r["metrics"]], smooth), style, color=color, lw=1)
             ax_zero.plot(mx, moving_mean([m["zero_variance"] for m in r["metrics"]], smooth), style, color=color, lw=1)
     n = next((e["n"] for r in rows for e in r["evals"]), "?")

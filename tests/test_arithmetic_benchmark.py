@@ -70,5 +70,6 @@ def test_trl_only_runs_trl_alone_and_draws_earlier_results_beside_it(tmp_path, m
     assert [(r["side"], r["seed"]) for r in json.loads(out_json.read_text())["runs"]] == [("trl", 0), ("trl", 1)]
     assert earlier.read_text() == before  # the earlier results are read, never rewritten
     table = capsys.readouterr().out
-    assert "0.800 (0.700-0.900)" in table and table.count("0.700 (0.600-0.800)") == 6  # 2 TRL rows x (step 0, best, final)
+    assert "0.800 (0.700-0.900)" in table
+    assert table.count("0.700 (0.600-0.800)") == 6  # 2 TRL rows x (step 0, best, final)
     assert out_png.read_bytes()[:4] == b"\x89PNG"

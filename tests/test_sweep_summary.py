@@ -46,7 +46,7 @@ def test_summary_numbers_come_from_the_records(tmp_path):
     assert (dapo["algorithm"], dapo["seed"], grpo["algorithm"], grpo["seed"]) == ("dapo", 0, "grpo", 2)
     # 0.5 is reached at iteration 2 and again at 6: the best is the first (a last-wins max would say 6).
     assert dapo["best"]["iteration"] == 2 and dapo["best"]["accuracy"] == 0.5
-    # 0.5 is met exactly at iteration 2 (and again at 6): the first is kept, and ">" would find none.
+    # The reach column: 0.5 is met exactly at iteration 2, so ">=" finds it and ">" would find none.
     assert dapo["reached"]["iteration"] == 2 and dapo["reached"]["seconds"] == 25.0 and grpo["reached"] is None
     assert dapo["final"]["iteration"] == 6 and dapo["step0"]["accuracy"] == 0.1
     low, high = dapo["best"]["low"], dapo["best"]["high"]  # Wilson 95% for 10 of 20, computed by hand
@@ -68,16 +68,13 @@ def test_moving_mean_is_trailing_and_skips_missing():
     assert sweep_summary.moving_mean([1.0, 3.0, None, 5.0, float("nan"), 7.0], 2) == [1.0, 2.0, 3.0, 5.0, 5.0, 7.0]
 
 
-def test_main_writes_table_json_and_figure(tmp_path, capsys):
+def test_main_writes_table_json_and_figure(tmp_path, capsys, monkeypatch):
     sweep = tmp_path / "sweep"
     _write_run(sweep / "name=rloo", "rloo", 0, answers=[0.0, 0.5], zero=[1.0, 0.5], accuracies=[0.1, 0.4])
     out_json, out_png = tmp_path / "s.json", tmp_path / "s.png"
-    sys_argv = sys.argv
-    sys.argv = ["sweep_summary.py", str(sweep), "--window", "1", "--json", str(out_json), "--out", str(out_png)]
-    try:
-        assert sweep_summary.main() == 0
-    finally:
-        sys.argv = sys_argv
+    monkeypatch.setattr(sys, "argv", ["sweep_summary.py", str(sweep), "--window", "1", "--json", str(out_json),
+                                      "--out", str(out_png)])
+    assert sweep_summary.main() == 0
     assert "| rloo | 0 |" in capsys.readouterr().out
     saved = json.loads(out_json.read_text())["runs"]
     assert saved[0]["component_first"] == 0.0 and saved[0]["component_last"] == 0.5
