@@ -180,7 +180,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from rlvr.models.export import export_run
 
-    result = export_run(args.run, args.out, checkpoint=args.checkpoint, merge=args.merge, base_model=args.base_model)
+    result = export_run(args.run, args.out, checkpoint=args.checkpoint, merge=args.merge, base_model=args.base_model,
+                        fallback=args.fallback)
     print(f"exported {result.checkpoint} ({result.mode}) to {result.folder}")
     if result.mode == "adapter":
         print(f"load it: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({result.base_model!r}), "
@@ -378,6 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", required=True, metavar="DIR", help="the new folder (must not exist, or be empty)")
     export.add_argument("--checkpoint", default=None, metavar="iter_N", help="which checkpoint (default: the latest)")
     export.add_argument("--merge", action="store_true", help="merge a LoRA adapter into the weights")
+    export.add_argument("--fallback", action="store_true",
+                        help="if the checkpoint fails verification, export the newest intact one before it "
+                             "(default: refuse and name it)")
     export.add_argument("--base-model", default=None, metavar="SPEC",
                         help="load the base model from here instead of the run's model.name (if it moved)")
     export.set_defaults(func=cmd_export)

@@ -96,10 +96,23 @@ def test_a_changed_byte_that_still_loads_is_caught_by_the_manifest(reference_run
     assert all(torch.equal(new_weights[k], reference[k]) for k in reference)
 
 
-def test_a_checkpoint_without_manifest_that_cannot_be_read_is_skipped(reference_run, tmp_path, capsys):
+def test_a_missing_manifest_is_damage_in_a_run_that_writes_manifests(reference_run, tmp_path, capsys):
+    """The files of iter_000004 are intact, but without its manifest nothing vouches for them."""
     run_dir = _copy(reference_run, tmp_path / "run")
-    (run_dir / "checkpoints" / "iter_000004" / "manifest.json").unlink()  # as written before manifests
-    _truncate(run_dir / "checkpoints" / "iter_000004" / "optimizer.pt")
+    (run_dir / "checkpoints" / "iter_000004" / "manifest.json").unlink()
+    assert main(["train", "--resume", str(run_dir)]) == 0
+    assert "iter_000004 is damaged: manifest.json is missing" in capsys.readouterr().err
+    (record,) = read_jsonl(run_dir / "resumes.jsonl")
+    assert record["checkpoint"] == "iter_000002"
+
+
+def test_a_run_from_before_manifests_loads_and_an_unreadable_checkpoint_is_skipped(reference_run, tmp_path, capsys):
+    run_dir = _copy(reference_run, tmp_path / "run")
+    root = run_dir / "checkpoints"
+    (root / "format.json").unlink()  # as written before manifests existed: no record, no manifest anywhere
+    for name in ("iter_000002", "iter_000004"):
+        (root / name / "manifest.json").unlink()
+    _truncate(root / "iter_000004" / "optimizer.pt")
     assert main(["train", "--resume", str(run_dir)]) == 0
     assert "iter_000004 is damaged: it could not be read" in capsys.readouterr().err
     assert [r["iteration"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3, 4]

@@ -139,6 +139,7 @@ def test_a_checkpoint_with_the_old_string_target_modules_still_loads_and_resumes
         data["target_modules"] = str(set(data["target_modules"]))  # what rlvr wrote before (json default=str)
         config_path.write_text(json.dumps(data, indent=2))
         (config_path.parents[1] / "manifest.json").unlink()  # checkpoints of that time had no manifest
+    (run / "checkpoints" / "format.json").unlink()  # nor the record that the run writes them
     checkpoint = run / "checkpoints" / "iter_000002" / "model"
     assert isinstance(json.loads((checkpoint / "adapter_config.json").read_text())["target_modules"], str)
     assert read_adapter_config(checkpoint)["target_modules"] == sorted(LoraSettings().target_modules)

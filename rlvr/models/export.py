@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 from rlvr.models.conversion import compare_state_dicts, write_verified_model
-from rlvr.models.runs import find_checkpoint, load_policy_from_run
+from rlvr.models.runs import load_policy_from_run, open_checkpoint
 from rlvr.models.trainable_state import ADAPTER_WEIGHTS_FILE, trainable_tensors, write_adapter
 
 EXPORT_INFO_FILE = "rlvr_export.json"
@@ -48,22 +48,25 @@ def _write_adapter_folder(loaded, folder: Path) -> None:
 
 
 def export_run(path: str | os.PathLike, out: str | os.PathLike, *, checkpoint: Optional[str] = None,
-               merge: bool = False, base_model: Optional[str] = None) -> ExportResult:
+               merge: bool = False, base_model: Optional[str] = None, fallback: bool = False) -> ExportResult:
     """Export the latest (or the named) checkpoint of the run at `path` to the new folder `out`.
 
     path: a run folder, a checkpoint folder or a checkpoint's `model/` folder.
     merge: fold a LoRA adapter into the weights (a plain model); without it a LoRA run gives an
         adapter folder. Full fine-tuning always gives a plain model.
     base_model: load the base from here instead of the run's `model.name` (a moved folder).
+    fallback: when the checkpoint is damaged, export the newest intact one before it (default: refuse).
+    The checkpoint is verified against its manifest and pinned while it is read, so a run that is
+    still writing checkpoints cannot prune it mid-read.
     """
-    found = find_checkpoint(path, checkpoint)
     out = Path(out).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"--out {out} already exists and is not empty; choose another folder or remove it")
-    if found.kind == "lora" and not merge and found.model_settings.get("init_from"):
-        raise ValueError(f"{found.run_dir} started from the weights of {found.model_settings['init_from']} "
-                         "(model.init_from), so its adapter does not fit the base model alone; export with --merge")
-    loaded = load_policy_from_run(found.checkpoint_dir, base_model=base_model, memory_kernels=False)
+    with open_checkpoint(path, checkpoint, fallback=fallback) as found:
+        if found.kind == "lora" and not merge and found.model_settings.get("init_from"):
+            raise ValueError(f"{found.run_dir} started from the weights of {found.model_settings['init_from']} "
+                             "(model.init_from), so its adapter does not fit the base model alone; export with --merge")
+        loaded = load_policy_from_run(found.checkpoint_dir, base_model=base_model, memory_kernels=False)
     # The tokenizer as the base model ships it (rlvr's own copy pads on the left, for generation).
     tokenizer = AutoTokenizer.from_pretrained(loaded.model_path)
     out.parent.mkdir(parents=True, exist_ok=True)

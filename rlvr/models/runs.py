@@ -9,39 +9,35 @@ and puts the trained weights in: the same policy `rlvr train --resume` continues
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import yaml
 from torch import nn
 
+from rlvr.models.checkpoint_files import (CHECKPOINT_NAME, CHECKPOINTS, LATEST, checkpoint_candidates, checkpoint_folders,  # noqa: F401
+                                          checkpoint_root, pinned, verify_checkpoint)
 from rlvr.models.conversion import check_model_spec
 from rlvr.models.policy import LoadedModel, LoraSettings, load_policy, resolve_dtype
 from rlvr.models.trainable_state import TRAINABLE_INFO_FILE, load_trainable, read_adapter_config
 
-CHECKPOINTS = "checkpoints"
-LATEST = "latest"
 RUN_CONFIG = "config.yaml"
 
 
-def checkpoint_root(run_dir: str | os.PathLike) -> Path:
-    return Path(run_dir) / CHECKPOINTS
+class DamagedCheckpointError(FileNotFoundError):
+    """The checkpoint asked for failed verification: it is named with the reason and never loaded."""
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    """The checkpoint the `latest` pointer names, else the highest `iter_*` folder, else None."""
-    root = checkpoint_root(run_dir)
-    pointer = root / LATEST
-    if pointer.exists():
-        folder = root / pointer.read_text().strip()
-        if folder.is_dir():
-            return folder
-    folders = sorted(p for p in root.glob("iter_*") if p.is_dir())
-    return folders[-1] if folders else None
+    """The checkpoint to load first (unverified): the one a usable `latest` pointer names, else the newest `iter_*`."""
+    candidates, _ = checkpoint_candidates(run_dir)
+    return candidates[0] if candidates else None
 
 
 @dataclass
@@ -67,33 +63,37 @@ def is_run_path(path: str | os.PathLike) -> bool:
 
 
 def _named_checkpoint(run_dir: Path, checkpoint: str) -> Path:
-    folders = sorted(p for p in checkpoint_root(run_dir).glob("iter_*") if p.is_dir())
+    folders = checkpoint_folders(checkpoint_root(run_dir))
     match = re.fullmatch(r"(?:iter_)?0*(\d+)", str(checkpoint))
     for folder in folders:
         if folder.name == checkpoint or match and int(folder.name.removeprefix("iter_")) == int(match.group(1)):
             return folder
     raise FileNotFoundError(f"{run_dir} has no checkpoint {checkpoint!r}; valid choices: "
-                            f"{', '.join(f.name for f in folders) or '(none)'}")
+                            f"{', '.join(f.name for f in reversed(folders)) or '(none)'}")
 
 
-def find_checkpoint(path: str | os.PathLike, checkpoint: Optional[str] = None) -> RunCheckpoint:
-    """Resolve a run folder (latest checkpoint unless `checkpoint`, e.g. `iter_4`), a checkpoint
-    folder, or a checkpoint's `model/` folder."""
-    path = Path(path).expanduser()
+def _locate(path: Path, checkpoint: Optional[str]) -> tuple[Path, list[Path]]:
+    """The run folder and the checkpoints to try for `path`, in order (one, unless the run's latest is wanted)."""
     if (path / TRAINABLE_INFO_FILE).is_file():
         path = path.parent
-    if (path / "model" / TRAINABLE_INFO_FILE).is_file():
+    if (path / "model" / TRAINABLE_INFO_FILE).is_file() or path.parent.name == CHECKPOINTS:
         if checkpoint is not None:
             raise ValueError(f"{path} is a checkpoint already; pass its run folder to choose another checkpoint")
-        checkpoint_dir, run_dir = path, path.parent.parent
-    elif (path / RUN_CONFIG).is_file():
-        run_dir = path
-        checkpoint_dir = _named_checkpoint(path, checkpoint) if checkpoint is not None else latest_checkpoint(path)
-        if checkpoint_dir is None:
+        return path.parent.parent, [path]
+    if (path / RUN_CONFIG).is_file():
+        if checkpoint is not None:
+            return path, [_named_checkpoint(path, checkpoint)]
+        candidates, pointer_problem = checkpoint_candidates(path)
+        if pointer_problem:
+            print(f"warning: {pointer_problem}; using the newest checkpoint folder instead", file=sys.stderr)
+        if not candidates:
             raise FileNotFoundError(f"run {path} has no checkpoint yet ({CHECKPOINTS}/ is empty)")
-    else:
-        raise FileNotFoundError(f"{path} is neither a run folder (with {RUN_CONFIG} and {CHECKPOINTS}/) nor a "
-                                f"checkpoint folder (with model/{TRAINABLE_INFO_FILE})")
+        return path, candidates
+    raise FileNotFoundError(f"{path} is neither a run folder (with {RUN_CONFIG} and {CHECKPOINTS}/) nor a "
+                            f"checkpoint folder (with model/{TRAINABLE_INFO_FILE})")
+
+
+def _run_checkpoint(run_dir: Path, checkpoint_dir: Path) -> RunCheckpoint:
     config_path = run_dir / RUN_CONFIG
     if not config_path.is_file():
         raise FileNotFoundError(f"checkpoint {checkpoint_dir} is not inside a run folder: {config_path} is missing "
@@ -103,8 +103,58 @@ def find_checkpoint(path: str | os.PathLike, checkpoint: Optional[str] = None) -
         raise ValueError(f"{config_path} names no base model (model.name)")
     model_dir = checkpoint_dir / "model"
     if not (model_dir / TRAINABLE_INFO_FILE).is_file():
-        raise FileNotFoundError(f"checkpoint {checkpoint_dir} is incomplete: model/{TRAINABLE_INFO_FILE} is missing")
+        raise DamagedCheckpointError(f"checkpoint {checkpoint_dir} is incomplete: model/{TRAINABLE_INFO_FILE} is "
+                                     "missing")
     return RunCheckpoint(run_dir=run_dir, checkpoint_dir=checkpoint_dir, model_dir=model_dir, model_settings=settings)
+
+
+@contextlib.contextmanager
+def open_checkpoint(path: str | os.PathLike, checkpoint: Optional[str] = None, *,
+                    fallback: bool = False) -> Iterator[RunCheckpoint]:
+    """The verified checkpoint of `path`, pinned while the block reads it (a writing run keeps it).
+
+    path: a run folder (its latest checkpoint, or `checkpoint`, e.g. `iter_4`), a checkpoint folder, or
+    a checkpoint's `model/` folder. A checkpoint that fails `verify_checkpoint` raises
+    DamagedCheckpointError naming it, the reason and the newest intact one; with `fallback`, the run's
+    older checkpoints are tried instead (each reported) and the first intact one is used.
+    """
+    run_dir, candidates = _locate(Path(path).expanduser(), checkpoint)
+    damaged = []
+    for index, folder in enumerate(candidates):
+        with pinned(folder):
+            reason = verify_checkpoint(folder)
+            if reason is None:
+                found = _run_checkpoint(run_dir, folder)
+                if damaged:
+                    print(f"warning: using {folder.name} instead of the damaged {damaged[0][0].name}", file=sys.stderr)
+                yield found
+                return
+        damaged.append((folder, reason))
+        if not fallback:
+            break
+        print(f"warning: checkpoint {folder} is damaged: {reason}; trying the previous one", file=sys.stderr)
+    if fallback:
+        listed = "; ".join(f"{folder.name}: {why}" for folder, why in damaged)
+        raise DamagedCheckpointError(f"{run_dir} has no intact checkpoint ({listed}); nothing was loaded")
+    first, reason = damaged[0]
+    intact = next((p for p in checkpoint_folders(checkpoint_root(run_dir))
+                   if _iteration(p) < _iteration(first) and verify_checkpoint(p) is None), None)
+    advice = (f"; the newest intact one before it is {intact.name}: name it (--checkpoint {intact.name}, or the "
+              f"folder {intact}) or pass --fallback where the command has it" if intact is not None
+              else "; the run has no older intact checkpoint")
+    raise DamagedCheckpointError(f"checkpoint {first} is damaged: {reason}; it was not loaded{advice}")
+
+
+def _iteration(folder: Path) -> int:
+    match = CHECKPOINT_NAME.fullmatch(folder.name)
+    return int(match.group(1)) if match else -1
+
+
+def find_checkpoint(path: str | os.PathLike, checkpoint: Optional[str] = None, *,
+                    fallback: bool = False) -> RunCheckpoint:
+    """`open_checkpoint`'s verified checkpoint, not pinned beyond the check (for checks before a load)."""
+    with open_checkpoint(path, checkpoint, fallback=fallback) as found:
+        return found
 
 
 def lora_settings_from_checkpoint(model_dir: Path) -> LoraSettings:
@@ -124,18 +174,18 @@ def load_policy_from_run(path: str | os.PathLike, *, checkpoint: Optional[str] =
     they are rebuilt first (`merged_model_from_run`, down the whole chain), then this run's weights go in.
     dtype: the run's `model.dtype` by default; another dtype casts the loaded weights.
     """
-    found = find_checkpoint(path, checkpoint)
-    if found.run_dir.resolve() in _seen:
-        raise ValueError(f"model.init_from chain loops back to {found.run_dir}")
-    run_dtype = found.model_settings.get("dtype", "float32")
-    lora = lora_settings_from_checkpoint(found.model_dir) if found.kind == "lora" else None
-    initial = None
-    if found.model_settings.get("init_from"):
-        initial = merged_model_from_run(found.model_settings["init_from"], dtype=run_dtype, device=device,
-                                        base_model=base_model, _seen=_seen + (found.run_dir.resolve(),))
-    loaded = load_policy(base_model or found.model_settings["name"], dtype=run_dtype, device=device, lora=lora,
-                         memory_kernels=memory_kernels, initial_model=initial)
-    load_trainable(loaded, found.model_dir)
+    with open_checkpoint(path, checkpoint) as found:  # verified, and pinned until its weights are read
+        if found.run_dir.resolve() in _seen:
+            raise ValueError(f"model.init_from chain loops back to {found.run_dir}")
+        run_dtype = found.model_settings.get("dtype", "float32")
+        lora = lora_settings_from_checkpoint(found.model_dir) if found.kind == "lora" else None
+        initial = None
+        if found.model_settings.get("init_from"):
+            initial = merged_model_from_run(found.model_settings["init_from"], dtype=run_dtype, device=device,
+                                            base_model=base_model, _seen=_seen + (found.run_dir.resolve(),))
+        loaded = load_policy(base_model or found.model_settings["name"], dtype=run_dtype, device=device, lora=lora,
+                             memory_kernels=memory_kernels, initial_model=initial)
+        load_trainable(loaded, found.model_dir)
     if dtype is not None and resolve_dtype(dtype) != loaded.dtype:
         loaded.policy.to(resolve_dtype(dtype))
         loaded.dtype = resolve_dtype(dtype)

@@ -3,8 +3,10 @@
 A checkpoint folder is written under a temporary name, its files' sizes and sha256 hashes go into
 `manifest.json`, everything is fsynced, the folder is renamed into place and the `latest` pointer
 replaced atomically afterwards, so a crash at any moment leaves the previous checkpoint intact. On
-resume each candidate (the `latest` one first, then older ones) is checked against its manifest
-and loaded; a damaged one is reported by name and the next older intact one is used instead.
+resume each candidate (the one a usable `latest` names first, then older ones) is checked by
+`verify_checkpoint` (rlvr/models/checkpoint_files.py, the check every loader runs) and loaded; a
+damaged one is reported by name and the next older intact one is used instead. Pruning keeps a
+checkpoint a reader (`rlvr eval`, `rlvr export`) has pinned.
 Under FSDP every rank gathers the full tensors (`gather_checkpoint_state`) and rank 0 writes them:
 the files are the same as without FSDP. PPO's value model (head, and a separate model's trainable
 weights) is saved in `value/` beside the policy's `model/`. A full disk or a missing permission is said in words.
@@ -12,7 +14,6 @@ weights) is saved in `value/` beside the policy's `model/`. A full disk or a mis
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -26,7 +27,10 @@ import torch
 from safetensors import SafetensorError
 
 from rlvr.models import load_trainable, save_trainable
-from rlvr.models.runs import LATEST, checkpoint_root, latest_checkpoint  # noqa: F401  (the run layout lives there)
+from rlvr.models.checkpoint_files import (LATEST, MANIFEST, REQUIRED, checkpoint_candidates, checkpoint_folders,  # noqa: F401
+                                          checkpoint_root, mark_manifests, remove_checkpoint_folder,
+                                          verify_checkpoint, write_manifest)
+from rlvr.models.runs import latest_checkpoint  # noqa: F401  (the run layout lives there)
 from rlvr.models.trainable_state import trainable_tensors
 from rlvr.models.value_model import load_value_model, save_value_model, value_model_tensors
 from rlvr.train.distributed import SINGLE
@@ -34,9 +38,7 @@ from rlvr.train.fsdp import full_optimizer_state, shard_optimizer_state
 from rlvr.storage_errors import storage_error
 from rlvr.utils import atomic_write_text, rng_state, set_rng_state
 
-MANIFEST = "manifest.json"
 DAMAGED_PREFIX = "damaged-"  # a checkpoint that failed verification is renamed, never deleted
-REQUIRED = ("model", "optimizer.pt", "trainer_state.pt")
 VALUE_FOLDER = "value"  # PPO's value model, required when the run has one
 # What reading a damaged file raises (truncated safetensors / zip / pickle, missing keys, bad JSON).
 LOAD_DAMAGE_ERRORS = (SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile,
@@ -58,7 +60,11 @@ def remove_orphans(root: Path) -> list[str]:
     """
     removed = []
     for leftover in sorted([*root.glob(".tmp_iter_*"), *root.glob(f".{LATEST}.*")]):
-        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        if leftover.is_dir() and not leftover.is_symlink():
+            if not remove_checkpoint_folder(leftover):  # a replaced checkpoint a reader still has open
+                continue
+        else:
+            leftover.unlink()
         removed.append(leftover.name)
     return removed
 
@@ -66,50 +72,6 @@ def remove_orphans(root: Path) -> list[str]:
 def _torch_save(obj, path: Path) -> None:
     with open(path, "wb") as handle:  # a Python file object: a full disk raises OSError(ENOSPC), not basic_ios
         torch.save(obj, handle)
-
-
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-        os.fsync(handle.fileno())  # the bytes are on disk before the folder is renamed into place
-    return digest.hexdigest()
-
-
-def write_manifest(folder: Path, iteration: int) -> dict:
-    """Record every file of `folder` (size, sha256) in `folder/manifest.json`; returns the manifest."""
-    files = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST):
-        files[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "sha256": _file_digest(path)}
-    manifest = {"format": 1, "iteration": iteration, "files": files}
-    atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
-    return manifest
-
-
-def verify_checkpoint(folder: Path) -> str | None:
-    """Why `folder` is not an intact checkpoint (a missing or changed file), or None if it is."""
-    folder = Path(folder)
-    for name in REQUIRED:
-        if not (folder / name).exists():
-            return f"{name} is missing"
-    manifest_path = folder / MANIFEST
-    if not manifest_path.exists():
-        return None  # written before manifests existed: loading it is the only check
-    try:
-        files = json.loads(manifest_path.read_text())["files"]
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        return f"{MANIFEST} is unreadable"
-    for name, expected in files.items():
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        size = path.stat().st_size
-        if size != expected["size"]:
-            return f"{name} has {size} bytes, {expected['size']} were written"
-        if _file_digest(path) != expected["sha256"]:
-            return f"{name} does not match its sha256 in {MANIFEST}"
-    return None
 
 
 def save_checkpoint(run_dir: Path, iteration: int, loaded, optimizer, scheduler, state: dict, keep: int = 2,
@@ -128,6 +90,7 @@ def save_checkpoint(run_dir: Path, iteration: int, loaded, optimizer, scheduler,
     try:
         root.mkdir(parents=True, exist_ok=True)
         remove_orphans(root)
+        mark_manifests(root)
         tmp.mkdir()
         save_trainable(loaded, tmp / "model", tensors=gathered["model_tensors"])
         if value_model is not None:
@@ -137,8 +100,10 @@ def save_checkpoint(run_dir: Path, iteration: int, loaded, optimizer, scheduler,
                      **({"distributed": distributed} if distributed is not None else {})},
                     tmp / "trainer_state.pt")
         write_manifest(tmp, iteration)
-        if final.exists():
-            shutil.rmtree(final)
+        if final.exists():  # redone after a resume from an older checkpoint; a reader may still have it open
+            replaced = root / f".tmp_iter_{iteration:06d}_{os.getpid()}_replaced"
+            os.replace(final, replaced)
+            remove_checkpoint_folder(replaced)
         os.replace(tmp, final)
         atomic_write_text(root / LATEST, final.name + "\n")
     except Exception as exc:
@@ -154,21 +119,9 @@ def save_checkpoint(run_dir: Path, iteration: int, loaded, optimizer, scheduler,
 
 def _prune(root: Path, keep: int, newest: Path) -> None:
     """Delete all but the newest `keep` checkpoints; `newest` (just written) is never deleted."""
-    folders = sorted(p for p in root.glob("iter_*") if p.is_dir() and p != newest)
+    folders = [p for p in reversed(checkpoint_folders(root)) if p != newest]  # oldest first
     for old in folders[: max(0, len(folders) - max(1, keep) + 1)]:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def checkpoint_candidates(run_dir: Path) -> list[Path]:
-    """The folder `latest` names, then the older ones, newest first (without a pointer: all, newest first)."""
-    root = checkpoint_root(run_dir)
-    folders = sorted((p for p in root.glob("iter_*") if p.is_dir()), reverse=True)
-    pointer = root / LATEST
-    if pointer.exists():
-        named = root / pointer.read_text().strip()
-        if named.is_dir():
-            return [named, *(p for p in folders if p.name < named.name)]
-    return folders
+        remove_checkpoint_folder(old)  # one a reader (eval, export) has pinned is kept, and pruned at a later save
 
 
 def load_checkpoint(folder: Path, loaded, optimizer, scheduler, value_model=None) -> dict:
@@ -198,7 +151,10 @@ def restore_checkpoint(run_dir: Path, loaded, optimizer, scheduler, dist=SINGLE,
     the manifests and every rank gets its verdicts, so all ranks load the same checkpoint; reading
     the files is the last check (the only one for checkpoints written before manifests).
     """
-    candidates = checkpoint_candidates(run_dir)
+    candidates, pointer_problem = checkpoint_candidates(run_dir)
+    if pointer_problem and dist.is_main:
+        print(f"warning: {pointer_problem}; resuming from the newest intact checkpoint folder instead",
+              file=sys.stderr)
     if not candidates:
         raise FileNotFoundError(f"{run_dir} has no checkpoint to resume from")
     verdicts: list[str | None] = []
@@ -225,7 +181,7 @@ def restore_checkpoint(run_dir: Path, loaded, optimizer, scheduler, dist=SINGLE,
         if skipped and dist.is_main:
             print(f"warning: resuming from {folder.name} instead of {skipped[0]['checkpoint']}; what was logged "
                   f"after iteration {restored['iteration']} is dropped and redone", file=sys.stderr)
-        return {**restored, "checkpoint": folder, "skipped": skipped}
+        return {**restored, "checkpoint": folder, "skipped": skipped, "pointer_problem": pointer_problem}
     listed = "; ".join(f"{entry['checkpoint']}: {entry['reason']}" for entry in skipped)
     raise FileNotFoundError(f"{run_dir} has no intact checkpoint to resume from ({listed})")
 
@@ -240,5 +196,12 @@ def set_aside(run_dir: Path, names: list[str]) -> list[str]:
     return moved
 
 
-def point_latest(run_dir: Path, folder: Path) -> None:
-    atomic_write_text(checkpoint_root(run_dir) / LATEST, Path(folder).name + "\n")
+def point_latest(run_dir: Path, folder: Path) -> list[str]:
+    """Point `latest` at `folder`; a folder in the pointer's place is set aside first. Returns what was set aside."""
+    pointer, moved = checkpoint_root(run_dir) / LATEST, []
+    if pointer.is_dir() and not pointer.is_symlink():
+        target = pointer.with_name(f"{DAMAGED_PREFIX}{LATEST}-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(pointer, target)
+        moved.append(target.name)
+    atomic_write_text(pointer, Path(folder).name + "\n")
+    return moved

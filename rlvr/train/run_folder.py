@@ -107,8 +107,12 @@ class RunFolder:
             damaged = [entry["checkpoint"] for entry in restored["skipped"] if entry["damaged"]]
             if damaged:
                 notes.append(f"damaged checkpoints set aside as {', '.join(set_aside(self.path, damaged))}")
-            if restored["skipped"]:
-                point_latest(self.path, restored["checkpoint"])
+            if restored["skipped"] or restored.get("pointer_problem"):
+                if restored.get("pointer_problem"):
+                    notes.append(f"{restored['pointer_problem']}: it now names {restored['checkpoint'].name}")
+                moved = point_latest(self.path, restored["checkpoint"])
+                if moved:
+                    notes.append(f"the folder in the place of checkpoints/latest was set aside as {moved[0]}")
             for name, (text, _) in trimmed.items():
                 if text is not None:
                     atomic_write_text(self.path / name, text)
