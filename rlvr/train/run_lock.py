@@ -120,6 +120,8 @@ class RunLock:
             return
         try:
             self.path.unlink(missing_ok=True)
+        except OSError:  # a read-only or vanished folder: the flock still goes with the descriptor
+            pass
         finally:
             os.close(self._fd)  # closing the last descriptor releases the flock
             self._fd = None
