@@ -169,6 +169,15 @@ def test_resume_sets_a_checkpoint_with_a_malformed_manifest_aside(base_run, tmp_
     assert record["checkpoint"] == "iter_000002"
 
 
+def test_resume_passes_over_a_checkpoint_with_a_file_it_did_not_write(base_run, tmp_path, capsys):
+    run_dir = _copy(base_run, tmp_path / "run")
+    (run_dir / "checkpoints" / "iter_000004" / "model" / "model.safetensors").write_bytes(b"\x00" * 16)
+    assert main(["train", "--resume", str(run_dir)]) == 0
+    assert "iter_000004 is damaged: model/model.safetensors is not in manifest.json" in capsys.readouterr().err
+    (record,) = read_jsonl(run_dir / "resumes.jsonl")
+    assert record["checkpoint"] == "iter_000002"
+
+
 # ----------------------------------------------------------------------------- every loader verifies
 
 def test_export_refuses_a_damaged_checkpoint_and_names_the_intact_one(base_run, tmp_path, capsys):
