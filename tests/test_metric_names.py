@@ -37,6 +37,7 @@ NOT_METRICS = {
     ("rlvr/report/figures.py", "grad_norm"): "figure file stem",
     ("rlvr/report/figures.py", "truncated_frac"): "figure file stem",
     ("rlvr/train/checkpoint.py", "iteration"): "a key of trainer_state.pt",
+    ("rlvr/models/checkpoint_files.py", "iteration"): "a key of a checkpoint's manifest.json",
     ("rlvr/train/session.py", "iteration"): "the key load_checkpoint returns",
     ("rlvr/train/generations.py", "entropy"): "a field of generations.jsonl lines",
     ("rlvr/train/evaluation.py", "examples"): "a field of rlvr eval's summary.json",
