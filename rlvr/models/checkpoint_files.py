@@ -23,7 +23,6 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
-from rlvr.metric_names import ITERATION
 from rlvr.utils import atomic_write_text
 
 CHECKPOINTS = "checkpoints"
@@ -68,7 +67,7 @@ def write_manifest(folder: Path, iteration: int) -> dict:
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST):
         files[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "sha256": file_digest(path, True)}
-    manifest = {"format": MANIFEST_FORMAT, ITERATION: iteration, "files": files}
+    manifest = {"format": MANIFEST_FORMAT, "iteration": iteration, "files": files}
     atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return manifest
 
@@ -127,8 +126,8 @@ def verify_checkpoint(folder: str | os.PathLike, manifest_required: bool | None 
     if problem is not None:
         return problem
     match = CHECKPOINT_NAME.fullmatch(folder.name)
-    if match and ITERATION in manifest and manifest[ITERATION] != int(match.group(1)):
-        return f"{MANIFEST} is of iteration {manifest[ITERATION]!r}, not of {folder.name}"
+    if match and "iteration" in manifest and manifest["iteration"] != int(match.group(1)):
+        return f"{MANIFEST} is of iteration {manifest['iteration']!r}, not of {folder.name}"
     files = manifest["files"]
     on_disk = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
                      if (p.is_file() or p.is_symlink()) and p.name != MANIFEST)
