@@ -176,6 +176,7 @@ def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: f
     examples = task.examples("train", prompts, config.train.seed)
     results = {kind: KindResult(kind) for kind in kinds}
     form = answer_format(prompt_text(examples[0].prompt))
+    judge(task, form.wrap(str(examples[0].ground_truth)), examples[0])  # untimed: starts a verifier's worker process
     for example in examples:
         truths = example.ground_truth if isinstance(example.ground_truth, (list, tuple)) else [example.ground_truth]
         item = AuditPrompt(prompt=prompt_text(example.prompt), truth=str(truths[0]), form=form)
