@@ -195,7 +195,8 @@ HOSTILE_PAYLOADS = (
 
 @KINDS.register("hostile")
 def hostile(item: AuditPrompt) -> list[str]:
-    return item.wrong(HOSTILE_PAYLOADS)
+    """The payloads, less those holding the truth's numeral (`9**9**9` when the truth is 9 is a guess)."""
+    return item.wrong(p for p in HOSTILE_PAYLOADS if not any(item.equals_truth(n) for n in NUMBER_RE.findall(p)))
 
 
 def audit_completions(item: AuditPrompt, kinds: list[str]) -> dict[str, list[str]]:

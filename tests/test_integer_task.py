@@ -27,6 +27,9 @@ def old_integer_total(completion: str, answer: float) -> float:
     ("-122", 0.0, 1.0, 0.0, "ok", 0.0),
     ("1,122", 0.0, 0.0, 0.0, "ok", 0.0),
     ("120 or 122 or 121", 0.0, 0.0, 0.0, "ok", 0.0),  # the last integer counts
+    ("122.5", math.nan, 0.0, 0.0, "unjudgeable", 0.0),  # a decimal: its integer part is not the answer
+    ("122.000001", math.nan, 0.0, 0.0, "unjudgeable", 0.0),
+    ("The sum is 122.", 1.0, 0.0, 0.0, "ok", 1.0),  # a sentence's full stop is not a decimal point
     ("one hundred twenty-two", math.nan, 0.0, 0.0, "unjudgeable", 0.0),
     ("", math.nan, 0.0, 0.0, "unjudgeable", 0.0),
 ])
