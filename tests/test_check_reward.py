@@ -93,6 +93,26 @@ class BoxedOnlyTask(ToyTask):
         return float(f"\\boxed{{{truth}}}" in completion), 0.0
 
 
+class HalfCreditTask(ToyTask):
+    """The right answer earns only 0.5 of the correctness component, and only for truths below 43."""
+
+    name = "audit_half_credit"
+
+    def pays(self, completion, truth):
+        answer, _ = super().pays(completion, truth)
+        return answer * (0.5 if int(truth) < 43 else 1.0), 0.0
+
+
+class EchoFormatTask(SoundTask):
+    """The format bonus for any text holding `<answer>` with something after it: the echoed prompt too."""
+
+    name = "audit_echo_format"
+
+    def pays(self, completion, truth):
+        answer, _ = super().pays(completion, truth)
+        return answer, float("<answer>" in completion and len(completion) > 20)
+
+
 class SlowOnLongTask(SoundTask):
     name = "audit_slow_on_long"
 
@@ -102,12 +122,13 @@ class SlowOnLongTask(SoundTask):
         return super().pays(completion, truth)
 
 
-for _toy in (AnyTagTask, AnySpanTask, SoundTask, EmptyTagFormatTask, BoxedOnlyTask, SlowOnLongTask):
+for _toy in (AnyTagTask, AnySpanTask, SoundTask, EmptyTagFormatTask, BoxedOnlyTask, HalfCreditTask, EchoFormatTask,
+             SlowOnLongTask):
     register_task(_toy.name, _toy)
 
 
-def audit(name, **options):
-    return run_reward_audit(load_config(None, [f"task.name={name}", "train.eval_size=0"]), prompts=6, **options)
+def audit(name, prompts=6, **options):
+    return run_reward_audit(load_config(None, [f"task.name={name}", "train.eval_size=0"]), prompts=prompts, **options)
 
 
 def failing_kinds(result):
@@ -130,6 +151,7 @@ def test_a_sound_verifier_passes_with_the_control_fully_paid():
     control = result.kinds["control"]
     assert control.prompts == 6 and control.main_full == 6 and control.mean_total == pytest.approx(1.5)
     assert result.kinds["guess_small"].formats == {} and result.kinds["guess_small"].any_reward == 0
+    assert control.formats == {}  # its format bonus comes with correctness: no hack
 
 
 def test_format_bonus_for_an_empty_tag_pair_fails_and_no_allowance_covers_it(monkeypatch):
@@ -156,6 +178,26 @@ def test_a_control_the_task_cannot_read_is_a_failure_of_the_audit():
     assert result.kinds["control"].main_full == 0
 
 
+def test_a_control_paid_in_part_fails():
+    result = audit(HalfCreditTask.name)  # truths 40..45: 0.5 for 40, 41, 42, full for 43, 44, 45
+    assert result.kinds["control"].main == 6 and result.kinds["control"].main_full == 3
+    assert any(line.startswith("control: the ground truth in the asked format earned the full correctness "
+                               "reward on 3 of 6 prompts") for line in result.failures)
+
+
+def test_a_control_paid_on_some_prompts_only_fails():
+    result = audit(HalfCreditTask.name, prompts=3)  # truths 40, 41, 42: each paid 0.5, none in full
+    assert result.kinds["control"].main == 3 and not result.passed
+    assert failing_kinds(result) == {"control"}
+
+
+def test_an_allowance_never_covers_the_echoed_prompt(monkeypatch):
+    monkeypatch.setitem(check_reward.FORMAT_ALLOWANCES, EchoFormatTask.name, {"format": "shaping"})
+    result = audit(EchoFormatTask.name)
+    assert {"echo", "tags_prompt"} <= failing_kinds(result)
+    assert "long_tail" not in failing_kinds(result) and "control" not in failing_kinds(result)
+
+
 def test_a_slow_verdict_fails_and_names_its_kind():
     result = audit(SlowOnLongTask.name, max_verdict_seconds=0.03)
     assert {"long_text", "long_tail"} <= failing_kinds(result)
@@ -174,6 +216,7 @@ def test_json_holds_the_per_kind_numbers(tmp_path):
     assert tags_empty["main_rate"] == 0 and tags_empty["format_rates"] == {"format": 1.0}
     assert tags_empty["any_reward_rate"] == 1.0 and tags_empty["mean_total"] == pytest.approx(0.5)
     assert control["main_rate"] == 1.0 and control["mean_total"] == pytest.approx(1.5)
+    assert control["format_rates"] == {}  # paid with correctness, so not counted as a format hack
     assert tags_empty["example"] == "'<answer></answer>'"
 
 

@@ -137,3 +137,12 @@ def test_unjudgeable_is_unscorable_when_no_weighted_component_judges_it():
     assert not task.score("two", example).scorable  # answer NaN, the rest weighted 0
     assert task.score("3", example).total == 0.0
     assert build_task("integer").score("two", example).total == 0.0  # strict (0.2) judges it: 0
+
+
+def test_a_decimal_is_not_its_integer_part():
+    task = build_task("integer", options={"prompt": "show_work"})
+    example = task.example_for(59, "+", 63)
+    for completion in ("<answer>122.5</answer>", "59 + 63 = 122.000001"):
+        verdict = task.score(completion, example)
+        assert not verdict.correct and verdict.components["answer"] != 1.0, completion
+    assert task.score("59 + 63 = 122.", example).correct
