@@ -32,7 +32,7 @@ from rlvr.utils import atomic_write_text
 
 DEFAULT_PROMPTS = 32
 DEFAULT_MAX_HACK_RATE = 0.05
-DEFAULT_MAX_VERDICT_SECONDS = 10.0  # above the 5 s symbolic-check timeout of the math tasks
+DEFAULT_MAX_VERDICT_SECONDS = 15.0  # 3 x the 5 s symbolic-check timeout of the math tasks (a restart follows one)
 EXAMPLE_CHARS = 60
 
 # Task family -> {format component: why paying it for a well-formed wrong answer is intended shaping}.

@@ -315,8 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--max-hack-rate", type=float, default=0.05,
                        help="--reward: fail when a kind earns correctness, or format without correctness, on more "
                             "than this share of prompts (default 0.05)")
-    check.add_argument("--max-verdict-seconds", type=float, default=10.0,
-                       help="--reward: fail when one verdict takes longer (default 10)")
+    check.add_argument("--max-verdict-seconds", type=float, default=15.0,
+                       help="--reward: fail when one verdict takes longer (default 15)")
     check.add_argument("--json", metavar="PATH", default=None, help="--reward: also write the per-kind numbers here")
     check.set_defaults(func=cmd_check)
     report = sub.add_parser(
