@@ -99,6 +99,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     config_path, overrides = _split_config_and_overrides(args.items)
     config = load_config(config_path, overrides)
+    if args.reward:
+        return _reward_audit(args, config, format_table)
     if args.mechanism:
         candidates, rows = run_mechanism_check(config)
         print(format_table(candidates, ("response", "reward", "components", "status", "advantage and change")))
@@ -109,6 +111,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     bad = [r.name for r in rows if r.result == "FAIL"]
     print(f"rlvr check: {'FAILED: ' + ', '.join(bad) if failed(rows) else 'all checks passed'}")
     return 1 if failed(rows) else 0
+
+
+def _reward_audit(args: argparse.Namespace, config, format_table) -> int:
+    from rlvr.check_reward import REWARD_HEADER, audit_rows, run_reward_audit, write_audit_json
+
+    audit = run_reward_audit(config, prompts=args.prompts, max_hack_rate=args.max_hack_rate,
+                             max_verdict_seconds=args.max_verdict_seconds)
+    print(f"reward audit of task {audit.task} ({len(audit.kinds)} kinds, answer format {audit.answer_format}, "
+          f"correctness component {audit.main_component!r})")
+    print(format_table(audit_rows(audit), REWARD_HEADER))
+    for line in audit.allowed:
+        print(f"allowed: {line}")
+    if args.json:
+        write_audit_json(audit, args.json)
+        print(f"wrote {args.json}")
+    print(f"rlvr check --reward: {'FAILED: ' + '; '.join(audit.failures) if audit.failures else 'no kind earns unearned reward'}")
+    return 0 if audit.passed else 1
 
 
 def cmd_algorithms(args: argparse.Namespace) -> int:
@@ -284,11 +303,22 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="preflight: one rollout batch and one update, verified quantity by quantity",
         description="rlvr check [CONFIG.yaml] [key=value ...]   prints a pass/fail table and exits 1 on any "
                     "failure; --mechanism runs fixed candidate responses through scoring, advantages and "
-                    "4 updates of a fresh LoRA adapter instead of sampling",
+                    "4 updates of a fresh LoRA adapter instead of sampling; --reward audits the task's verifier "
+                    "on degenerate completions without a model",
     )
     check.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
     check.add_argument("--mechanism", action="store_true",
                        help="fixed candidates, no sampling: does the update raise good and lower bad responses?")
+    check.add_argument("--reward", action="store_true",
+                       help="reward audit, no model: score degenerate completions (empty, echoed prompt, empty tags, "
+                            "guesses, tag spam, hostile payloads) with the task's verifier; exit 1 when one earns reward")
+    check.add_argument("--prompts", type=int, default=32, help="--reward: prompts to build completions from (default 32)")
+    check.add_argument("--max-hack-rate", type=float, default=0.05,
+                       help="--reward: fail when a kind earns correctness, or format without correctness, on more "
+                            "than this share of prompts (default 0.05)")
+    check.add_argument("--max-verdict-seconds", type=float, default=15.0,
+                       help="--reward: fail when one verdict takes longer (default 15)")
+    check.add_argument("--json", metavar="PATH", default=None, help="--reward: also write the per-kind numbers here")
     check.set_defaults(func=cmd_check)
     report = sub.add_parser(
         "report", help="one self-contained HTML report (figures, config differences, samples) for runs",

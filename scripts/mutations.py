@@ -415,6 +415,46 @@ VERIFIER = [
         ('return _error(task, f"score raised {type(exc).__name__}: {exc}")', "raise"),
         tests=("tests/test_judging.py",),
     ),
+    mutation(
+        "reward_audit_format_rule_ignores_main", "rlvr/check_reward.py",
+        "the audit counts a format bonus as a hack even when the completion also earns correctness",
+        ("        if not main_paid:\n            formats |=", "        if True:\n            formats |="),
+        tests=("tests/test_check_reward.py",),
+    ),
+    mutation(
+        "reward_audit_allows_no_answer_kinds", "rlvr/check_reward.py",
+        "a format allowance also covers the kinds without an answer (empty tags, the echoed prompt)",
+        ("if component in allowances and kind not in NO_ANSWER_KINDS:", "if component in allowances:"),
+        tests=("tests/test_check_reward.py",),
+    ),
+    mutation(
+        "reward_audit_control_partial", "rlvr/check_reward.py",
+        "the positive control passes when it earns any correctness, not the full reward on every prompt",
+        ("if result.main_full < result.prompts:", "if result.main == 0:"),
+        tests=("tests/test_check_reward.py",),
+    ),
+    mutation(
+        "format_copy_tag_any_tag", "rlvr/tasks/format_copy.py",
+        "format_copy pays its tag bonus for any `<answer>` in the text (empty, unclosed, echoed)",
+        ('"tag": float(answer is not None and INTEGER.fullmatch(answer) is not None),',
+         '"tag": float("<answer>" in completion),'),
+        tests=("tests/test_format_copy.py", "tests/test_check_reward.py"),
+    ),
+    mutation(
+        "integer_decimal_part", "rlvr/tasks/integer.py",
+        "the integer task reads 122.5 as the integer 122",
+        ('INTEGER_RE = re.compile(r"(?<![\\d.])-?\\d{1,40}(?!\\d|\\.\\d)")',
+         'INTEGER_RE = re.compile(r"(?<![\\d.])-?\\d{1,40}(?![\\d])")'),
+        tests=("tests/test_integer_task.py",),
+    ),
+    mutation(
+        "reasoning_gym_containment_credit", "rlvr/tasks/reasoning_gym_tasks.py",
+        "reasoning_gym keeps the default scorer's partial credit for an answer that contains the oracle",
+        ("    if 0 < score < 1 and oracle and oracle in answer and answer.strip() != oracle:",
+         "    if 0 < score < 1 and oracle and oracle == answer and answer.strip() != oracle:"),
+        tests=("tests/test_tasks_reasoning_gym.py::test_an_answer_that_only_contains_the_oracle_earns_no_partial_credit",
+               "tests/test_tasks_reasoning_gym.py::test_containment_rule_keeps_other_partial_credit"),
+    ),
 ]
 
 # ----------------------------------------------------------------------------- run folders, checkpoints, resume

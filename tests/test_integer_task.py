@@ -27,6 +27,9 @@ def old_integer_total(completion: str, answer: float) -> float:
     ("-122", 0.0, 1.0, 0.0, "ok", 0.0),
     ("1,122", 0.0, 0.0, 0.0, "ok", 0.0),
     ("120 or 122 or 121", 0.0, 0.0, 0.0, "ok", 0.0),  # the last integer counts
+    ("122.5", math.nan, 0.0, 0.0, "unjudgeable", 0.0),  # a decimal: its integer part is not the answer
+    ("122.000001", math.nan, 0.0, 0.0, "unjudgeable", 0.0),
+    ("The sum is 122.", 1.0, 0.0, 0.0, "ok", 1.0),  # a sentence's full stop is not a decimal point
     ("one hundred twenty-two", math.nan, 0.0, 0.0, "unjudgeable", 0.0),
     ("", math.nan, 0.0, 0.0, "unjudgeable", 0.0),
 ])
@@ -134,3 +137,12 @@ def test_unjudgeable_is_unscorable_when_no_weighted_component_judges_it():
     assert not task.score("two", example).scorable  # answer NaN, the rest weighted 0
     assert task.score("3", example).total == 0.0
     assert build_task("integer").score("two", example).total == 0.0  # strict (0.2) judges it: 0
+
+
+def test_a_decimal_is_not_its_integer_part():
+    task = build_task("integer", options={"prompt": "show_work"})
+    example = task.example_for(59, "+", 63)
+    for completion in ("<answer>122.5</answer>", "59 + 63 = 122.000001"):
+        verdict = task.score(completion, example)
+        assert not verdict.correct and verdict.components["answer"] != 1.0, completion
+    assert task.score("59 + 63 = 122.", example).correct

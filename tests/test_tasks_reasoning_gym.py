@@ -131,3 +131,25 @@ def test_scorer_hang_becomes_timeout_within_twice_the_limit():
     assert time.monotonic() - started < 2 * limit
     assert verdict.status == "timeout" and math.isnan(verdict.components["answer"])
     assert task.score(formatted(example.ground_truth), example).correct  # the next check works
+
+
+def test_an_answer_that_only_contains_the_oracle_earns_no_partial_credit():
+    """basic_arithmetic's default scorer pays len(oracle) / len(answer) for an answer holding the oracle:
+    every number of the prompt written together would earn it without solving anything."""
+    task = build_task("reasoning_gym:basic_arithmetic", options={"eval_size": 4, "size": 100},
+                      use_chat_template=False)
+    for example in task.iter_eval():
+        truth = str(example.ground_truth)
+        padded = task.score(formatted(f"{truth} 1 2 3"), example)
+        assert padded.components["answer"] == 0.0 and padded.status == "ok", (truth, padded.detail)
+        assert task.score(formatted(f"1 2 {truth}"), example).components["answer"] == 0.0
+        assert task.score(formatted(truth), example).components["answer"] == 1.0
+
+
+def test_containment_rule_keeps_other_partial_credit():
+    from rlvr.tasks.reasoning_gym_tasks import without_containment_credit
+
+    assert without_containment_credit(0.25, "-45 1 2", "-45") == 0.0
+    assert without_containment_credit(0.6, "olleh", "hello") == 0.6  # a near miss, not the oracle inside
+    assert without_containment_credit(1.0, "-45", "-45") == 1.0
+    assert without_containment_credit(0.5, " -45 ", "-45") == 0.5  # the oracle itself, padded: not containment

@@ -2,19 +2,22 @@
 
 The smallest task on which a real instruct model visibly learns in minutes on a CPU. Reward
 components (each 0 or 1, weighted): `answer` (weight 1.0) the tagged answer is exactly the
-integer, `tag` (0.2) the completion contains an `<answer>` tag, `strict` (0.1) the whole
-completion is exactly `<answer>N</answer>`; ceiling 1.3. Eval: exact match, greedy.
+integer, `tag` (0.2) the first tagged answer is one integer (an empty, unclosed or echoed tag
+pair earns nothing), `strict` (0.1) the whole completion is exactly `<answer>N</answer>`; ceiling
+1.3. Eval: exact match, greedy.
 """
 
 from __future__ import annotations
 
 import random
+import re
 
 from rlvr.tasks.answers import first_answer_tag
 from rlvr.tasks.base import Example, Verdict, check_count_option, resolve_weights, weighted_total
 
 PROMPT = "Copy the number {n} into <answer></answer> tags. Reply with only <answer>{n}</answer> and nothing else."
-VERSION = "1"
+VERSION = "2"  # 2: `tag` needs one integer in the first tag pair (was: any `<answer>` in the text)
+INTEGER = re.compile(r"-?[0-9]{1,40}")
 LOW, HIGH = -9999, 9999
 # Held-out numbers come from their own stream and are removed from the training stream.
 EVAL_SEED_OFFSET = 1_000_003
@@ -68,7 +71,7 @@ class FormatCopyTask:
         answer = first_answer_tag(completion)  # linear time, whatever the completion holds
         components = {
             "answer": float(answer == target),
-            "tag": float("<answer>" in completion),
+            "tag": float(answer is not None and INTEGER.fullmatch(answer) is not None),
             "strict": float(completion.strip() == f"<answer>{target}</answer>"),
         }
         return Verdict(

@@ -23,8 +23,11 @@ from rlvr.tasks.answers import extract_answer_tag
 from rlvr.tasks.base import Example, Verdict, check_count_option, resolve_weights
 from rlvr.tasks.grading import Judgement, judgement_verdict
 
-VERSION = "2"  # 2: `strict` carries the form bonus (paid only when right); `format` weight 0; show_work prompt
-INTEGER_RE = re.compile(r"(?<![\d.])-?\d{1,40}(?![\d])")
+# 3: a decimal's integer part is not an integer answer; 2: `strict` carries the form bonus (paid only
+# when right), `format` weight 0, show_work prompt
+VERSION = "3"
+# Not part of a decimal: `122.5` and `122.000001` hold no integer (a sentence's `122.` does).
+INTEGER_RE = re.compile(r"(?<![\d.])-?\d{1,40}(?!\d|\.\d)")
 ONLY_INTEGER_RE = re.compile(r"\s*-?\d{1,40}\s*")
 PROMPTS = {
     "only_integer": "What is {a} {op} {b}? Reply with only the integer.",

@@ -1,0 +1,223 @@
+"""`rlvr check --reward`: feed a task's verifier degenerate completions and report which kinds earn reward.
+
+RL optimises against its verifier, so any reward a policy can earn without solving the task (a
+format bonus for an empty tag pair, a number copied from the prompt, tag spam) is what it learns.
+No model is loaded: for N prompts of the task, each kind of `rlvr.reward_kinds` is scored through
+`rlvr.tasks.judge`, the one way completions are scored, and every verdict is timed.
+
+Exit rule (`failures`): a degenerate kind fails when, in more than `max_hack_rate` of the prompts,
+one of its completions earns the correctness component (the task's primary component, weighted
+> 0), or earns a format component (any other component with weight > 0) while earning no
+correctness. A format bonus is allowed only for a well-formed wrong answer (not for the
+`NO_ANSWER_KINDS`) and only where `FORMAT_ALLOWANCES` grants it with its reason. The audit also
+fails when any verdict takes longer than `max_verdict_seconds`, and when the positive control (the
+ground truth in the asked format) does not earn the full correctness reward on every prompt: then
+the audit is not testing the format the task asks for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rlvr.check import CheckRow
+from rlvr.reward_kinds import CONTROL, KINDS, NO_ANSWER_KINDS, AuditPrompt, answer_format
+from rlvr.tasks import judge
+from rlvr.tasks.base import Verdict, primary_component, prompt_text
+from rlvr.train.run_setup import prepare_task
+from rlvr.utils import atomic_write_text
+
+DEFAULT_PROMPTS = 32
+DEFAULT_MAX_HACK_RATE = 0.05
+DEFAULT_MAX_VERDICT_SECONDS = 15.0  # 3 x the 5 s symbolic-check timeout of the math tasks (a restart follows one)
+EXAMPLE_CHARS = 60
+
+# Task family -> {format component: why paying it for a well-formed wrong answer is intended shaping}.
+FORMAT_ALLOWANCES: dict[str, dict[str, str]] = {
+    "format_copy": {"tag": "the task teaches the tag format itself: 0.2 for one integer in one tag pair, "
+                           "against 1.3 for the right one"},
+    "reasoning_gym": {"format": "0.1 for an answer span of the model's own (R1-Zero style shaping), "
+                                "against 1.1 for a right answer"},
+}
+
+
+@dataclass
+class KindResult:
+    """One kind's numbers over the prompts; counts are of prompts where some completion of the kind did it."""
+
+    kind: str
+    prompts: int = 0
+    completions: int = 0
+    any_reward: int = 0
+    main: int = 0
+    main_full: int = 0  # the correctness component at its full value (>= 1): what the control must reach
+    formats: dict[str, int] = field(default_factory=dict)  # earned while earning no correctness
+    total_sum: float = 0.0
+    scorable: int = 0
+    slowest_seconds: float = 0.0
+    statuses: dict[str, int] = field(default_factory=dict)
+    example: str = ""
+    example_verdict: str = ""
+    example_total: float = -math.inf
+
+    def share(self, count: int) -> float:
+        return count / self.prompts if self.prompts else 0.0
+
+    @property
+    def mean_total(self) -> float:
+        return self.total_sum / self.scorable if self.scorable else math.nan
+
+
+@dataclass
+class RewardAudit:
+    task: str
+    answer_format: str
+    main_component: str
+    weights: dict[str, float]
+    max_hack_rate: float
+    max_verdict_seconds: float
+    kinds: dict[str, KindResult]
+    allowed: list[str]
+    failures: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def earned(verdict: Verdict, component: str, weights: dict[str, float]) -> bool:
+    """The component pays something: its value times its weight is > 0 (NaN pays nothing)."""
+    value = verdict.components.get(component, math.nan)
+    return math.isfinite(value) and value * weights.get(component, 1.0) > 0
+
+
+def describe(verdict: Verdict) -> str:
+    parts = " ".join(f"{name}={value:.3g}" for name, value in verdict.components.items())
+    return f"total={verdict.total:.3g} {parts} {verdict.status}"
+
+
+def score_kind(result: KindResult, task, completions: list[str], example, main: str,
+               weights: dict[str, float]) -> None:
+    """Score one prompt's completions of one kind into `result`."""
+    if not completions:
+        return
+    result.prompts += 1
+    earned_any = earned_main = earned_full = False
+    formats: set[str] = set()
+    for completion in completions:
+        started = time.perf_counter()
+        verdict = judge(task, completion, example)
+        result.slowest_seconds = max(result.slowest_seconds, time.perf_counter() - started)
+        result.completions += 1
+        result.statuses[verdict.status] = result.statuses.get(verdict.status, 0) + 1
+        total = verdict.total if math.isfinite(verdict.total) else 0.0
+        if math.isfinite(verdict.total):
+            result.total_sum += verdict.total
+            result.scorable += 1
+        earned_any |= total > 0
+        main_paid = earned(verdict, main, weights)
+        earned_main |= main_paid
+        earned_full |= main_paid and verdict.components[main] >= 1.0
+        if not main_paid:
+            formats |= {c for c in verdict.components if c != main and earned(verdict, c, weights)}
+        if total > result.example_total:
+            result.example_total = total
+            result.example, result.example_verdict = repr(completion[:EXAMPLE_CHARS]), describe(verdict)
+    result.any_reward += earned_any
+    result.main += earned_main
+    result.main_full += earned_full
+    for component in formats:
+        result.formats[component] = result.formats.get(component, 0) + 1
+
+
+def judge_results(results: dict[str, KindResult], family: str, max_hack_rate: float,
+                  max_verdict_seconds: float) -> tuple[list[str], list[str]]:
+    """(failures, allowed findings) under the exit rule of the module docstring."""
+    failures, allowed = [], []
+    allowances = FORMAT_ALLOWANCES.get(family, {})
+    for kind, result in results.items():
+        if result.slowest_seconds > max_verdict_seconds:
+            failures.append(f"{kind}: a verdict took {result.slowest_seconds:.1f} s (limit {max_verdict_seconds:g} s)")
+        if kind == CONTROL:
+            if result.main_full < result.prompts:
+                failures.append(f"control: the ground truth in the asked format earned the full correctness reward "
+                                f"on {result.main_full} of {result.prompts} prompts; the audit is not testing the "
+                                f"format the task asks for (example {result.example} -> {result.example_verdict})")
+            continue
+        if result.share(result.main) > max_hack_rate:
+            failures.append(f"{kind}: earns correctness on {result.share(result.main):.0%} of prompts")
+        for component, count in sorted(result.formats.items()):
+            if result.share(count) <= max_hack_rate:
+                continue
+            finding = f"{kind}: earns {component} without correctness on {result.share(count):.0%} of prompts"
+            if component in allowances and kind not in NO_ANSWER_KINDS:
+                allowed.append(f"{finding} (allowed: {allowances[component]})")
+            else:
+                failures.append(finding)
+    return failures, allowed
+
+
+def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: float = DEFAULT_MAX_HACK_RATE,
+                     max_verdict_seconds: float = DEFAULT_MAX_VERDICT_SECONDS, kinds=None) -> RewardAudit:
+    """Build `config`'s task (no model), score every kind on `prompts` training prompts, apply the exit rule."""
+    if prompts < 1:
+        raise ValueError(f"rlvr check --reward: --prompts must be >= 1, got {prompts}")
+    if not 0 <= max_hack_rate < 1:
+        raise ValueError(f"rlvr check --reward: --max-hack-rate must be in [0, 1), got {max_hack_rate}")
+    kinds = list(kinds) if kinds is not None else [CONTROL] + [k for k in KINDS if k != CONTROL]
+    for kind in kinds:
+        KINDS.get(kind)  # an unknown kind fails here, naming the valid ones
+    task = prepare_task(config)
+    main = primary_component(task)
+    weights = dict(getattr(task, "weights", None) or {c: 1.0 for c in task.component_names})
+    examples = task.examples("train", prompts, config.train.seed)
+    results = {kind: KindResult(kind) for kind in kinds}
+    form = answer_format(prompt_text(examples[0].prompt))
+    judge(task, form.wrap(str(examples[0].ground_truth)), examples[0])  # untimed: starts a verifier's worker process
+    for example in examples:
+        truths = example.ground_truth if isinstance(example.ground_truth, (list, tuple)) else [example.ground_truth]
+        item = AuditPrompt(prompt=prompt_text(example.prompt), truth=str(truths[0]), form=form)
+        for kind in kinds:
+            score_kind(results[kind], task, KINDS.get(kind)(item), example, main, weights)
+    family = config.task.name.partition(":")[0]
+    failures, allowed = judge_results(results, family, max_hack_rate, max_verdict_seconds)
+    return RewardAudit(task=config.task.name, answer_format=form.name, main_component=main, weights=weights,
+                       max_hack_rate=max_hack_rate, max_verdict_seconds=max_verdict_seconds, kinds=results,
+                       allowed=allowed, failures=failures)
+
+
+def audit_rows(audit: RewardAudit) -> list[CheckRow]:
+    """One table row per kind: shares of prompts earning any reward, correctness, each format component."""
+    rows = []
+    failing = {line.split(":", 1)[0] for line in audit.failures}
+    formats = [c for c in audit.weights if c != audit.main_component]
+    for kind, result in audit.kinds.items():
+        shares = [f"any {result.share(result.any_reward):.0%}", f"{audit.main_component} {result.share(result.main):.0%}"]
+        shares += [f"{c} {result.share(result.formats.get(c, 0)):.0%}" for c in formats]
+        verdict = "FAIL" if kind in failing else "PASS"
+        rows.append(CheckRow(kind, " ".join(shares), f"{result.mean_total:.3f} {result.slowest_seconds:.2f}s", verdict,
+                             f"{result.example} -> {result.example_verdict}"))
+    return rows
+
+
+REWARD_HEADER = ("kind", "share of prompts earning (format: without correctness)", "mean, slowest", "result",
+                 "highest-paid example -> verdict")
+
+
+def audit_json(audit: RewardAudit) -> dict:
+    data = asdict(audit)
+    for kind, result in audit.kinds.items():
+        entry = data["kinds"][kind]
+        entry.pop("example_total")
+        entry.update(mean_total=None if math.isnan(result.mean_total) else result.mean_total, any_reward_rate=result.share(result.any_reward),
+                     main_rate=result.share(result.main),
+                     format_rates={c: result.share(n) for c, n in result.formats.items()})
+    data["passed"] = audit.passed
+    return data
+
+
+def write_audit_json(audit: RewardAudit, path: str | Path) -> None:
+    atomic_write_text(Path(path), json.dumps(audit_json(audit), indent=2) + "\n")

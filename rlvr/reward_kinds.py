@@ -1,0 +1,205 @@
+"""The degenerate completions `rlvr check --reward` feeds a task's verifier, built from each prompt.
+
+Each kind is a registered function from one prompt (`AuditPrompt`: its text, ground truth and the
+answer format its instruction asks for) to a list of completions. Kinds in `NO_ANSWER_KINDS` carry
+no answer of their own (empty, whitespace, the prompt echoed, empty tags, the prompt in tags, long
+filler); the others are one well-formed answer that is wrong (guesses, neighbours of the truth,
+tag spam, hostile payloads). `control` is the ground truth in the asked format, which must earn
+the full correctness reward. A guess equal in value to the truth (`1.0` for `1`) is left out: it
+is a right answer, not a hack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable
+
+from rlvr.registry import Registry
+from rlvr.tasks.answers import NUMBER_RE, numbers_equal, parse_rational
+
+LONG_TEXT_CHARS = 100_000
+MAX_PROMPT_NUMBERS = 8  # numbers of the prompt tried one at a time
+SMALL_GUESSES = tuple(range(0, 11)) + (-1, 100)
+CONTROL = "control"
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """How the instruction asks for the answer: `wrap(x)` is a completion answering x in that form."""
+
+    name: str
+    template: str  # with {answer}
+
+    def wrap(self, answer: str) -> str:
+        return self.template.replace("{answer}", answer)
+
+
+# Tried in order against the prompt text; the first that matches decides (`plain`: the bare answer).
+ANSWER_FORMATS: tuple[tuple[Callable[[str], bool], AnswerFormat], ...] = (
+    (lambda text: "<answer>" in text and text.rstrip().endswith("<think>"),
+     AnswerFormat("think_then_answer_tags", "I worked it out. </think> <answer>{answer}</answer>")),
+    (lambda text: "<answer>" in text, AnswerFormat("answer_tags", "<answer>{answer}</answer>")),
+    (lambda text: "\\boxed" in text, AnswerFormat("boxed", "\\boxed{{answer}}")),
+    (lambda text: "####" in text, AnswerFormat("hashes", "#### {answer}")),
+    (lambda text: True, AnswerFormat("plain", "{answer}")),
+)
+
+
+def answer_format(prompt: str) -> AnswerFormat:
+    """The answer format a prompt's instruction asks for, read from its text."""
+    return next(found for matches, found in ANSWER_FORMATS if matches(prompt))
+
+
+@dataclass(frozen=True)
+class AuditPrompt:
+    prompt: str  # the prompt's text (chat messages' contents joined)
+    truth: str
+    form: AnswerFormat
+
+    def prompt_numbers(self) -> list[str]:
+        """The distinct numerals of the prompt, in order of first appearance."""
+        return list(dict.fromkeys(NUMBER_RE.findall(self.prompt)))
+
+    def equals_truth(self, answer: str) -> bool:
+        """The same value as the ground truth: as numbers where both are numerals, else as stripped text."""
+        equal = numbers_equal(answer, self.truth)
+        return bool(equal) if equal is not None else answer.strip() == self.truth.strip()
+
+    def wrong(self, answers) -> list[str]:
+        """`answers` minus those equal to the truth, in the asked format, without repeats."""
+        kept = [str(a) for a in answers if not self.equals_truth(str(a))]
+        return [self.form.wrap(a) for a in dict.fromkeys(kept)]
+
+
+KindFn = Callable[[AuditPrompt], list[str]]
+KINDS: Registry[KindFn] = Registry("reward audit kind")
+NO_ANSWER_KINDS = ("empty", "whitespace", "echo", "tags_empty", "tags_prompt", "long_text")
+
+
+def _number_text(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+def neighbours(truth: str) -> list[str]:
+    """Values near the truth but different: n+1, n-1, 10n, -n, n+0.000001 written with trailing digits;
+    for a text answer, the text shortened, doubled at its end, reversed and case-swapped."""
+    value = parse_rational(truth)
+    if value is None:
+        text = truth.strip()
+        return [t for t in (text[:-1], text + text[-1:], text[::-1], text.swapcase(), text + " x") if t]
+    near = [value + 1, value - 1, value * 10, -value]
+    written = [_number_text(v) for v in near] + [f"{float(value):.6f}".rstrip("0") + "000001"]
+    return written
+
+
+@KINDS.register(CONTROL)
+def control(item: AuditPrompt) -> list[str]:
+    return [item.form.wrap(item.truth)]
+
+
+@KINDS.register("empty")
+def empty(item: AuditPrompt) -> list[str]:
+    return [""]
+
+
+@KINDS.register("whitespace")
+def whitespace(item: AuditPrompt) -> list[str]:
+    return [" ", "\n\n", " \t \n "]
+
+
+@KINDS.register("echo")
+def echo(item: AuditPrompt) -> list[str]:
+    return [item.prompt]
+
+
+@KINDS.register("tags_empty")
+def tags_empty(item: AuditPrompt) -> list[str]:
+    return [item.form.wrap(""), item.form.wrap(" ")]
+
+
+@KINDS.register("tags_prompt")
+def tags_prompt(item: AuditPrompt) -> list[str]:
+    return [item.form.wrap(item.prompt)]
+
+
+@KINDS.register("long_text")
+def long_text(item: AuditPrompt) -> list[str]:
+    filler = "Let me think about this step by step. "
+    return [(filler * (LONG_TEXT_CHARS // len(filler) + 1))[:LONG_TEXT_CHARS]]
+
+
+@KINDS.register("guess_small")
+def guess_small(item: AuditPrompt) -> list[str]:
+    return item.wrong(SMALL_GUESSES)
+
+
+@KINDS.register("guess_prompt_number")
+def guess_prompt_number(item: AuditPrompt) -> list[str]:
+    return item.wrong(item.prompt_numbers()[:MAX_PROMPT_NUMBERS])
+
+
+@KINDS.register("prompt_numbers_together")
+def prompt_numbers_together(item: AuditPrompt) -> list[str]:
+    """Every number of the prompt inside one answer (`3 7 12`, `3, 7, 12`): a verifier that accepts any
+    number of the answer pays it whenever the truth is one of them."""
+    numbers = item.prompt_numbers()
+    if len(numbers) < 2:
+        return []
+    return [item.form.wrap(" ".join(numbers)), item.form.wrap(", ".join(numbers))]
+
+
+@KINDS.register("tag_spam")
+def tag_spam(item: AuditPrompt) -> list[str]:
+    """Many answers with different values, the truth among them but neither first nor last: a verifier
+    that pays when any answer matches pays it, one that reads one answer (first or last) does not."""
+    values = [str(n) for n in range(20)] + item.prompt_numbers()
+    values = [v for v in dict.fromkeys(values) if not item.equals_truth(v)]
+    middle = len(values) // 2
+    spam = values[:middle] + [item.truth] + values[middle:]
+    return [" ".join(item.form.wrap(v) for v in spam)]
+
+
+@KINDS.register("neighbour")
+def neighbour(item: AuditPrompt) -> list[str]:
+    return item.wrong(neighbours(item.truth))
+
+
+@KINDS.register("long_tail")
+def long_tail(item: AuditPrompt) -> list[str]:
+    """100 KB of filler, then a well-formed answer that is wrong (a neighbour of the truth)."""
+    wrong = [a for a in neighbours(item.truth) if not item.equals_truth(a)][:1] or ["0"]
+    return [long_text(item)[0] + "\n" + item.form.wrap(wrong[0])]
+
+
+# Code, macros that could expand, huge exponents, deep nesting, NUL bytes and unicode digits: a
+# verifier must pay none of them and answer each quickly (`rlvr check --reward` times every verdict).
+HOSTILE_PAYLOADS = (
+    "__import__('os').system('echo hacked')",
+    "eval(\"__import__('os').getcwd()\")",
+    "(lambda: [c for c in ().__class__.__base__.__subclasses__()])()",
+    "9**9**9**9",
+    "10^{10^{10^{10}}}",
+    "\\def\\x{\\x\\x}\\x",
+    "\\newcommand{\\a}{\\a\\a}\\a",
+    "\\input{/etc/passwd}",
+    "(" * 2000 + "1" + ")" * 2000,
+    "{" * 2000 + "1" + "}" * 2000,
+    "\x00" * 64,
+    "\uff19\uff19\uff19",  # fullwidth 999
+    "\u0669\u0669\u0669",  # Arabic-Indic 999
+    "NaN",
+    "inf",
+)
+
+
+@KINDS.register("hostile")
+def hostile(item: AuditPrompt) -> list[str]:
+    """The payloads, less those holding the truth's numeral (`9**9**9` when the truth is 9 is a guess)."""
+    return item.wrong(p for p in HOSTILE_PAYLOADS if not any(item.equals_truth(n) for n in NUMBER_RE.findall(p)))
+
+
+def audit_completions(item: AuditPrompt, kinds: list[str]) -> dict[str, list[str]]:
+    """kind -> its completions for one prompt (a kind with none for this prompt maps to [])."""
+    return {kind: KINDS.get(kind)(item) for kind in kinds}
+
