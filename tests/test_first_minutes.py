@@ -53,17 +53,27 @@ print(json.dumps({{"rc": rc, "torch": "torch" in sys.modules, "transformers": "t
 """
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["train", "optim.lrr=1e-3"], "'lrr' is not in optim (did you mean 'lr'?)"),
-    (["train", "task.name=gsm8kk"], "unknown task 'gsm8kk' (did you mean 'gsm8k'?)"),
-    (["sft", "algorithm.name=grpoo"], "unknown algorithm 'grpoo' (did you mean 'grpo'?)"),
-    (["expert-iter", "optimm.lr=1"], "'optimm' is not in top level (did you mean 'optim'?)"),
-])
-def test_a_config_error_fails_in_well_under_a_second_of_cpu_without_torch(argv, expected):
+def _fails_fast(argv: list[str], expected: str) -> None:
     found = _child_cpu(PARSE.format(argv=argv))
     assert found["rc"] == 2 and expected in found["err"], found["err"]
     assert not found["torch"] and not found["transformers"]
     assert found["cpu_s"] < CPU_BOUND_S, f"{argv} took {found['cpu_s']:.2f} s of CPU"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["train", "optim.lrr=1e-3"], "'lrr' is not in optim (did you mean 'lr'?)"),
+    (["expert-iter", "optimm.lr=1"], "'optimm' is not in top level (did you mean 'optim'?)"),
+])
+def test_a_mistyped_key_fails_in_well_under_a_second_of_cpu_without_torch(argv, expected):
+    _fails_fast(argv, expected)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["train", "task.name=gsm8kk"], "unknown task 'gsm8kk' (did you mean 'gsm8k'?)"),
+    (["sft", "algorithm.name=grpoo"], "unknown algorithm 'grpoo' (did you mean 'grpo'?)"),
+])
+def test_a_mistyped_name_fails_in_well_under_a_second_of_cpu_without_torch(argv, expected):
+    _fails_fast(argv, expected)
 
 
 @pytest.mark.parametrize("argv", [["tasks"], ["--help"], ["train", "--help"]])
@@ -205,6 +215,21 @@ def test_ctrl_c_in_the_step0_eval_removes_the_new_folder(tiny_model_dir, tmp_pat
 
 
 @pytest.mark.slow
+def test_ctrl_c_in_the_first_iteration_of_a_run_without_evals_removes_the_folder(tiny_model_dir, tmp_path,
+                                                                                  monkeypatch, capsys):
+    import rlvr.train.rl as rl
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rl, "collect_groups", interrupted)
+    run_dir = tmp_path / "runs" / "no_eval"
+    assert _stopped_main(["train", *tiny_overrides(tiny_model_dir, run_dir, **{"train.eval_size": 0})]) == 130
+    assert not run_dir.exists() and list((tmp_path / "runs").iterdir()) == []
+    assert f"stopped before the first checkpoint: removed {run_dir}" in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_ctrl_c_says_what_a_resume_continues_from(tiny_model_dir, tmp_path, monkeypatch, capsys):
     import rlvr.train.rl as rl
 
@@ -233,41 +258,53 @@ def test_ctrl_c_says_what_a_resume_continues_from(tiny_model_dir, tmp_path, monk
 
 
 def _health_run(run_dir: Path) -> Path:
-    """Truncation above 0.5 at iterations 2-4 and again at 6, with health.window=2: the warning is active at
-    iterations 3-4 (two in a row above) and not at 6 (one alone), as `rlvr train` would have recorded it."""
+    """Truncation above 0.5 at iterations 2-4 and 6-8, with health.window=2: the warning is active at
+    iterations 3-4 and 7-8 (two in a row above), not at 6 (one alone), as `rlvr train` would have recorded it."""
     run_dir.mkdir(parents=True)
     save_config(load_config(None, ["health.window=2", "health.truncation_frac=0.5"]), run_dir / "config.yaml")
-    truncated = [0.1, 0.8, 0.9, 0.7, 0.2, 0.95]
+    truncated = [0.1, 0.8, 0.9, 0.7, 0.2, 0.95, 0.9, 0.8]
     records = []
     for iteration, frac in enumerate(truncated, start=1):
-        active = ["truncation"] if iteration in (3, 4) else []
+        active = ["truncation"] if iteration in (3, 4, 7, 8) else []
         records.append({"iteration": iteration, "reward/mean": 0.1 * iteration, "truncated_frac": frac,
                         "frac_zero_variance_groups": 0.0, "elapsed_s": 10.0 * iteration, "health/warnings": active})
     append_jsonl(run_dir / "metrics.jsonl", records)
     return run_dir
 
 
-def test_report_shows_the_health_warnings_with_their_messages_and_marks_the_figure(tmp_path):
+def test_report_shows_a_table_of_the_health_warnings_with_their_messages(tmp_path):
     from rlvr.report import build_report
-    from rlvr.report.figures import select_figures
-    from rlvr.report.health import add_warning_markers, warning_spans
-    from rlvr.report.runs import load_run
 
     run_dir = _health_run(tmp_path / "run")
-    run = load_run(run_dir)
-    (span,) = warning_spans(run)
-    assert (span.name, span.first, span.last, span.first_seconds) == ("truncation", 3, 4, 30.0)
-    # check_truncation's own words at iteration 3 with window 2: values [0.8, 0.9] -> last 90%, lowest 0.80.
-    assert span.message == "90% of completions hit max_new_tokens (above 50% for 2 iterations; lowest 0.80)"
-    figures = select_figures([run])
-    add_warning_markers(figures, [span], several_runs=False)
-    marked = {figure.name: [(m.iteration, m.seconds, m.label) for m in figure.markers] for figure in figures}
-    assert marked["truncated_frac"] == [(3, 30.0, "truncation")]
-    assert marked["reward"] == []  # only the figure the warning concerns
     page = build_report([run_dir], interactive=False).read_text()
+    # check_truncation's own words with window 2: at iteration 3 the values are [0.8, 0.9] (last 90%, lowest
+    # 0.80), at iteration 7 [0.95, 0.9] (last 90%, lowest 0.90).
     assert ("<tr><td>run</td><td>truncation</td><td class=num>3</td><td class=num>4</td><td>90% of completions hit "
             "max_new_tokens (above 50% for 2 iterations; lowest 0.80)</td>") in page
+    assert ("<tr><td>run</td><td>truncation</td><td class=num>7</td><td class=num>8</td><td>90% of completions hit "
+            "max_new_tokens (above 50% for 2 iterations; lowest 0.90)</td>") in page
     assert "holds no checkpoint: nothing to resume, evaluate or export" in page
+
+
+def test_report_marks_where_each_warning_started_on_the_figures_it_concerns(tmp_path):
+    from rlvr.report.figures import select_figures
+    from rlvr.report.health import add_warning_markers, warning_spans
+    from rlvr.report.interactive import plotly_available, plotly_figure
+    from rlvr.report.runs import load_run
+
+    run = load_run(_health_run(tmp_path / "run"))
+    spans = warning_spans(run)
+    assert [(s.name, s.first, s.last, s.first_seconds) for s in spans] == [("truncation", 3, 4, 30.0),
+                                                                           ("truncation", 7, 8, 70.0)]
+    figures = select_figures([run])
+    add_warning_markers(figures, spans, several_runs=False)
+    marked = {figure.name: [(m.iteration, m.seconds, m.label) for m in figure.markers] for figure in figures}
+    assert marked["truncated_frac"] == [(3, 30.0, "truncation"), (7, 70.0, "truncation")]
+    assert marked["reward"] == []  # only the figure that plots truncated_frac
+    if plotly_available():
+        (truncated,) = [f for f in figures if f.name == "truncated_frac"]
+        shapes = plotly_figure(truncated, "seconds").layout.shapes
+        assert [shape.x0 for shape in shapes] == [30.0, 70.0]  # on the seconds axis, at elapsed_s
 
 
 def test_report_of_a_run_without_warnings_says_so(tmp_path):
@@ -280,3 +317,34 @@ def test_report_of_a_run_without_warnings_says_so(tmp_path):
     page = build_report([run_dir], interactive=False).read_text()
     assert "No health warning fired." in page and "<td>truncation</td>" not in page
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["health"]["window"] == 2
+
+
+def _finished_run(run_dir: Path) -> Path:
+    """A run folder with evals at 0.25, 0.75, 0.5: the best (0.75 at iteration 2) is not the final one (0.5)."""
+    run_dir.mkdir(parents=True)
+    append_jsonl(run_dir / "metrics.jsonl", [{"iteration": i, "reward/mean": 0.1 * i} for i in (1, 2, 3)])
+    append_jsonl(run_dir / "eval.jsonl", [{"iteration": i, "eval/accuracy": a} for i, a in
+                                          ((0, 0.25), (2, 0.75), (3, 0.5))])
+    (run_dir / "checkpoints" / "iter_000003").mkdir(parents=True)
+    (run_dir / "checkpoints" / "iter_000002").mkdir()
+    return run_dir
+
+
+def test_end_summary_names_best_and_final_eval_checkpoints_and_commands(tmp_path):
+    from rlvr.train.console import format_summary, summarize_run
+
+    run_dir = _finished_run(tmp_path / "done")
+    text = format_summary(summarize_run(run_dir, "rlvr sft"))
+    assert "  iterations: 3, final reward 0.300" in text
+    assert "  eval accuracy: final 0.500, best 0.750 at iteration 2" in text
+    assert f"  checkpoints: iter_000002, iter_000003 in {run_dir / 'checkpoints'}" in text  # in iteration order
+    assert f"    rlvr sft --resume {run_dir}" in text and f"    rlvr export {run_dir} --out DIR" in text
+
+
+def test_json_end_summary_holds_the_same_numbers(tmp_path):
+    from rlvr.train.console import summarize_run, summary_json
+
+    run_dir = _finished_run(tmp_path / "done")
+    summary = json.loads(summary_json(summarize_run(run_dir, None)))
+    assert (summary["final_eval"], summary["best_eval"], summary["best_eval_iteration"]) == (0.5, 0.75, 2)
+    assert summary["iterations"] == 3 and not any("--resume" in c for c in summary["next_commands"])
