@@ -81,7 +81,8 @@ def _marker_layout(data: FigureData, x: str) -> tuple[list[dict], list[dict]]:
     shapes = [{"type": "line", "xref": "x", "yref": "paper", "x0": at, "x1": at, "y0": 0, "y1": 1,
                "line": {"color": WARNING_COLOR, "dash": "dash", "width": 1}} for at, _ in placed]
     notes = [{"x": at, "xref": "x", "y": 1, "yref": "paper", "text": label, "showarrow": False, "textangle": -90,
-              "xanchor": "right", "yanchor": "top", "font": {"size": 9, "color": WARNING_COLOR}} for at, label in placed]
+              "xanchor": "right", "yanchor": "top", "font": {"size": 9, "color": WARNING_COLOR}}
+             for at, label in placed]
     return shapes, notes
 
 

@@ -180,9 +180,10 @@ class RunSession:
         metrics (a stop during start-up or the step-0 eval) is removed, one with metrics is said to be deletable."""
         summary = console.summarize_run(self.run_dir, self.kind.command if self.kind.resumable else None)
         if summary.checkpoints:
-            how = f"`{summary.next_commands[0]}`" if self.kind.resumable else "nothing (this kind of run is not resumed)"
-            print(f"stopped: {how} continues from {Path(summary.checkpoints[-1]).name} (the newest checkpoint)",
-                  file=sys.stderr, flush=True)
+            newest = Path(summary.checkpoints[-1]).name
+            print(f"stopped: `{summary.next_commands[0]}` continues from {newest} (the newest checkpoint)"
+                  if self.kind.resumable else f"stopped: the newest checkpoint is {newest} ({self.kind.command} runs "
+                  "are not resumed; rlvr eval and rlvr export read it)", file=sys.stderr, flush=True)
         elif self.folder.created and summary.iterations is None and not read_jsonl(self.run_dir / "eval.jsonl"):
             for name in RUN_LOGS:  # empty logs opened by the writer; nothing was recorded in them
                 log = self.run_dir / name
