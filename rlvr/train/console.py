@@ -26,8 +26,16 @@ def shown(config) -> bool:
 
 
 def say(config, message: str) -> None:
-    if shown(config):
+    """One line on stderr; through tqdm, so a live progress bar is redrawn below it instead of split by it."""
+    if not shown(config):
+        return
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - transformers depends on tqdm
         print(f"rlvr: {message}", file=sys.stderr, flush=True)
+        return
+    tqdm.write(f"rlvr: {message}", file=sys.stderr)
+    sys.stderr.flush()
 
 
 @contextlib.contextmanager
