@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import warnings
 
 from rlvr import __version__
-from rlvr.config import ConfigError, load_config
+from rlvr.config import ConfigError, load_config, load_run_config
 from rlvr.storage_errors import StorageError
 
 CONFIG_SHOW_HINT = "every key with its type, default and help: rlvr config show [CONFIG.yaml] [key=value ...]"
@@ -29,28 +30,52 @@ def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]
     return None, items
 
 
-def _train_or_resume(args: argparse.Namespace, start, resume) -> int:
-    """`start(config)` a new run, or `resume(run_dir, overrides)` with `--resume RUN_DIR`."""
+def _train_or_resume(args: argparse.Namespace, loops, command: str) -> int:
+    """`start(config)` a new run, or `resume(run_dir, overrides)` with `--resume RUN_DIR`; `loops()` imports
+    and returns (start, resume) only once the config is known to be good, so a bad key fails without torch."""
     config_path, overrides = _split_config_and_overrides(args.items)
     if args.resume:
         if config_path is not None:
             raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
+        load_run_config(args.resume, overrides)  # the saved config with the overrides, checked before any import
+        _, resume = loops()
         run_dir = resume(args.resume, overrides, force_config_change=args.force_config_change)
     else:
         if args.force_config_change:
             raise ConfigError("--force-config-change only applies with --resume RUN_DIR")
-        run_dir = start(load_config(config_path, overrides))
-    if os.environ.get("RANK", "0") == "0":  # one line from a data-parallel launch, not one per rank
-        print(f"run folder: {run_dir}")
+        config = load_config(config_path, overrides)
+        start, _ = loops()
+        run_dir = start(config)
+    print_end_summary(args, run_dir, command)
     return 0
+
+
+def print_end_summary(args: argparse.Namespace, run_dir, resume_command: str | None) -> None:
+    """The run's numbers, checkpoints and next commands; with --json, one JSON object on stdout instead."""
+    from rlvr.train.console import format_summary, summarize_run, summary_json
+
+    if os.environ.get("RANK", "0") != "0":  # one summary from a data-parallel launch, not one per rank
+        return
+    summary = summarize_run(run_dir, resume_command)
+    print(summary_json(summary) if getattr(args, "json", False) else format_summary(summary), flush=True)
+
+
+def _rl_loops():
+    from rlvr.train.rl import resume, train
+
+    return train, resume
+
+
+def _sft_loops():
+    from rlvr.train.sft import resume_sft, train_sft
+
+    return train_sft, resume_sft
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     if args.num_processes is not None and args.num_processes != 1:
         return _launch_train(args)
-    from rlvr.train.rl import resume, train
-
-    return _train_or_resume(args, train, resume)
+    return _train_or_resume(args, _rl_loops, "rlvr train")
 
 
 def _launch_train(args: argparse.Namespace) -> int:
@@ -79,17 +104,15 @@ def _launch_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from rlvr.train.sft import resume_sft, train_sft
-
-    return _train_or_resume(args, train_sft, resume_sft)
+    return _train_or_resume(args, _sft_loops, "rlvr sft")
 
 
 def cmd_expert_iter(args: argparse.Namespace) -> int:
+    config_path, overrides = _split_config_and_overrides(args.items)
+    config = load_config(config_path, overrides)
     from rlvr.train.expert_iteration import expert_iteration
 
-    config_path, overrides = _split_config_and_overrides(args.items)
-    run_dir = expert_iteration(load_config(config_path, overrides))
-    print(f"run folder: {run_dir}")
+    print_end_summary(args, expert_iteration(config), None)
     return 0
 
 
@@ -170,7 +193,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     from rlvr.config import format_config
 
     config_path, overrides = _split_config_and_overrides(args.items)
-    print(format_config(load_config(config_path, overrides)))
+    print(format_config(load_config(config_path, overrides), without_file=config_path is None))
     return 0
 
 
@@ -263,6 +286,9 @@ FORCE_HELP = ("with --resume: accept overrides that change more than the run's l
               "(refused otherwise; see RESUME_MUTABLE_KEYS); the change is recorded in RUN_DIR/resumes.jsonl")
 
 
+JSON_HELP = "print the end summary as one JSON object on stdout (the progress lines stay on stderr)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlvr", description="RL with verifiable rewards for causal LMs.",
@@ -282,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--num-processes", type=int, default=None, metavar="N",
                        help="data-parallel over N local processes (runs `accelerate launch`; one per GPU, "
                             "or CPU processes with gloo); rollout.batch_size must be a multiple of N")
+    train.add_argument("--json", action="store_true", help=JSON_HELP)
     train.set_defaults(func=cmd_train)
     sft = sub.add_parser(
         "sft", help="supervised fine-tuning on a jsonl of prompt / response pairs",
@@ -291,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     sft.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
     sft.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last intact checkpoint")
     sft.add_argument("--force-config-change", action="store_true", help=FORCE_HELP)
+    sft.add_argument("--json", action="store_true", help=JSON_HELP)
     sft.set_defaults(func=cmd_sft)
     expert = sub.add_parser(
         "expert-iter", help="expert iteration: sample, keep verified answers, fine-tune on them, repeat",
@@ -298,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "configs/format_copy_expert_iter.yaml expert_iteration.n_ei_steps=5",
     )
     expert.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
+    expert.add_argument("--json", action="store_true", help=JSON_HELP)
     expert.set_defaults(func=cmd_expert_iter)
     check = sub.add_parser(
         "check", help="preflight: one rollout batch and one update, verified quantity by quantity",
@@ -420,6 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     quiet_library_deprecations()
     parser = build_parser()
@@ -428,8 +461,12 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "items") or any(item.startswith("-") for item in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.items += extra
+    signal.signal(signal.SIGTERM, _interrupt)  # a stopped run cleans up as after Ctrl-C
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        print(f"rlvr {args.command}: stopped", file=sys.stderr)
+        return 130
     except (ConfigError, FileNotFoundError, FileExistsError, KeyError, ValueError, StorageError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"rlvr {args.command}: error: {message}", file=sys.stderr)

@@ -17,6 +17,8 @@ from typing import Any, Optional
 
 import yaml
 
+from rlvr.registry import did_you_mean
+
 
 class ConfigError(ValueError):
     """A configuration problem; the message names the key and the valid choices."""
@@ -333,7 +335,8 @@ class Config:
         names = [f.name for f in dataclasses.fields(Config)]
         unknown = sorted(set(sections) - set(names))
         if unknown:
-            raise ConfigError(f"unknown config section {unknown[0]!r}; valid sections: {', '.join(names)}")
+            raise ConfigError(f"unknown config section {unknown[0]!r}{did_you_mean(unknown[0], names)}; "
+                              f"valid sections: {', '.join(names)}")
         for name in names:
             section, value = hints[name], sections.get(name, {})
             if isinstance(value, section):  # checked like a mapping, on a copy: the caller's object stays as it was
@@ -431,7 +434,8 @@ def _build(cls: type, data: dict, prefix: str, **extra: Any) -> Any:
     if unknown:
         where = prefix.rstrip(".") or "top level"
         raise ConfigError(
-            f"unknown config key {prefix + unknown[0]!r} in {where}; valid keys: {', '.join(fields)}"
+            f"unknown config key {prefix + unknown[0]!r} in {where}{did_you_mean(unknown[0], fields)}; "
+            f"valid keys: {', '.join(fields)}"
         )
     kwargs = {}
     for name, value in data.items():
@@ -468,7 +472,8 @@ def apply_override(data: dict, dotted: str) -> None:
         if part not in names:
             where = ".".join(parts[:depth]) or "top level"
             raise ConfigError(
-                f"unknown config key {key!r}: {part!r} is not in {where}; valid keys: {', '.join(names)}"
+                f"unknown config key {key!r}: {part!r} is not in {where}{did_you_mean(part, names)}; "
+                f"valid keys: {', '.join(names)}"
             )
         tp = typing.get_type_hints(cls)[part]
         if depth == len(parts) - 1:
@@ -540,6 +545,7 @@ def resolve(config: Config, check: bool = True) -> Config:
         except (KeyError, ValueError, ImportError):  # a task that no longer loads: left null, as it was
             pass
         return config
+    _check_task_family(config)
     message = first_range_error(config)
     if message:
         raise ConfigError(message)
@@ -547,6 +553,17 @@ def resolve(config: Config, check: bool = True) -> Config:
     validate(config)
     _resolve_chat_template(config)
     return config
+
+
+def _check_task_family(config: Config) -> None:
+    """A task.name that names no task fails here, before `validate` imports the tensor libraries."""
+    from rlvr.tasks import task_factory
+
+    try:
+        task_factory(config.task.name)
+    except (KeyError, ValueError, FileNotFoundError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise ConfigError(message if message.startswith("task.name") else f"task.name: {message}") from None
 
 
 def _resolve_chat_template(config: Config) -> None:
@@ -730,7 +747,7 @@ class KeyDescription:
     key: str  # dotted: "optim.lr"
     type_name: str  # "float", "int or null", "list[str]"
     value: Any  # the resolved value
-    default: Any  # the dataclass default (null for preset-filled algorithm keys)
+    default: Any  # what runs when the key is not set: the dataclass default, or NO_CONFIG_DEFAULTS' without a file
     help: str
 
 
@@ -745,14 +762,20 @@ def type_name(tp: Any) -> str:
     return "any" if tp is Any else getattr(tp, "__name__", str(tp))
 
 
-def describe_config(config: Config) -> list[KeyDescription]:
-    """Every leaf key of `config` in declaration order, with its type, default and help."""
+def describe_config(config: Config, without_file: bool = False) -> list[KeyDescription]:
+    """Every leaf key of `config` in declaration order, with its type, default and help.
+
+    `without_file`: the config was built with no YAML file, so a key left unset takes its value from
+    `NO_CONFIG_DEFAULTS` where that sets it: that is the default shown.
+    """
+    run_defaults = flatten(NO_CONFIG_DEFAULTS) if without_file else {}
     rows = []
     for section in dataclasses.fields(Config):
         cls = typing.get_type_hints(Config)[section.name]
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            default = run_defaults.get(f"{section.name}.{f.name}", default)
             rows.append(KeyDescription(key=f"{section.name}.{f.name}", type_name=type_name(hints[f.name]),
                                        value=getattr(getattr(config, section.name), f.name), default=default,
                                        help=field_help(f)))
@@ -765,10 +788,10 @@ def yaml_value(value: Any) -> str:
     return text[: -len("...")].strip() if text.endswith("...") else text
 
 
-def format_config(config: Config) -> str:
-    """`rlvr config show`: each key = its resolved value, its type and default, then its help line."""
+def format_config(config: Config, without_file: bool = False) -> str:
+    """`rlvr config show`: each key = its resolved value, its type and default (`describe_config`), then its help."""
     lines, current = [], None
-    for row in describe_config(config):
+    for row in describe_config(config, without_file):
         section = row.key.split(".")[0]
         if section != current:
             current = section

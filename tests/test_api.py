@@ -76,7 +76,8 @@ def test_dotted_overrides_apply_to_a_dict_without_changing_it():
 
 
 BAD = [  # (sections, the same as a YAML file would hold them, the message)
-    ({"rollout": {"group_sise": 4}}, "unknown config key 'rollout.group_sise' in rollout; valid keys: backend,"),
+    ({"rollout": {"group_sise": 4}},
+     "unknown config key 'rollout.group_sise' in rollout (did you mean 'group_size'?); valid keys: backend,"),
     ({"rollout": {"group_size": "4"}}, "rollout.group_size: expected an integer, got str '4'"),
     ({"optim": {"lr": -1.0}}, "optim.lr must be a finite number > 0, got -1.0"),
     ({"rollout": {"group_size": 1}}, "rollout.group_size=1 gives every advantage 0"),
@@ -100,7 +101,8 @@ def test_keyword_and_yaml_configs_fail_with_the_same_message(tmp_path, sections,
 
 
 def test_a_section_that_does_not_exist_or_is_not_a_mapping_is_named():
-    with pytest.raises(ConfigError, match=r"unknown config section 'rollouts'; valid sections: model, task, rollout"):
+    with pytest.raises(ConfigError, match=r"unknown config section 'rollouts' \(did you mean 'rollout'\?\); "
+                                          r"valid sections: model, task, rollout"):
         Config(rollouts={"group_size": 4})
     with pytest.raises(ConfigError, match=r"rollout: expected a mapping of rollout\.\* keys or a RolloutConfig, got "
                                           r"int 4"):

@@ -49,7 +49,8 @@ def test_every_preset_resolves():
         (["optim.lr=fast"], "optim.lr: expected a number"),
         (["rollout.group_size=2.5"], "rollout.group_size: expected an integer"),
         (["model.lora=maybe"], "model.lora: expected true or false"),
-        (["algorithm.name=ppo2"], "unknown algorithm 'ppo2'; valid choices: dapo, dr_grpo, gr_reinforce, grpo"),
+        (["algorithm.name=ppo2"], "unknown algorithm 'ppo2' (did you mean 'ppo'?); valid choices: dapo, dr_grpo, "
+                                  "gr_reinforce, grpo"),
         (["algorithm.policy_loss=bogus"], "algorithm.policy_loss: unknown name 'bogus'; valid choices:"),
         (["algorithm.loss_aggregation=mean"], "valid choices: seq_mean_token_mean, seq_mean_token_sum_norm, token_mean"),
         (["task.name=chess"], "task.name: unknown task 'chess'; valid choices: "),

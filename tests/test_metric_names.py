@@ -24,7 +24,8 @@ PRODUCERS = ("rlvr/train/rollout_stats.py", "rlvr/train/update.py", "rlvr/train/
              "rlvr/train/expert_iteration.py", "rlvr/train/evaluation.py", "rlvr/train/generations.py",
              "rlvr/train/session.py", "rlvr/train/resume_policy.py")
 READERS = ("rlvr/train/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py", "rlvr/check.py",
-           "rlvr/check_mechanism.py", "rlvr/train/sinks.py", "rlvr/train/metrics.py", "rlvr/train/run_folder.py")
+           "rlvr/check_mechanism.py", "rlvr/train/sinks.py", "rlvr/train/metrics.py", "rlvr/train/run_folder.py",
+           "rlvr/train/console.py", "rlvr/report/health.py")
 # Family builders: a producer calling one writes names that start with its prefix.
 FAMILIES = {"reward_component": metric_names.REWARD_PREFIX, "status_count": metric_names.STATUS_PREFIX,
             "eval_reward_component": metric_names.EVAL_REWARD_PREFIX}

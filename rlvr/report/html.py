@@ -17,6 +17,7 @@ import math
 from datetime import datetime
 
 from rlvr.report.figures import ITERATION_AXIS, FigureData, run_colors
+from rlvr.report.health import WarningSpan
 from rlvr.report.runs import RunData, Summary, differing_config_keys, first_and_last_samples, summarize
 
 PLOTLY_MISSING = ("plotly is not installed, so the figures below are static PNGs (pip install plotly, then run "
@@ -182,9 +183,29 @@ def _samples_section(runs: list[RunData]) -> str:
     return "".join(parts)
 
 
+def _health_section(spans: list[WarningSpan]) -> str:
+    if not spans:
+        return "<p class=muted>No health warning fired.</p>"
+    rows = "".join(
+        f"<tr><td>{esc(s.run)}</td><td>{esc(s.name)}</td><td class=num>{esc(s.first)}</td><td class=num>{esc(s.last)}"
+        f"</td><td>{esc(s.message)}</td><td>{esc(s.advice)}</td></tr>" for s in spans)
+    return ("<table><tr><th>run</th><th>warning</th><th>from iteration</th><th>to iteration</th><th>message</th>"
+            f"<th>try</th></tr>{rows}</table>")
+
+
+def _checkpoint_notes(runs: list[RunData]) -> str:
+    """A run folder without a checkpoint cannot be resumed, evaluated or exported: say it may be deleted."""
+    from rlvr.train.console import summarize_run
+
+    bare = [run for run in runs if not summarize_run(run.path).checkpoints]
+    return "".join(f"<p><b>{esc(run.label)}</b> holds no checkpoint: nothing to resume, evaluate or export; "
+                   f"<code>{esc(str(run.path))}</code> may be deleted.</p>" for run in bare)
+
+
 def render_html(runs: list[RunData], figures: list[tuple[FigureData, bytes]], x: str = ITERATION_AXIS,
-                interactive: bool = True) -> str:
-    """The whole page; `figures` are (data, PNG bytes); `interactive` draws them with plotly."""
+                interactive: bool = True, spans: list[WarningSpan] = ()) -> str:
+    """The whole page; `figures` are (data, PNG bytes); `interactive` draws them with plotly; `spans` the health
+    warnings (report/health.py)."""
     summaries = [summarize(run) for run in runs]
     library = ""
     if interactive and figures:
@@ -198,7 +219,8 @@ def render_html(runs: list[RunData], figures: list[tuple[FigureData, bytes]], x:
 <body>
 <h1>rlvr run report</h1>
 <p class=muted>{len(runs)} run(s), written {datetime.now():%Y-%m-%d %H:%M}</p><ul>{folders}</ul>
-<h2>Summary</h2>{_summary_table(runs, summaries)}
+<h2>Summary</h2>{_summary_table(runs, summaries)}{_checkpoint_notes(runs)}
+<h2>Health warnings</h2>{_health_section(list(spans))}
 <h2>Config differences</h2>{_config_section(runs)}
 <h2>Figures</h2>{_figures_section(figures, x, interactive)}
 <h2>Completions: first and last logged iteration</h2>{_samples_section(runs)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from rlvr.report.figures import ITERATION_AXIS, X_AXES, X_LABELS, FigureData, Series
+from rlvr.report.figures import ITERATION_AXIS, WARNING_COLOR, X_AXES, X_LABELS, FigureData, Series
 
 DASHES = ("solid", "dash", "dot", "dashdot")
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
@@ -75,6 +75,17 @@ def _stacked_figure(data: FigureData, x: str):
     return figure
 
 
+def _marker_layout(data: FigureData, x: str) -> tuple[list[dict], list[dict]]:
+    """Health warning markers on the `x` axis: a dashed vertical line and its label each."""
+    placed = [(marker.x(x), marker.label) for marker in data.markers if marker.x(x) is not None]
+    shapes = [{"type": "line", "xref": "x", "yref": "paper", "x0": at, "x1": at, "y0": 0, "y1": 1,
+               "line": {"color": WARNING_COLOR, "dash": "dash", "width": 1}} for at, _ in placed]
+    notes = [{"x": at, "xref": "x", "y": 1, "yref": "paper", "text": label, "showarrow": False, "textangle": -90,
+              "xanchor": "right", "yanchor": "top", "font": {"size": 9, "color": WARNING_COLOR}}
+             for at, label in placed]
+    return shapes, notes
+
+
 def _axis_names(figure) -> list[str]:
     return [name for name in figure.layout.to_plotly_json() if name.startswith("xaxis")] or ["xaxis"]
 
@@ -90,6 +101,8 @@ def _x_buttons(figure, data: FigureData, x: str) -> None:
             restyle["error_x.visible"] = [axis == "seconds" and s.durations is not None for s in series]
         relayout = {f"{name}.autorange": True for name in axes}
         relayout[f"{axes[-1]}.title.text"] = X_LABELS[axis]
+        if data.markers:
+            relayout["shapes"], relayout["annotations"] = _marker_layout(data, axis)
         buttons.append({"label": f"x: {axis}", "method": "update", "args": [restyle, relayout]})
     figure.update_layout(updatemenus=[{
         "type": "buttons", "direction": "right", "x": 1.0, "xanchor": "right", "y": 1.02, "yanchor": "bottom",
@@ -106,6 +119,9 @@ def plotly_figure(data: FigureData, x: str = ITERATION_AXIS):
     else:
         figure = go.Figure(_line_traces(data, x))
         figure.update_layout(yaxis_title=data.ylabel, height=400)
+        if data.markers:
+            shapes, notes = _marker_layout(data, x)
+            figure.update_layout(shapes=shapes, annotations=notes)
     # The title at the top of the figure, the x-axis buttons below it at the plot's top right.
     figure.update_layout(title={"text": data.title, "x": 0.02, "y": 0.985, "yanchor": "top", "font": {"size": 15}},
                          template="plotly_white", margin={"l": 60, "r": 20, "t": 95, "b": 50}, hovermode="closest",

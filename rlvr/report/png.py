@@ -12,7 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from rlvr.report.figures import ITERATION_AXIS, X_LABELS, FigureData, Series
+from rlvr.report.figures import ITERATION_AXIS, WARNING_COLOR, X_LABELS, FigureData, Series
 
 LINE_STYLES = ("-", "--", ":", "-.")
 
@@ -39,6 +39,12 @@ def draw_lines(data: FigureData, x: str = ITERATION_AXIS) -> Figure:
         if series.durations is not None and x == "seconds":  # each eval's duration, ending at its point
             spans = [d for d, px in zip(series.durations, series.xs(x)) if px is not None]
             axes.errorbar(xs, ys, xerr=[spans, [0.0] * len(spans)], fmt="none", ecolor=series.color, capsize=3)
+    for marker in data.markers:
+        at = marker.x(x)
+        if at is not None:
+            axes.axvline(at, color=WARNING_COLOR, linestyle="--", linewidth=1)
+            axes.annotate(marker.label, (at, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                          color=WARNING_COLOR, ha="right", va="top")
     axes.set_title(data.title)
     axes.set_xlabel(X_LABELS[x])
     if x == ITERATION_AXIS:

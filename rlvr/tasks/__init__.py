@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from rlvr.registry import Registry
+from rlvr.registry import Registry, did_you_mean
 from rlvr.tasks.base import Example, Task, Verdict, resolve_weights, weighted_total
 from rlvr.tasks.dataset_task import DatasetTask
 from rlvr.tasks.external import (FORMS, ModuleMissing, accepts_keyword, check_call, load_reference,
@@ -84,7 +84,8 @@ def task_factory(name: str) -> tuple[Callable, tuple]:
         return TASKS.get(family), ((argument,) if argument else ())
     parts = split_reference(name)
     if parts is None:
-        raise KeyError(f"unknown task {family!r}; valid choices: {', '.join(TASKS.names())}, "
+        raise KeyError(f"unknown task {family!r}{did_you_mean(family, TASKS)}; valid choices: "
+                       f"{', '.join(TASKS.names())}, "
                        f"or a task of your own as {FORMS}")
     try:
         return load_reference(name, f"task.name {name!r}"), ()

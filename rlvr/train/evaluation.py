@@ -33,6 +33,7 @@ from rlvr.metric_names import (
 from rlvr.config import Config, ConfigError, save_config
 from rlvr.rollout import RolloutBackend, SamplingSettings, sample_and_score
 from rlvr.tasks import Example, Task, Verdict, task_label
+import rlvr.train.console as console
 from rlvr.train.distributed import SINGLE, Dist
 from rlvr.train.run_folder import make_run_dir
 from rlvr.train.run_setup import prepare_task, rollout_backend
@@ -227,14 +228,16 @@ def evaluate(config: Config, *, output_dir: Optional[str | Path] = None, log: Ca
 
     from rlvr.models import load_model_for_inference
 
-    task = prepare_task(config, inference=True)
+    with console.stage(config, f"checking the task {config.task.name}, its data and the model source"):
+        task = prepare_task(config, inference=True)
     examples = held_out_examples(task, config)
     if not examples:
         raise ConfigError(f"train.eval_size={config.train.eval_size}: nothing to evaluate; set train.eval_size "
                           "(rlvr eval --limit N) to the number of held-out examples to judge")
     model = config.model
-    loaded = load_model_for_inference(model.name, dtype=model.dtype, device=model.device,
-                                      memory_kernels=model.memory_kernels)
+    with console.stage(config, console.model_load_message(config)):
+        loaded = load_model_for_inference(model.name, dtype=model.dtype, device=model.device,
+                                          memory_kernels=model.memory_kernels)
     if output_dir is None:
         output = make_run_dir(config.train.output_dir, "", f"eval-{task_label(config.task.name)}")
     else:
@@ -249,6 +252,8 @@ def evaluate(config: Config, *, output_dir: Optional[str | Path] = None, log: Ca
         log(f"  {len(records)}/{len(examples)}")
 
     started = time.perf_counter()
+    console.say(config, f"evaluating {len(examples)} held-out prompts, {config.train.eval_batch_size} at a time; "
+                        f"writing {output}")
     with rollout_backend(config, loaded) as backend, torch.no_grad():
         records = evaluate_examples(backend, task, examples, settings, use_chat_template=config.task.use_chat_template,
                                     batch_size=config.train.eval_batch_size, on_batch=write_progress)

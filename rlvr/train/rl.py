@@ -48,6 +48,7 @@ from rlvr.metric_names import (
 )
 from rlvr.rollout import SamplingSettings
 from rlvr.tasks.base import primary_component
+import rlvr.train.console as console
 from rlvr.train.advantages import with_advantages
 from rlvr.train.collect import collect_groups, rollout_batch
 from rlvr.train.distributed import check_divisible, init_distributed
@@ -146,6 +147,8 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
                 session.writer.samples([{ITERATION: done, **s} for s in rows.samples[: train_cfg.samples_per_iteration]])
             if last or done % train_cfg.save_every == 0:
                 session.save_checkpoint(done, optimizer, scheduler, state)
+            if done == start + 1:
+                console.iteration_estimate(config, done, train_cfg.iterations, seconds)
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(reward=f"{record[REWARD_MEAN]:.3f}", kl=f"{record.get(KL, 0.0):.4f}",

@@ -16,6 +16,7 @@ Run-level policies live here once for every loop: the folder lock and the resume
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,15 +27,17 @@ from rlvr.models import LoadedModel, trainable_parameters
 from rlvr.rollout import RolloutBackend
 from rlvr.models.value_model import ValueModel
 from rlvr.tasks import Task, task_label
+import rlvr.train.console as console
 from rlvr.train.checkpoint import gather_checkpoint_state, restore_checkpoint, save_checkpoint
 from rlvr.train.distributed import SINGLE, Dist, checkpoint_extra, rank_device, restore_rank_state, start_ranks
 from rlvr.train.evaluation import evaluate_in_training, held_out_examples
 from rlvr.train.fsdp import fsdp_requested, shard_loaded_model
 from rlvr.train.generations import log_generations
 from rlvr.train.metrics import RunWriter
-from rlvr.train.run_folder import RunFolder, claim_run_folder
+from rlvr.train.run_folder import RUN_LOGS, RunFolder, claim_run_folder
 from rlvr.train.run_setup import expect_config, load_run_model, prepare_task, rollout_backend, set_up_value_model
 from rlvr.train.sinks import build_sinks, require_sink_packages
+from rlvr.utils import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,10 @@ class RunSession:
 
         `generations` > 0 also writes that many judged completions, with entropies, to generations.jsonl.
         """
-        metrics, records = evaluate_in_training(self.backend, self.task, self.eval_examples, self.config,
-                                                dist=self.dist)
+        with console.stage(self.config, f"evaluation at iteration {iteration} on {len(self.eval_examples)} "
+                                        "held-out prompts"):
+            metrics, records = evaluate_in_training(self.backend, self.task, self.eval_examples, self.config,
+                                                    dist=self.dist)
         record = {ITERATION: iteration, ELAPSED_S: self.elapsed(), UNIX_TIME: time.time(), **metrics}
         if generations:
             record.update(log_generations(self.policy, self.tokenizer, records[:generations], iteration=iteration,
@@ -140,6 +145,7 @@ class RunSession:
         # Full tensors (a collective under FSDP).
         gathered = gather_checkpoint_state(self.loaded, optimizer, self.value_model)
         if self.dist.is_main:
+            console.say(self.config, f"checkpoint at iteration {iteration}")
             save_checkpoint(self.run_dir, iteration, self.loaded, optimizer, scheduler, state,
                             self.config.train.keep_checkpoints, distributed=extra, gathered=gathered,
                             value_model=self.value_model)
@@ -157,8 +163,41 @@ class RunSession:
     def __enter__(self) -> "RunSession":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None or not issubclass(exc_type, KeyboardInterrupt) or not self.dist.is_main:
+            self.close()
+            return
+        try:  # still holding the folder's lock while deciding what to keep
+            if self.writer is not None:
+                self.writer.close()
+                self.writer = None
+            self.report_stop()
+        finally:
+            self.close()
+
+    def report_stop(self) -> None:
+        """Ctrl-C or SIGTERM: say which checkpoint a resume continues from; a new folder with no checkpoint and no
+        metrics (a stop during start-up or the step-0 eval) is removed, one with metrics is said to be deletable."""
+        summary = console.summarize_run(self.run_dir, self.kind.command if self.kind.resumable else None)
+        if summary.checkpoints:
+            newest = Path(summary.checkpoints[-1]).name
+            print(f"stopped: `{summary.next_commands[0]}` continues from {newest} (the newest checkpoint)"
+                  if self.kind.resumable else f"stopped: the newest checkpoint is {newest} ({self.kind.command} runs "
+                  "are not resumed; rlvr eval and rlvr export read it)", file=sys.stderr, flush=True)
+        elif self.folder.created and summary.iterations is None and not read_jsonl(self.run_dir / "eval.jsonl"):
+            for name in RUN_LOGS:  # empty logs opened by the writer; nothing was recorded in them
+                log = self.run_dir / name
+                if log.exists() and log.stat().st_size == 0:
+                    log.unlink()
+            self.folder.abandon()
+            gone = not self.run_dir.exists()
+            print(f"stopped before the first checkpoint: {'removed' if gone else 'kept'} {self.run_dir}"
+                  f"{'' if gone else ' (it holds other files; no checkpoint: it may be deleted)'}",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"stopped before the first checkpoint: {self.run_dir} holds no checkpoint, so nothing can be "
+                  "resumed; its logs are kept for `rlvr report`, and the folder may be deleted",
+                  file=sys.stderr, flush=True)
 
 
 def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = None, dist: Dist = SINGLE,
@@ -173,7 +212,8 @@ def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = N
     # Every check that needs no model comes before the folder: a failed start leaves nothing behind.
     expect_config(config)
     require_sink_packages(config)
-    task = prepare_task(config)  # model source, task options and data, held-out examples; seeded
+    with console.stage(config, f"checking the task {config.task.name}, its data and the model source"):
+        task = prepare_task(config)  # model source, task options and data, held-out examples; seeded
     if config.model.init_from and resume_dir is None:  # recorded absolute, so the run's policy can be rebuilt
         config.model.init_from = str(Path(config.model.init_from).expanduser().resolve())
     if dist.enabled and fsdp_requested(config):
@@ -183,7 +223,9 @@ def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = N
                               resumable=kind.resumable)  # locked by the main process until `close`
     try:
         config.model.device = rank_device(dist, config.model.device)
-        loaded = load_run_model(config, need_reference=need_reference)
+        console.banner(config, kind.command, folder.path)
+        with console.stage(config, console.model_load_message(config)):
+            loaded = load_run_model(config, need_reference=need_reference)
         value_model = set_up_value_model(config, loaded) if need_value_model else None
         value_params = [] if value_model is None else value_model.parameters()
         start_ranks(dist, [*trainable_parameters(loaded.policy), *value_params], config.train.seed)  # rank 0's weights
