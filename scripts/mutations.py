@@ -415,6 +415,14 @@ VERIFIER = [
         ('return _error(task, f"score raised {type(exc).__name__}: {exc}")', "raise"),
         tests=("tests/test_judging.py",),
     ),
+    mutation(
+        "exact_truth_check_not_declared", "rlvr/tasks/verifiers.py",
+        "the exact verifier's ground-truth check is written but not declared: NaN, inf and dicts are accepted",
+        ("lambda completion, truth, timeout: judge_exact(completion, truth), check_truth=_check_exact))",
+         "lambda completion, truth, timeout: judge_exact(completion, truth)))"),
+        tests=("tests/test_dataset_task.py::test_exact_refuses_non_finite_ground_truths_naming_the_row",
+               "tests/test_dataset_task.py::test_exact_refuses_ground_truths_that_are_not_text_or_numbers"),
+    ),
 ]
 
 # ----------------------------------------------------------------------------- run folders, checkpoints, resume
@@ -454,6 +462,35 @@ RUNS = [
          'for allowed in RESUME_MUTABLE_KEYS)',
          'return any(key.split(".")[0] == allowed.split(".")[0] for allowed in RESUME_MUTABLE_KEYS)'),
         tests=("tests/test_run_folder.py",),
+    ),
+    mutation(
+        "range_ignores_upper_end", "rlvr/config_ranges.py",
+        "a range checks only its lower end: rollout.batch_size=2**63 and optim.max_grad_norm=1e10 load",
+        ("below = value < self.high if self.high_open else value <= self.high",
+         "below = value < self.high if self.high_open else True"),
+        tests=("tests/test_config.py",),
+    ),
+    mutation(
+        "kv_cache_counts_query_heads", "rlvr/models/memory_estimate.py",
+        "the KV cache is sized with the query heads, not the (fewer) key-value heads of grouped-query attention",
+        ("kv_per_token = arch.num_layers * 2 * arch.num_kv_heads * arch.head_dim * b",
+         "kv_per_token = arch.num_layers * 2 * arch.num_heads * arch.head_dim * b"),
+        tests=("tests/test_memory_estimate.py",),
+    ),
+    mutation(
+        "problem_read_by_index_not_position", "rlvr/tasks/problems.py",
+        "a problem is read from the row at its index in the split, not at its recorded position in the file",
+        ("return self.to_problem(self.rows[self.positions[index]].record)",
+         "return self.to_problem(self.rows[index].record)"),
+        tests=("tests/test_data_files.py", "tests/test_dataset_task.py::test_held_out_slice_is_seeded_and_disjoint"),
+    ),
+    mutation(
+        "jsonl_offsets_skip_blank_lines", "rlvr/tasks/data_files.py",
+        "the jsonl index advances its offset only past non-blank lines: every row after a blank line is read "
+        "from the wrong place",
+        ("                    self.line_numbers.append(number)\n                offset += len(line)",
+         "                    self.line_numbers.append(number)\n                    offset += len(line)"),
+        tests=("tests/test_data_files.py",),
     ),
 ]
 
