@@ -485,6 +485,13 @@ RUNS = [
         tests=("tests/test_data_files.py", "tests/test_dataset_task.py::test_held_out_slice_is_seeded_and_disjoint"),
     ),
     mutation(
+        "problem_stream_stops_after_the_first", "rlvr/tasks/problems.py",
+        "the one-pass iteration over a split never moves on to its next position: it yields one problem",
+        ("                yield self.to_problem(row.record)\n                target = next(wanted, None)\n",
+         "                yield self.to_problem(row.record)\n"),
+        tests=("tests/test_data_files.py", "tests/test_tasks_problems.py"),
+    ),
+    mutation(
         "jsonl_offsets_skip_blank_lines", "rlvr/tasks/data_files.py",
         "the jsonl index advances its offset only past non-blank lines: every row after a blank line is read "
         "from the wrong place",

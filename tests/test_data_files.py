@@ -60,6 +60,10 @@ def test_a_task_on_a_large_jsonl_file_holds_only_the_index(tmp_path):
     first = examples[0]
     assert first.prompt == f"What is {int(first.ground_truth) // 2} plus {int(first.ground_truth) // 2}?"
     assert peak < size / 10, f"peak {peak} bytes for a {size}-byte file"
+    held = {int(problem.question.split()[2]) for problem in task.held_out}
+    expected = [i for i in range(ROW_COUNT) if i not in held]  # the training rows, in file order
+    for k in (0, len(expected) // 2, len(expected) - 1):  # each read from its own row, after the held-out ones
+        assert task.train[k].question == f"What is {expected[k]} plus {expected[k]}?"
 
 
 def test_a_row_read_after_the_file_changed_is_an_error(tmp_path):

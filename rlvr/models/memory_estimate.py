@@ -41,8 +41,8 @@ class RunSizes:
 
 def module_shapes(arch: Architecture) -> dict[str, tuple[int, int]]:
     """(in, out) features of each projection of one decoder layer, by the names LoRA targets."""
-    h, q_dim, kv_dim, i = arch.hidden_size, arch.num_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim, \
-        arch.intermediate_size
+    h, i = arch.hidden_size, arch.intermediate_size
+    q_dim, kv_dim = arch.num_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim
     return {"q_proj": (h, q_dim), "k_proj": (h, kv_dim), "v_proj": (h, kv_dim), "o_proj": (q_dim, h),
             "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
 
@@ -107,8 +107,10 @@ def estimate_memory(arch: Architecture, sizes: RunSizes) -> MemoryEstimate:
     kv_tokens = max(sizes.rollout_rows * sizes.rollout_tokens, sizes.eval_rows * sizes.eval_tokens)
     microbatch_tokens = sizes.microbatch_rows * sizes.rollout_tokens
     per_layer = activation_elements_per_token(arch)
-    kept = per_layer + arch.num_layers * arch.hidden_size if sizes.gradient_checkpointing \
-        else arch.num_layers * per_layer  # checkpointing keeps each layer's input and one layer's full set
+    if sizes.gradient_checkpointing:  # each layer's input, and one layer's full set while it is recomputed
+        kept = arch.num_layers * arch.hidden_size + per_layer
+    else:
+        kept = arch.num_layers * per_layer
     logit_bytes = max(b, 4)  # upcast to at least float32 before the softmax
     # A chunk of at most DEFAULT_MAX_CHUNK_BYTES logits and its probabilities are alive at once.
     logits = 2 * min(microbatch_tokens * arch.vocab_size * logit_bytes, DEFAULT_MAX_CHUNK_BYTES)
