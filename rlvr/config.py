@@ -202,6 +202,8 @@ class TrainConfig:
     samples_every: int = option(1, "write completions to samples.jsonl every N iterations")
     samples_per_iteration: int = option(8, "completions written to samples.jsonl per logged iteration")
     progress: bool = option(True, "show a progress bar")
+    memory_check: bool = option(True, "refuse a run whose estimated peak memory (weights, optimizer state, KV cache, "
+                                "activations) is above the memory available; false skips the estimate")
     # Kept for old configs; `stop_on: [zero_variance]` is the general form.
     stop_if_dead_for: int = option(0, "stop after this many iterations in which no group had reward contrast; "
                                    "0: never")

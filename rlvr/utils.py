@@ -119,7 +119,7 @@ def _jsonl_lines(path: Path) -> list[tuple[int, bytes, bool]]:
     return out
 
 
-def _decode_record(path: Path, number: int, raw: bytes) -> dict:
+def decode_jsonl_record(path: Path, number: int, raw: bytes) -> dict:
     """One JSON object from one line; any problem is a ValueError naming the file and the line."""
     try:
         text = raw.decode("utf-8")
@@ -130,6 +130,9 @@ def _decode_record(path: Path, number: int, raw: bytes) -> dict:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}:{number}: not a JSON line ({exc})") from None
+    except RecursionError:  # the parser recurses once per [ or {
+        raise ValueError(f"{path}:{number}: JSON nested too deeply to read (thousands of [ or {{ inside each "
+                         "other); a data row is an object of plain values") from None
     if not isinstance(record, dict):
         raise ValueError(f"{path}:{number}: expected a JSON object ({{...}}) per line, got "
                          f"{type(record).__name__} {text.strip()[:60]}")
@@ -141,7 +144,7 @@ def read_jsonl(path: Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    return [_decode_record(path, number, raw) for number, raw, _ in _jsonl_lines(path)]
+    return [decode_jsonl_record(path, number, raw) for number, raw, _ in _jsonl_lines(path)]
 
 
 def read_jsonl_numbered(path: Path, what: str = "data file") -> list[tuple[int, dict]]:
@@ -149,7 +152,7 @@ def read_jsonl_numbered(path: Path, what: str = "data file") -> list[tuple[int, 
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
-    records = [(number, _decode_record(path, number, raw)) for number, raw, _ in _jsonl_lines(path)]
+    records = [(number, decode_jsonl_record(path, number, raw)) for number, raw, _ in _jsonl_lines(path)]
     if not records:
         raise ValueError(f"{path}: the file is empty; a {what} holds one JSON object per line")
     return records
@@ -170,11 +173,11 @@ def trimmed_jsonl(path: Path, keep: callable) -> tuple[str | None, str | None]:
     if lines and not lines[-1][2]:
         number, raw, _ = lines[-1]
         try:
-            _decode_record(path, number, raw)
+            decode_jsonl_record(path, number, raw)
         except ValueError:
             lines = lines[:-1]
             note = f"{path}: dropped an incomplete last line ({number}, {len(raw)} bytes) left by an interrupted write"
-    kept = [r for r in (_decode_record(path, number, raw) for number, raw, _ in lines) if keep(r)]
+    kept = [r for r in (decode_jsonl_record(path, number, raw) for number, raw, _ in lines) if keep(r)]
     return "".join(to_json(r) + "\n" for r in kept), note
 
 

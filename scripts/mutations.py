@@ -455,6 +455,14 @@ VERIFIER = [
         tests=("tests/test_tasks_reasoning_gym.py::test_an_answer_that_only_contains_the_oracle_earns_no_partial_credit",
                "tests/test_tasks_reasoning_gym.py::test_containment_rule_keeps_other_partial_credit"),
     ),
+    mutation(
+        "exact_truth_check_not_declared", "rlvr/tasks/verifiers.py",
+        "the exact verifier's ground-truth check is written but not declared: NaN, inf and dicts are accepted",
+        ("lambda completion, truth, timeout: judge_exact(completion, truth), check_truth=_check_exact))",
+         "lambda completion, truth, timeout: judge_exact(completion, truth)))"),
+        tests=("tests/test_dataset_task.py::test_exact_refuses_non_finite_ground_truths_naming_the_row",
+               "tests/test_dataset_task.py::test_exact_refuses_ground_truths_that_are_not_text_or_numbers"),
+    ),
 ]
 
 # ----------------------------------------------------------------------------- run folders, checkpoints, resume
@@ -541,6 +549,42 @@ RUNS = [
          "            if name not in active:\n                pass"),
         tests=("tests/test_first_minutes.py::test_report_shows_a_table_of_the_health_warnings_with_their_messages",
                "tests/test_first_minutes.py::test_report_marks_where_each_warning_started_on_the_figures_it_concerns"),
+    ),
+    mutation(
+        "range_ignores_upper_end", "rlvr/config_ranges.py",
+        "a range checks only its lower end: rollout.batch_size=2**63 and optim.max_grad_norm=1e10 load",
+        ("below = value < self.high if self.high_open else value <= self.high",
+         "below = value < self.high if self.high_open else True"),
+        tests=("tests/test_config.py",),
+    ),
+    mutation(
+        "kv_cache_counts_query_heads", "rlvr/models/memory_estimate.py",
+        "the KV cache is sized with the query heads, not the (fewer) key-value heads of grouped-query attention",
+        ("kv_per_token = arch.num_layers * 2 * arch.num_kv_heads * arch.head_dim * b",
+         "kv_per_token = arch.num_layers * 2 * arch.num_heads * arch.head_dim * b"),
+        tests=("tests/test_memory_estimate.py",),
+    ),
+    mutation(
+        "problem_read_by_index_not_position", "rlvr/tasks/problems.py",
+        "a problem is read from the row at its index in the split, not at its recorded position in the file",
+        ("return self.to_problem(self.rows[self.positions[index]].record)",
+         "return self.to_problem(self.rows[index].record)"),
+        tests=("tests/test_data_files.py", "tests/test_dataset_task.py::test_held_out_slice_is_seeded_and_disjoint"),
+    ),
+    mutation(
+        "problem_stream_stops_after_the_first", "rlvr/tasks/problems.py",
+        "the one-pass iteration over a split never moves on to its next position: it yields one problem",
+        ("                yield self.to_problem(row.record)\n                target = next(wanted, None)\n",
+         "                yield self.to_problem(row.record)\n"),
+        tests=("tests/test_data_files.py", "tests/test_tasks_problems.py"),
+    ),
+    mutation(
+        "jsonl_offsets_skip_blank_lines", "rlvr/tasks/data_files.py",
+        "the jsonl index advances its offset only past non-blank lines: every row after a blank line is read "
+        "from the wrong place",
+        ("                    self.line_numbers.append(number)\n                offset += len(line)",
+         "                    self.line_numbers.append(number)\n                    offset += len(line)"),
+        tests=("tests/test_data_files.py",),
     ),
 ]
 

@@ -79,7 +79,7 @@ BAD = [  # (sections, the same as a YAML file would hold them, the message)
     ({"rollout": {"group_sise": 4}},
      "unknown config key 'rollout.group_sise' in rollout (did you mean 'group_size'?); valid keys: backend,"),
     ({"rollout": {"group_size": "4"}}, "rollout.group_size: expected an integer, got str '4'"),
-    ({"optim": {"lr": -1.0}}, "optim.lr must be a finite number > 0, got -1.0"),
+    ({"optim": {"lr": -1.0}}, "optim.lr must be a finite number in (0, 10], got -1.0"),
     ({"rollout": {"group_size": 1}}, "rollout.group_size=1 gives every advantage 0"),
     ({"train": {"eval_top_p": 0.9}}, "train.eval_top_p=0.9 does nothing when the eval decodes greedily"),
     ({"task": {"name": "no_such_task"}}, "unknown task 'no_such_task'; valid choices:"),

@@ -57,7 +57,7 @@ def test_every_preset_resolves():
         (["optim.minibatch_size=5", "optim.grad_accum_steps=2"], "must equal rollout.batch_size * rollout.group_size = 32"),
         (["optim.grad_accum_steps=3", "optim.minibatch_size=null"], "optim.grad_accum_steps=3 must divide"),
         (["algorithm.std=biased"], "algorithm.std: 'biased' is not one of population, sample"),
-        (["rollout.temperature=0"], "rollout.temperature must be a finite number > 0, got 0.0"),
+        (["rollout.temperature=0"], "rollout.temperature must be a finite number in (0, 100], got 0.0"),
         (["model.dtype=fp8"], "model.dtype: 'fp8' is not one of"),
         (["lr"], "is not of the form key=value"),
     ],
@@ -124,25 +124,25 @@ def test_no_config_run_is_the_shipped_grpo_config():
 @pytest.mark.parametrize(
     "override, expected",
     [
-        ("train.keep_checkpoints=0", "train.keep_checkpoints must be an integer >= 1, got 0"),
-        ("train.keep_checkpoints=-3", "train.keep_checkpoints must be an integer >= 1, got -3"),
-        ("rollout.top_k=-5", "rollout.top_k must be an integer >= 0, got -5"),
+        ("train.keep_checkpoints=0", "train.keep_checkpoints must be an integer in [1, 10000], got 0"),
+        ("train.keep_checkpoints=-3", "train.keep_checkpoints must be an integer in [1, 10000], got -3"),
+        ("rollout.top_k=-5", "rollout.top_k must be an integer in [0, 16777216], got -5"),
         ("rollout.min_p=5", "rollout.min_p must be a finite number in [0, 1], got 5.0"),
-        ("model.lora_rank=0", "model.lora_rank must be an integer >= 1, got 0"),
-        ("optim.warmup_steps=-10", "optim.warmup_steps must be an integer >= 0, got -10"),
-        ("train.eval_max_new_tokens=-5", "train.eval_max_new_tokens must be an integer >= 1, got -5"),
-        ("rollout.temperature=nan", "rollout.temperature must be a finite number > 0, got nan"),
-        ("algorithm.clip_high=nan", "algorithm.clip_high must be a finite number >= 0, got nan"),
-        ("algorithm.kl_coef=nan", "algorithm.kl_coef must be a finite number >= 0, got nan"),
+        ("model.lora_rank=0", "model.lora_rank must be an integer in [1, 4096], got 0"),
+        ("optim.warmup_steps=-10", "optim.warmup_steps must be an integer in [0, 10000000], got -10"),
+        ("train.eval_max_new_tokens=-5", "train.eval_max_new_tokens must be an integer in [1, 1048576], got -5"),
+        ("rollout.temperature=nan", "rollout.temperature must be a finite number in (0, 100], got nan"),
+        ("algorithm.clip_high=nan", "algorithm.clip_high must be a finite number in [0, 100], got nan"),
+        ("algorithm.kl_coef=nan", "algorithm.kl_coef must be a finite number in [0, 10000], got nan"),
         ("optim.beta1=2", "optim.beta1 must be a finite number in [0, 1), got 2.0"),
         ("optim.beta2=1", "optim.beta2 must be a finite number in [0, 1), got 1.0"),
-        ("optim.eps=-1", "optim.eps must be a finite number > 0, got -1.0"),
-        ("optim.lr=nan", "optim.lr must be a finite number > 0, got nan"),
-        ("optim.lr=inf", "optim.lr must be a finite number > 0, got inf"),
+        ("optim.eps=-1", "optim.eps must be a finite number in (0, 1], got -1.0"),
+        ("optim.lr=nan", "optim.lr must be a finite number in (0, 10], got nan"),
+        ("optim.lr=inf", "optim.lr must be a finite number in (0, 10], got inf"),
         ("health.clip_frac=1.5", "health.clip_frac must be a finite number in [0, 1], got 1.5"),
         ("train.seed=-1", "train.seed must be an integer in [0, 4294967295], got -1"),
-        ("task.reward_weights={answer: .nan}", "task.reward_weights.answer must be a finite number, got nan"),
-        ("expert_iteration.min_reward=.inf", "expert_iteration.min_reward must be a finite number, got inf"),
+        ("task.reward_weights={answer: .nan}", "task.reward_weights.answer must be a finite number in [-10000, 10000], got nan"),
+        ("expert_iteration.min_reward=.inf", "expert_iteration.min_reward must be a finite number in [-1e+30, 1e+30], got inf"),
         ("train.run_name=/tmp/elsewhere", "train.run_name='/tmp/elsewhere' must be a folder name inside"),
         ("train.run_name=../up", "train.run_name='../up' must be a folder name inside"),
         ("rollout.stop_strings=['']", "rollout.stop_strings must not contain an empty string"),
@@ -156,8 +156,47 @@ def test_out_of_range_values_are_refused_with_key_value_and_range(override, expe
 
 def test_boundary_values_inside_the_ranges_are_accepted():
     config = load_config(None, ["train.keep_checkpoints=1", "rollout.top_k=0", "rollout.min_p=1", "optim.beta1=0",
-                                "optim.max_grad_norm=.inf", "train.eval_max_new_tokens=null", "train.seed=0"])
-    assert config.train.keep_checkpoints == 1 and config.optim.max_grad_norm == float("inf")
+                                "optim.max_grad_norm=1e9", "train.eval_max_new_tokens=null", "train.seed=0",
+                                "rollout.max_new_tokens=1048576", "rollout.batch_size=65536"])
+    assert config.train.keep_checkpoints == 1 and config.optim.max_grad_norm == 1e9
+
+
+# Each size accepted 2**63 (and went on to allocate or loop that much): each has a finite upper end now.
+@pytest.mark.parametrize("key, high", [
+    ("rollout.max_new_tokens", 2**20), ("rollout.batch_size", 2**16), ("rollout.group_size", 2**12),
+    ("model.lora_rank", 4096), ("model.num_threads", 4096), ("algorithm.ppo_epochs", 1000),
+    ("train.eval_batch_size", 2**16), ("train.eval_max_new_tokens", 2**20), ("train.eval_size", 10**7),
+    ("train.samples_per_iteration", 2**28),
+])
+def test_sizes_refuse_2_to_the_63_naming_key_value_and_range(key, high):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [f"{key}={2**63}"])
+    assert str(info.value).startswith(f"{key} must be an integer in [")
+    assert f", {high}], got {2**63}" in str(info.value)
+    with pytest.raises(ConfigError, match=f"got {high + 1}"):  # the upper end itself is the last value allowed
+        load_config(None, [f"{key}={high + 1}"])
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "1e10"])
+def test_max_grad_norm_refuses_infinity_and_huge_values(value):
+    with pytest.raises(ConfigError, match=r"optim.max_grad_norm must be a finite number in \(0, 1000000000\], got "):
+        load_config(None, [f"optim.max_grad_norm={value}"])
+
+
+def test_every_range_has_two_finite_ends():
+    import math
+
+    from rlvr.config_ranges import FIELD_BOUNDS
+
+    open_ended = [key for key, bounds in FIELD_BOUNDS.items()
+                  if not (math.isfinite(bounds.low) and math.isfinite(bounds.high))]
+    assert open_ended == []
+    assert FIELD_BOUNDS["rollout.max_new_tokens"].admits(2**20) and not FIELD_BOUNDS["rollout.max_new_tokens"].admits(2**63)
+
+
+def test_a_huge_integer_is_refused_not_overflowed():
+    with pytest.raises(ConfigError, match="rollout.batch_size must be an integer in"):
+        load_config(None, [f"rollout.batch_size={10**400}"])
 
 
 def test_every_numeric_config_field_has_a_declared_range():
@@ -233,9 +272,9 @@ def test_the_ppo_preset_and_config_need_no_groups():
         (["algorithm.name=grpo", "algorithm.kl_in_reward=0.05"], "algorithm.kl_in_reward=0.05 needs a value model"),
         (["algorithm.name=grpo", "algorithm.value_warmup_iterations=2"], "value_warmup_iterations=2 needs a value"),
         (["algorithm.name=ppo", "algorithm.gae_lambda=1.5"], "algorithm.gae_lambda must be a finite number in [0, 1]"),
-        (["algorithm.name=ppo", "algorithm.vf_coef=0"], "algorithm.vf_coef must be a finite number > 0"),
-        (["algorithm.name=ppo", "algorithm.value_clip=-0.1"], "algorithm.value_clip must be a finite number >= 0"),
-        (["health.explained_variance_min=2"], "health.explained_variance_min must be a finite number <= 1"),
+        (["algorithm.name=ppo", "algorithm.vf_coef=0"], "algorithm.vf_coef must be a finite number in (0, 10000]"),
+        (["algorithm.name=ppo", "algorithm.value_clip=-0.1"], "algorithm.value_clip must be a finite number in [0, 1000000]"),
+        (["health.explained_variance_min=2"], "health.explained_variance_min must be a finite number in [-1000000, 1]"),
     ],
 )
 def test_ppo_keys_are_checked_together(overrides, expected):

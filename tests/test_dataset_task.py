@@ -116,6 +116,34 @@ def test_bad_rows_are_reported_by_file_and_line(tmp_path, rows, options, message
         dataset_task(path=str(path), **options)
 
 
+def bad_truth_task(tmp_path, line):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n" + line + "\n" + json.dumps(ROWS[1]) + "\n")
+    return dataset_task(path=str(path), verifier="exact")
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"q": "x", "a": NaN}', r"rows.jsonl:2: ground truth nan is not a finite number"),
+    ('{"q": "x", "a": Infinity}', r"rows.jsonl:2: ground truth inf is not a finite number"),
+    ('{"q": "x", "a": ["4", -Infinity]}', r"rows.jsonl:2: ground truth -inf is not a finite number"),
+])
+def test_exact_refuses_non_finite_ground_truths_naming_the_row(tmp_path, line, message):
+    with pytest.raises(ValueError, match=message):
+        bad_truth_task(tmp_path, line)
+    task = bad_truth_task(tmp_path, '{"q": "x", "a": ["4", 4, 2.5, true]}')  # text and numbers: accepted
+    assert len(task.train) + len(task.held_out) == 3
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"q": "x", "a": {"value": 4}}', r"rows.jsonl:2: ground truth \{'value': 4\} is a dict; verifier `exact` compares"),
+    ('{"q": "x", "a": [["4"]]}', r"rows.jsonl:2: ground truth \['4'\] is a list; verifier `exact` compares"),
+    ('{"q": "x", "a": []}', r"rows.jsonl:2: ground truth is an empty list"),
+])
+def test_exact_refuses_ground_truths_that_are_not_text_or_numbers(tmp_path, line, message):
+    with pytest.raises(ValueError, match=message):
+        bad_truth_task(tmp_path, line)
+
+
 def test_csv_rows_are_counted_from_the_first_data_row(tmp_path):
     path = tmp_path / "rows.csv"
     path.write_text("q,a\nfirst,1\nsecond,\n")

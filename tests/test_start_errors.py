@@ -101,7 +101,7 @@ BAD_INPUTS = [
                           "task.options.verifier": "no_such_verifier"}, "unknown verifier 'no_such_verifier'"),
     ("unknown model name", {"model.name": "no-such-model"}, "model.name: model 'no-such-model'"),
     ("bad key", {"optim.lrr": "1"}, "unknown config key 'optim.lrr'"),
-    ("bad value range", {"rollout.top_k": "-5"}, "rollout.top_k must be an integer >= 0, got -5"),
+    ("bad value range", {"rollout.top_k": "-5"}, "rollout.top_k must be an integer in [0, 16777216], got -5"),
 ]
 
 

@@ -2,6 +2,8 @@
 
 Local files: `.jsonl` (one object a line), `.json` (a list of objects), `.parquet` (needs
 `pyarrow`, which the `datasets` package brings) and `.csv` (a header row; every value is text).
+A `.jsonl` file is indexed, not loaded: one pass records where each line starts, and a row is read
+from the file when it is used, so a large file costs 16 bytes a row in memory, not its size.
 A Hugging Face dataset (`datasets.load_dataset(name, config, split=...)`) is read only when the
 user names one. Each row comes with where it was found (`train.jsonl line 5`), so a bad row is
 reported by file and position rather than as "some record".
@@ -12,11 +14,13 @@ from __future__ import annotations
 import csv
 import json
 import os
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from rlvr.utils import read_jsonl_numbered
+from rlvr.utils import decode_jsonl_record
 
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -29,9 +33,54 @@ class Row:
     record: dict
 
 
-def _jsonl_rows(path: Path) -> list[Row]:
-    # Empty files, non-UTF-8 bytes, bad JSON and non-object lines are errors naming file and line.
-    return [Row(f"{path}:{number}", record) for number, record in read_jsonl_numbered(path)]
+class JsonlRows(Sequence):
+    """The rows of a jsonl file, each read from the file when asked for, by the offset of its line.
+
+    Blank lines are skipped; non-UTF-8 bytes, bad JSON and non-object lines are errors naming the
+    file and the line (`decode_jsonl_record`) when the row is read. A file that changes after it
+    was indexed is an error, not rows from the wrong places.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offsets, self.line_numbers = array("q"), array("q")  # of the non-blank lines
+        offset = 0
+        with path.open("rb") as handle:
+            for number, line in enumerate(handle, 1):
+                if line.strip():
+                    self.offsets.append(offset)
+                    self.line_numbers.append(number)
+                offset += len(line)
+        self.identity = self._identity()
+
+    def _identity(self) -> tuple[int, int]:
+        stat = self.path.stat()
+        return stat.st_size, stat.st_mtime_ns
+
+    def _check_unchanged(self) -> None:
+        if self._identity() != self.identity:
+            raise ValueError(f"{self.path}: the file changed after it was read at the start; its rows are read "
+                             "again while the task runs, so leave a data file as it is until the run ends")
+
+    def _row(self, number: int, raw: bytes) -> Row:
+        return Row(f"{self.path}:{number}", decode_jsonl_record(self.path, number, raw))
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, index: int) -> Row:
+        self._check_unchanged()
+        with self.path.open("rb") as handle:
+            handle.seek(self.offsets[index])
+            return self._row(self.line_numbers[index], handle.readline())
+
+    def __iter__(self) -> Iterator[Row]:
+        """Every row in one pass over the file (reading by index would reopen it for each)."""
+        self._check_unchanged()
+        with self.path.open("rb") as handle:
+            for number, line in enumerate(handle, 1):
+                if line.strip():
+                    yield self._row(number, line)
 
 
 def _json_rows(path: Path) -> list[Row]:
@@ -41,6 +90,9 @@ def _json_rows(path: Path) -> list[Row]:
         raise ValueError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:  # the parser recurses once per [ or {
+        raise ValueError(f"{path}: JSON nested too deeply to read (thousands of [ or {{ inside each other); "
+                         "a data file is a list of objects of plain values") from None
     if not isinstance(data, list):
         raise ValueError(f"{path}: expected a JSON list of objects, got {type(data).__name__} "
                          "(one object per line is a .jsonl file)")
@@ -70,11 +122,11 @@ def _csv_rows(path: Path) -> list[Row]:
         raise ValueError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
 
 
-READERS = {".jsonl": _jsonl_rows, ".json": _json_rows, ".parquet": _parquet_rows, ".csv": _csv_rows}
+READERS = {".jsonl": JsonlRows, ".json": _json_rows, ".parquet": _parquet_rows, ".csv": _csv_rows}
 
 
-def read_rows(path: str | Path) -> list[Row]:
-    """Every record of a local data file, by its suffix (see `FORMATS`)."""
+def read_rows(path: str | Path) -> Sequence[Row]:
+    """Every record of a local data file, by its suffix (see `FORMATS`): jsonl rows on demand, others in a list."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"data file {str(path)!r} does not exist")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import random
 import sys
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
@@ -35,17 +37,57 @@ class Problem:
     metadata: dict = field(default_factory=dict)
 
 
-def _convert(rows: list[Row], to_problem: Callable[[dict], Optional[Problem]]) -> list[Problem]:
-    """Problems from rows; a record the task cannot read is an error naming where it is."""
-    problems = []
-    for row in rows:
+class Problems(Sequence):
+    """Problems made on demand from rows: a data file's rows are read again by index, never all held.
+
+    `positions` are the indices (into `rows`) of the rows that make a problem, in order;
+    `held_out_duplicates` counts the training rows dropped because their question is held out.
+    """
+
+    def __init__(self, rows: Sequence[Row], to_problem: Callable[[dict], Optional[Problem]], positions: Sequence[int],
+                 held_out_duplicates: int = 0):
+        self.rows, self.to_problem = rows, to_problem
+        self.positions = array("q", positions)  # 8 bytes a problem
+        self.held_out_duplicates = held_out_duplicates
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.subset(range(len(self))[index])
+        return self.to_problem(self.rows[self.positions[index]].record)
+
+    def __iter__(self) -> Iterator[Problem]:
+        """In order, in one pass over the rows when the positions ascend (as every split's do)."""
+        if any(later <= earlier for earlier, later in zip(self.positions, self.positions[1:])):
+            yield from (self[index] for index in range(len(self)))
+            return
+        wanted = iter(self.positions)
+        target = next(wanted, None)
+        for position, row in enumerate(self.rows):
+            if target is None:
+                return
+            if position == target:
+                yield self.to_problem(row.record)
+                target = next(wanted, None)
+
+    def subset(self, indices, held_out_duplicates: int = 0) -> "Problems":
+        """The problems at `indices` (positions into this sequence), in that order."""
+        return Problems(self.rows, self.to_problem, [self.positions[i] for i in indices], held_out_duplicates)
+
+
+def _convert(rows: Sequence[Row], to_problem: Callable[[dict], Optional[Problem]]) -> Problems:
+    """Problems from rows, each row checked once now; a record the task cannot read is an error naming where it is."""
+    positions = []
+    for position, row in enumerate(rows):
         try:
             problem = to_problem(row.record)
         except ValueError as exc:
             raise ValueError(f"{row.where}: {exc}") from None
         if problem is not None:
-            problems.append(problem)
-    return problems
+            positions.append(position)
+    return Problems(rows, to_problem, positions)
 
 
 def check_split_options(task_name: str, eval_size, split_seed) -> None:
@@ -55,19 +97,18 @@ def check_split_options(task_name: str, eval_size, split_seed) -> None:
     check_count_option(task_name, "split_seed", split_seed)
 
 
-def _hold_out(problems: list[Problem], eval_size: Optional[int],
-              split_seed: int) -> tuple[list[Problem], list[Problem]]:
+def _hold_out(problems: Problems, eval_size: Optional[int], split_seed: int) -> tuple[Problems, Problems]:
     """(train, held out): a seeded `eval_size` slice (default 10%, at least 1) held out of one list."""
     size = eval_size if eval_size is not None else max(1, len(problems) // 10)
     order = list(range(len(problems)))
     random.Random(split_seed).shuffle(order)
     held = set(order[:size])
-    return [p for i, p in enumerate(problems) if i not in held], [problems[i] for i in sorted(held)]
+    return problems.subset([i for i in range(len(problems)) if i not in held]), problems.subset(sorted(held))
 
 
 def load_splits(task_name: str, to_problem: Callable[[dict], Optional[Problem]], *, path=None, train_path=None,
                 eval_path=None, dataset=None, dataset_config=None, train_split="train", eval_split="test",
-                eval_size=None, split_seed=0) -> tuple[list[Problem], list[Problem]]:
+                eval_size=None, split_seed=0) -> tuple[Problems, Problems]:
     """(train, eval) problems. With one `path`, a seeded `eval_size` slice (default 10%) is held out.
 
     `train_path` without `eval_path` is read like `path`: a slice is held out (and a note says so),
@@ -82,8 +123,9 @@ def load_splits(task_name: str, to_problem: Callable[[dict], Optional[Problem]],
         )
     one_file = bool(path) or (bool(train_path) and not eval_path)  # a slice of it is held out
     if dataset:
-        train = _convert(hf_rows(dataset, dataset_config, train_split), to_problem) if train_split else []
-        held_out = _convert(hf_rows(dataset, dataset_config, eval_split), to_problem) if eval_split else []
+        none = Problems([], to_problem, [])
+        train = _convert(hf_rows(dataset, dataset_config, train_split), to_problem) if train_split else none
+        held_out = _convert(hf_rows(dataset, dataset_config, eval_split), to_problem) if eval_split else none
     elif one_file:
         train, held_out = _hold_out(_convert(read_rows(path or train_path), to_problem), eval_size, split_seed)
         if not path:
@@ -91,13 +133,13 @@ def load_splits(task_name: str, to_problem: Callable[[dict], Optional[Problem]],
                   "for eval (task.options.eval_size sets how many; eval_path names a separate file)",
                   file=sys.stderr)
     else:
-        train = _convert(read_rows(train_path), to_problem) if train_path else []
+        train = _convert(read_rows(train_path), to_problem) if train_path else Problems([], to_problem, [])
         held_out = _convert(read_rows(eval_path), to_problem)
     if eval_size is not None and not one_file:
         held_out = held_out[:eval_size]
     eval_questions = {p.question for p in held_out}
-    train = [p for p in train if p.question not in eval_questions]
-    return train, held_out
+    kept = [i for i, problem in enumerate(train) if problem.question not in eval_questions]
+    return train.subset(kept, held_out_duplicates=len(train) - len(kept)), held_out
 
 
 class ProblemTask:
@@ -112,7 +154,7 @@ class ProblemTask:
     primary_component = "answer"
     default_weights = {"answer": 1.0, "format": 0.0}
 
-    def __init__(self, train: list[Problem], held_out: list[Problem], *, reward_weights=None,
+    def __init__(self, train: Sequence[Problem], held_out: Sequence[Problem], *, reward_weights=None,
                  use_chat_template=True, prompt=DEFAULT_PROMPT, timeout_seconds=DEFAULT_TIMEOUT_SECONDS):
         check_prompt(self.name, prompt, use_chat_template)
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
@@ -136,12 +178,21 @@ class ProblemTask:
         if split != "train":
             raise ValueError(f"{self.name}: unknown split {split!r}; valid splits: train, eval")
         if not self.train:
-            raise ValueError(f"{self.name}: no training problems (set task.options.path or train_path)")
+            raise ValueError(self._no_training_problems())
         rng = random.Random(seed)
         indices: list[int] = []
         while len(indices) < count:  # without replacement within a pass over the data
             indices += rng.sample(range(len(self.train)), min(count - len(indices), len(self.train)))
         return [self.make_example(self.train[i], i, "train") for i in indices]
+
+    def _no_training_problems(self) -> str:
+        dropped = getattr(self.train, "held_out_duplicates", 0)
+        if not dropped:
+            return f"{self.name}: no training problems (set task.options.path or train_path)"
+        return (f"{self.name}: no training problems: all {dropped} training rows ask a question of the held-out "
+                "(eval) split and were dropped as its duplicates, so that a run never trains on what it is "
+                "evaluated on; give training rows whose questions differ from the eval rows (task.options.train_path "
+                "and eval_path), or hold out fewer rows (task.options.eval_size)")
 
     def iter_eval(self) -> Iterator[Example]:
         return iter(self.examples("eval", len(self.held_out), 0))

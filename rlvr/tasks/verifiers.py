@@ -10,6 +10,7 @@ output as code; the symbolic step of `math` runs in the worker process under a t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -45,6 +46,20 @@ def _check_number(ground_truth: GroundTruth) -> None:
             raise ValueError(f"ground truth {truth!r} is not a number (verifier `number`; `math` compares expressions)")
 
 
+def _check_exact(ground_truth: GroundTruth) -> None:
+    """A text or a finite number (or a non-empty list of them): what `exact` can compare a completion with."""
+    truths = _truths(ground_truth)
+    if not truths:
+        raise ValueError("ground truth is an empty list: no answer can equal it (verifier `exact`)")
+    for truth in truths:
+        if isinstance(truth, float) and not math.isfinite(truth):
+            raise ValueError(f"ground truth {truth!r} is not a finite number: no completion text equals it "
+                             "(verifier `exact` compares text; write the answer as a string)")
+        if not isinstance(truth, (str, int, float)):
+            raise ValueError(f"ground truth {truth!r} is a {type(truth).__name__}; verifier `exact` compares text "
+                             "with a string or a number, or a list of them (any one may match)")
+
+
 def _check_integer(ground_truth: GroundTruth) -> None:
     for truth in _truths(ground_truth):
         parse_integer_truth(truth)
@@ -74,7 +89,7 @@ def judge_any_integer(completion: str, ground_truth: GroundTruth) -> Judgement:
 VERIFIERS: Registry[NamedVerifier] = Registry("verifier")
 VERIFIERS.add("exact", NamedVerifier(
     "the <answer> span (or the whole completion), stripped, equals the ground truth as text",
-    lambda completion, truth, timeout: judge_exact(completion, truth)))
+    lambda completion, truth, timeout: judge_exact(completion, truth), check_truth=_check_exact))
 VERIFIERS.add("integer", NamedVerifier(
     "the last integer (in <answer> tags when present) equals the truth; format: only an integer",
     lambda completion, truth, timeout: judge_any_integer(completion, truth), check_truth=_check_integer))

@@ -2,7 +2,8 @@
 
 `prepare_task` makes every check that needs no model: the task with its options and data (built
 and seeded), the held-out examples an eval needs, and the model source (named, installed, in the
-cache: nothing is loaded or converted). `rlvr train`, `sft`, `expert-iter`, `check`, `sweep` and
+cache: nothing is loaded or converted), and, for a training run, that its estimated peak memory fits
+(`rlvr.train.memory_check`). `rlvr train`, `sft`, `expert-iter`, `check`, `sweep` and
 `eval` call it before they create any folder, so a bad config, task, data file or model name fails
 in seconds with a message that names it, and leaves nothing behind. `load_run_model` then loads
 the policy (and `set_up_value_model` PPO's value model) and `rollout_backend` sets up sampling on it.
@@ -17,6 +18,7 @@ from rlvr.models import LoadedModel, LoraSettings, check_inference_spec, check_m
 from rlvr.models.runs import find_checkpoint, merged_model_from_run
 from rlvr.models.value_model import ValueModel, build_value_model
 from rlvr.rollout import ROLLOUT_BACKENDS, RolloutBackend
+from rlvr.train.memory_check import check_memory
 from rlvr.tasks import Task, build_task
 from rlvr.utils import seed_everything
 
@@ -61,7 +63,7 @@ def check_held_out(task: Task, config: Config) -> None:
 def prepare_task(config: Config, *, inference: bool = False) -> Task:
     """Every check before the model loads, then the task, built with the run's seed set.
 
-    `inference`: `model.name` may also be a run or checkpoint folder (`rlvr eval`).
+    `inference`: `model.name` may also be a run or checkpoint folder (`rlvr eval`); no memory estimate.
     """
     expect_config(config)
     if config.model.num_threads > 0:
@@ -73,6 +75,8 @@ def prepare_task(config: Config, *, inference: bool = False) -> Task:
     check_held_out(task, config)
     check_model_source(config, inference=inference)
     check_init_from(config)
+    if not inference:
+        check_memory(config, task)
     return task
 
 

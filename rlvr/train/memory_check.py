@@ -1,0 +1,121 @@
+"""Refuse, before the model loads, a run whose estimated peak memory is above what the device has free.
+
+The estimate is `rlvr.models.memory_estimate` on the model's shape (its config or GGUF header,
+`rlvr.models.architecture`) and the run's sizes; a prompt is counted as one token per character
+of its text, an over-count for subword tokenizers that also covers a chat template's few tokens.
+`train.memory_check=false` skips it. The estimate covers RL's rollout, eval and update sizes.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from typing import Optional
+
+import numpy as np
+import torch
+
+from rlvr.config import Config, ConfigError
+from rlvr.models import DTYPES
+from rlvr.models.architecture import Architecture, read_architecture
+from rlvr.models.memory_estimate import MemoryEstimate, RunSizes, estimate_memory, format_bytes, parameter_count
+from rlvr.tasks import Task
+from rlvr.tasks.base import prompt_text
+
+# The keys that shrink each part of the estimate.
+PART_KEYS = {
+    "weights": "model.name, model.dtype",
+    "reference model": "model.lora=true, algorithm.kl_coef=0 and algorithm.kl_in_reward=0",
+    "value model": "algorithm.value_model=shared",
+    "gradients and optimizer state": "model.lora=true, model.lora_rank",
+    "KV cache": "rollout.batch_size, rollout.group_size, rollout.max_new_tokens, train.eval_batch_size, "
+                "train.eval_max_new_tokens",
+    "activations": "optim.minibatch_size (or optim.grad_accum_steps), rollout.max_new_tokens, "
+                   "model.gradient_checkpointing=true",
+    "logits chunks": "optim.minibatch_size (or optim.grad_accum_steps)",
+}
+
+
+def available_memory(device: str) -> Optional[int]:
+    """Bytes free for a run on `device`: CUDA's free memory, or the system's available memory; None if unknown."""
+    if device.startswith("cuda"):
+        return torch.cuda.mem_get_info(torch.device(device))[0] if torch.cuda.is_available() else None
+    if device != "cpu":
+        return None
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def longest_prompt_tokens(task: Task, config: Config) -> int:
+    """Characters of the longest prompt among a rollout batch's worth of training and eval examples.
+
+    The global random states are restored after: a task may draw its examples from them, and the run
+    must sample what it would have without this look.
+    """
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        examples = task.examples("eval", config.rollout.batch_size, config.train.seed)
+        try:
+            examples = examples + task.examples("train", config.rollout.batch_size, config.train.seed)
+        except ValueError:  # no training problems: an eval-only task (the training loop says so when it starts)
+            pass
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+    return max((len(prompt_text(example.prompt)) for example in examples), default=0)
+
+
+def run_sizes(config: Config, prompt_tokens: int) -> RunSizes:
+    r, t, m = config.rollout, config.train, config.model
+    eval_new_tokens = t.eval_max_new_tokens if t.eval_max_new_tokens is not None else r.max_new_tokens
+    return RunSizes(
+        dtype_bytes=torch.empty((), dtype=DTYPES[m.dtype]).element_size(),
+        rollout_rows=config.rollout_size, rollout_tokens=prompt_tokens + r.max_new_tokens,
+        microbatch_rows=config.optim.minibatch_size,
+        eval_rows=min(t.eval_batch_size, t.eval_size), eval_tokens=prompt_tokens + eval_new_tokens,
+        lora_rank=m.lora_rank if m.lora else 0, lora_targets=tuple(m.lora_target_modules),
+        reference=config.algorithm.kl_coef > 0 or config.algorithm.kl_in_reward > 0,
+        value_model=config.algorithm.value_model, gradient_checkpointing=m.gradient_checkpointing,
+    )
+
+
+def memory_refusal(estimate: MemoryEstimate, available: int, arch: Architecture, config: Config) -> str:
+    """The error for an estimate above `available`: every part by size, with the keys that shrink it."""
+    parts = sorted(((name, size) for name, size in estimate.parts.items() if size > 0), key=lambda p: -p[1])
+    listed = "; ".join(f"{name} {format_bytes(size)} ({PART_KEYS[name]})" for name, size in parts)
+    return (f"train.memory_check: the run needs about {format_bytes(estimate.peak)} at its peak but "
+            f"{config.model.device} has {format_bytes(available)} available (model.name={config.model.name}, "
+            f"{parameter_count(arch) / 1e6:.1f}M parameters). By part, with the keys that make it smaller: {listed}. "
+            f"Generation (KV cache {format_bytes(estimate.generation)}) and the update (activations and logits "
+            f"{format_bytes(estimate.update)}) do not overlap: the larger counts. Lower those sizes, or set "
+            "train.memory_check=false to start anyway")
+
+
+def check_memory(config: Config, task: Task) -> Optional[MemoryEstimate]:
+    """Raise ConfigError when the estimated peak is above the available memory; the estimate, or None if skipped."""
+    if not config.train.memory_check:
+        return None
+    arch = read_architecture(config.model.name)
+    available = available_memory(config.model.device)
+    if arch is None or available is None:
+        unknown = "the model's shape (not a Llama-style config)" if arch is None else \
+            f"the memory available on {config.model.device}"
+        print(f"note: train.memory_check skipped: {unknown} is unknown", file=sys.stderr)
+        return None
+    estimate = estimate_memory(arch, run_sizes(config, longest_prompt_tokens(task, config)))
+    if estimate.peak > available:
+        raise ConfigError(memory_refusal(estimate, available, arch, config))
+    return estimate
