@@ -60,7 +60,7 @@ CHECKS = textwrap.dedent("""
     copy = build_task("format_copy")
     example = copy.make_example(1)
     verdict = copy.score(flood, example)
-    assert verdict.components == {"answer": 0.0, "tag": 1.0, "strict": 0.0} and verdict.detail
+    assert verdict.components == {"answer": 0.0, "tag": 0.0, "strict": 0.0} and verdict.detail  # tags, no number in them
     assert copy.score("<answer>1</answer>" + flood, example).correct
 
     integer = build_task("integer")
