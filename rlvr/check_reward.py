@@ -3,7 +3,7 @@
 RL optimises against its verifier, so any reward a policy can earn without solving the task (a
 format bonus for an empty tag pair, a number copied from the prompt, tag spam) is what it learns.
 No model is loaded: for N prompts of the task, each kind of `rlvr.reward_kinds` is scored through
-`rlvr.tasks.judge`, the one way completions are scored, and every verdict is timed.
+`score_completions` (rlvr/rollout/sample.py, through `judge`), the one way completions are scored, and every verdict is timed.
 
 Exit rule (`failures`): a degenerate kind fails when, in more than `max_hack_rate` of the prompts,
 one of its completions earns the correctness component (the task's primary component, weighted
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rlvr.check import CheckRow
 from rlvr.reward_kinds import CONTROL, KINDS, NO_ANSWER_KINDS, AuditPrompt, answer_format
-from rlvr.tasks import judge
+from rlvr.rollout.sample import score_completions
 from rlvr.tasks.base import Verdict, primary_component, prompt_text
 from rlvr.train.run_setup import prepare_task
 from rlvr.utils import atomic_write_text
@@ -109,7 +109,7 @@ def score_kind(result: KindResult, task, completions: list[str], example, main: 
     formats: set[str] = set()
     for completion in completions:
         started = time.perf_counter()
-        verdict = judge(task, completion, example)
+        (verdict,) = score_completions(task, [completion], [example])  # judge's guards, timed one by one
         result.slowest_seconds = max(result.slowest_seconds, time.perf_counter() - started)
         result.completions += 1
         result.statuses[verdict.status] = result.statuses.get(verdict.status, 0) + 1
@@ -176,7 +176,7 @@ def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: f
     examples = task.examples("train", prompts, config.train.seed)
     results = {kind: KindResult(kind) for kind in kinds}
     form = answer_format(prompt_text(examples[0].prompt))
-    judge(task, form.wrap(str(examples[0].ground_truth)), examples[0])  # untimed: starts a verifier's worker process
+    score_completions(task, [form.wrap(str(examples[0].ground_truth))], examples[:1])  # untimed: starts a verifier's worker process
     for example in examples:
         truths = example.ground_truth if isinstance(example.ground_truth, (list, tuple)) else [example.ground_truth]
         item = AuditPrompt(prompt=prompt_text(example.prompt), truth=str(truths[0]), form=form)
