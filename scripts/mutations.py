@@ -425,7 +425,7 @@ VERIFIER = [
     mutation(
         "judge_swallows_a_real_ctrl_c", "rlvr/tasks/judging.py",
         "every KeyboardInterrupt from score becomes a verdict: a real Ctrl-C no longer stops the run",
-        ("if _SIGINTS != sigints:", "if False:"),
+        ("if sigints >= 0 and _SIGINTS != sigints:", "if False:"),
         tests=("tests/test_judging.py",),
     ),
     mutation(

@@ -23,6 +23,7 @@ running in another thread, or under an ignored SIGINT, never sees a real one.
 from __future__ import annotations
 
 import math
+import os
 import signal
 import threading
 import traceback
@@ -69,21 +70,25 @@ _SIGINTS = 0  # SIGINTs delivered since the counter was installed
 
 
 def _count_sigints() -> int:
-    """SIGINTs delivered so far; installs the counter around the current Python handler (main thread)."""
-    if threading.current_thread() is threading.main_thread():
-        current = signal.getsignal(signal.SIGINT)
-        if callable(current) and not isinstance(current, _SigintCounter):
-            signal.signal(signal.SIGINT, _SigintCounter(current))
+    """SIGINTs delivered so far, or -1 outside the main thread (which a SIGINT never interrupts).
+
+    In the main thread it first wraps the current Python SIGINT handler in the counter, if not yet.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return -1
+    current = signal.getsignal(signal.SIGINT)
+    if callable(current) and not isinstance(current, _SigintCounter):
+        signal.signal(signal.SIGINT, _SigintCounter(current))
     return _SIGINTS
 
 
 def _raised(task, exc: BaseException) -> str:
     """`score of task 'x' (module.Class.score) raised SystemExit: 3 (at file.py:12 in helper)`."""
-    score = task.score
+    score = getattr(task, "score", None)
     where = f"{getattr(score, '__module__', '?')}.{getattr(score, '__qualname__', type(score).__name__)}"
     message = f": {exc}" if str(exc) else ""
     frames = traceback.extract_tb(exc.__traceback__)
-    origin = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    origin = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
     name = getattr(task, "name", type(task).__name__)
     return f"score of task {name!r} ({where}) raised {type(exc).__name__}{message}{origin}"
 
@@ -100,7 +105,7 @@ def judge(task, completion: str, example: Example, max_abs_reward: Optional[floa
     try:
         verdict = task.score(completion, example)
     except KeyboardInterrupt as exc:
-        if _SIGINTS != sigints:  # a real Ctrl-C arrived while score ran: the user stops the run
+        if sigints >= 0 and _SIGINTS != sigints:  # a real Ctrl-C arrived while score ran: the user stops
             raise
         return _error(task, _raised(task, exc))
     except BaseException as exc:  # noqa: BLE001 - user code must not stop a run (SystemExit included)
