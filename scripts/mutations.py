@@ -334,13 +334,13 @@ VERIFIER = [
     mutation(
         "check_deadline_not_enforced", "rlvr/tasks/worker.py",
         "a check is given the worker's start-up allowance (120 s) instead of its own time limit",
-        ("line = self._read_line(started + limit)", "line = self._read_line(started + STARTUP_SECONDS)"),
+        ("line = self._active.read_line(started + limit)", "line = self._active.read_line(started + STARTUP_SECONDS)"),
         tests=WORKER,
     ),
     mutation(
         "timed_out_worker_kept", "rlvr/tasks/worker.py",
         "a worker that ran past the limit is not killed: it goes on computing, and its late reply answers the next call",
-        ("        if line is None:\n            self._replace_in_background()\n",
+        ("        if line is None:\n            self._replace()\n",
          "        if line is None:\n"),
         tests=WORKER,
     ),
@@ -412,7 +412,7 @@ VERIFIER = [
     mutation(
         "judge_reraises", "rlvr/tasks/judging.py",
         "judge re-raises a score() exception instead of returning an error verdict",
-        ('return _error(task, f"score raised {type(exc).__name__}: {exc}")', "raise"),
+        ("(SystemExit included)\n        return _error(task, _raised(task, exc))", "(SystemExit included)\n        raise"),
         tests=("tests/test_judging.py",),
     ),
     mutation(
@@ -463,6 +463,39 @@ VERIFIER = [
         tests=("tests/test_dataset_task.py::test_exact_refuses_non_finite_ground_truths_naming_the_row",
                "tests/test_dataset_task.py::test_exact_refuses_ground_truths_that_are_not_text_or_numbers"),
     ),
+    mutation(
+        "judge_contains_only_exceptions", "rlvr/tasks/judging.py",
+        "judge catches Exception only: a score raising SystemExit or another BaseException ends the run",
+        ("except BaseException as exc:  # noqa: BLE001 - user code must not stop a run",
+         "except Exception as exc:  # noqa: BLE001 - user code must not stop a run"),
+        tests=("tests/test_judging.py",),
+    ),
+    mutation(
+        "judge_swallows_a_real_ctrl_c", "rlvr/tasks/judging.py",
+        "every KeyboardInterrupt from score becomes a verdict: a real Ctrl-C no longer stops the run",
+        ("if sigints >= 0 and _SIGINTS != sigints:", "if False:"),
+        tests=("tests/test_judging.py",),
+    ),
+    mutation(
+        "spare_not_promoted", "rlvr/tasks/worker.py",
+        "after a timeout a fresh worker is started instead of promoting the warm spare",
+        ("        self._active, self._spare = self._spare, None\n        self.restarts += 1",
+         "        self._active = _WorkerProcess(self._modules, self.extra_functions)\n        self.restarts += 1"),
+        tests=WORKER,
+    ),
+    mutation(
+        "start_failure_not_remembered", "rlvr/tasks/worker.py",
+        "a worker that could not start is tried again for every check, each waiting out the start",
+        ("            self._failures[wanted] = reason\n", ""),
+        tests=WORKER,
+    ),
+    mutation(
+        "spare_left_running_on_close", "rlvr/tasks/worker.py",
+        "close (and exit) stop the active worker but not its spare",
+        ("for worker in (self._active, self._spare):\n            if worker is not None:\n                worker.kill()",
+         "for worker in (self._active,):\n            if worker is not None:\n                worker.kill()"),
+        tests=WORKER,
+    ),
 ]
 
 # ----------------------------------------------------------------------------- run folders, checkpoints, resume
@@ -470,7 +503,7 @@ VERIFIER = [
 RUNS = [
     mutation(
         "run_lock_waits_for_the_holder", "rlvr/train/run_lock.py",
-        "the run folder's flock without LOCK_NB: a second writer waits for the first instead of being refused",
+        "the run folder's flocks without LOCK_NB: a second writer waits for the first instead of being refused",
         ("fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", "fcntl.flock(fd, fcntl.LOCK_EX)"),
         tests=("tests/test_run_folder.py::test_the_lock_is_exclusive_even_within_one_process_and_released_cleanly",
                "tests/test_run_folder.py::test_a_live_rlvr_holder_refuses_a_second_writer_at_once"),
@@ -478,8 +511,9 @@ RUNS = [
     mutation(
         "run_lock_released_after_recording", "rlvr/train/run_lock.py",
         "the lock is released right after the holder is written down, so a second writer gets in",
-        ("            os.fsync(fd)\n            lock = cls(",
-         "            os.fsync(fd)\n            fcntl.flock(fd, fcntl.LOCK_UN)\n            lock = cls("),
+        ("        os.fsync(fd)\n        lock = cls(",
+         "        os.fsync(fd)\n        fcntl.flock(fd, fcntl.LOCK_UN)\n        if folder_fd is not None:\n"
+         "            fcntl.flock(folder_fd, fcntl.LOCK_UN)\n        lock = cls("),
         tests=("tests/test_run_folder.py",),
     ),
     mutation(
@@ -585,6 +619,18 @@ RUNS = [
         ("                    self.line_numbers.append(number)\n                offset += len(line)",
          "                    self.line_numbers.append(number)\n                    offset += len(line)"),
         tests=("tests/test_data_files.py",),
+    ),
+    mutation(
+        "run_lock_folder_not_locked", "rlvr/train/run_lock.py",
+        "the run folder is opened but not flocked: deleting .lock lets a second writer in",
+        ("        taken = _try_flock(fd)\n", "        taken = True\n"),
+        tests=("tests/test_run_folder.py",),
+    ),
+    mutation(
+        "run_lock_odd_path_unexplained", "rlvr/train/run_lock.py",
+        "an odd .lock is recognised with isfile (False for a directory): a bare IsADirectoryError",
+        ("if what is not None and os.path.lexists(path):", "if what is not None and os.path.isfile(path):"),
+        tests=("tests/test_run_folder.py",),
     ),
 ]
 

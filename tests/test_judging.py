@@ -1,6 +1,10 @@
 """`judge`: a raising `score` and absurd or infinite rewards become `error` verdicts and the run goes on."""
 
 import math
+import os
+import signal
+import threading
+import time
 
 import pytest
 
@@ -10,6 +14,14 @@ from rlvr.tasks import TASKS, build_task
 from rlvr.tasks.base import Example, Verdict
 from rlvr.utils import read_jsonl
 from tests.conftest import CharCountTask, tiny_overrides
+
+
+class VerifierQuit(BaseException):
+    """A custom BaseException, as a library might define one."""
+
+
+RAISED = {"exit": SystemExit(3), "keyboard": KeyboardInterrupt("pressed by the verifier"),
+          "custom": VerifierQuit("the verifier gave up"), "generator": GeneratorExit()}
 
 
 class ScriptedTask:
@@ -27,6 +39,14 @@ class ScriptedTask:
     def score(self, completion, example):
         if completion == "raise":
             raise ZeroDivisionError("division by zero in the verifier")
+        if completion in RAISED:
+            raise RAISED[completion]
+        if completion == "ctrl-c":  # a real SIGINT, delivered to this (the main) thread while score runs
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(1.0)  # the handler runs at the next bytecode, well inside this second
+        if completion == "ctrl-c from another thread":
+            threading.Timer(0.2, os.kill, args=(os.getpid(), signal.SIGINT)).start()  # as a terminal does
+            time.sleep(5.0)
         if completion == "not a verdict":
             return 1.0
         value, _, side = completion.partition(" side=")
@@ -36,12 +56,15 @@ class ScriptedTask:
 
 
 class FaultyCharCount(CharCountTask):
-    """char_count whose verifier raises on every third call and returns 1e38 on the next."""
+    """char_count whose verifier raises on every third call (SystemExit on every sixth) and returns
+    1e38 on the next."""
 
     calls = 0
 
     def score(self, completion, example):
         FaultyCharCount.calls += 1
+        if FaultyCharCount.calls % 6 == 0:
+            raise SystemExit(3)  # from user code: contained like any exception
         if FaultyCharCount.calls % 3 == 0:
             raise RuntimeError("verifier bug")
         verdict = super().score(completion, example)
@@ -72,6 +95,59 @@ def test_a_raising_score_is_an_error_verdict(task):
     assert "ZeroDivisionError: division by zero in the verifier" in verdict.detail
     assert math.isnan(verdict.total) and not verdict.scorable
     assert set(verdict.components) == {"value", "side"} and all(math.isnan(v) for v in verdict.components.values())
+
+
+@pytest.fixture
+def sigint_handler_restored():
+    """The tests below let `judge` wrap the SIGINT handler; it is put back afterwards."""
+    previous = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+WHERE = "(tests.test_judging.ScriptedTask.score)"
+
+
+def test_a_score_raising_system_exit_is_an_error_verdict_naming_the_function(task, sigint_handler_restored):
+    verdict = judged(task, "exit")
+    assert verdict.status == "error" and math.isnan(verdict.total)
+    assert verdict.detail.startswith(f"score of task 'scripted_reward' {WHERE} raised SystemExit: 3 (at test_judging.py:")
+
+
+def test_a_custom_base_exception_and_generator_exit_are_contained(task, sigint_handler_restored):
+    custom = judged(task, "custom")
+    assert custom.status == "error"
+    assert f"{WHERE} raised VerifierQuit: the verifier gave up" in custom.detail
+    generator = judged(task, "generator")
+    assert generator.status == "error" and f"{WHERE} raised GeneratorExit (at " in generator.detail
+
+
+def test_a_keyboard_interrupt_raised_by_score_itself_is_contained(task, sigint_handler_restored):
+    verdict = judged(task, "keyboard")
+    assert verdict.status == "error" and f"raised KeyboardInterrupt: pressed by the verifier" in verdict.detail
+    assert judged(task, "0.5").status == "ok"  # and the next completion is judged as usual
+
+
+def test_a_real_ctrl_c_during_score_still_stops_the_run(task, sigint_handler_restored):
+    with pytest.raises(KeyboardInterrupt):
+        judged(task, "ctrl-c")
+    assert judged(task, "keyboard").status == "error"  # the delivery was counted once, not remembered
+
+
+def test_a_real_ctrl_c_sent_to_the_process_still_stops_the_run(task, sigint_handler_restored):
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        judged(task, "ctrl-c from another thread")
+    assert time.monotonic() - started < 4.0  # interrupted, not returned after the 5 s sleep
+
+
+def test_a_keyboard_interrupt_in_a_thread_is_user_code(task, sigint_handler_restored):
+    """Signals reach only the main thread: a KeyboardInterrupt in a scoring thread is the verifier's."""
+    verdicts = []
+    thread = threading.Thread(target=lambda: verdicts.append(judged(task, "keyboard")))
+    thread.start()
+    thread.join(30)
+    assert verdicts and verdicts[0].status == "error" and "raised KeyboardInterrupt" in verdicts[0].detail
 
 
 @pytest.mark.parametrize("completion, fine", [

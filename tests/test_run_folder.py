@@ -294,6 +294,70 @@ def test_a_live_rlvr_holder_refuses_a_second_writer_at_once(tmp_path):
         assert lock.previous is None
 
 
+def test_deleting_the_lock_file_does_not_let_a_second_writer_in(tmp_path):
+    """A cleanup script removes RUN_DIR/.lock while a run (another process) is alive: the folder
+    itself stays locked, and the refusal still names the holder's pid (read from the kernel)."""
+    from rlvr.train.run_lock import RunFolderBusyError
+
+    holder = _rlvr_holder(tmp_path)
+    try:
+        (tmp_path / ".lock").unlink()
+        with pytest.raises(RunFolderBusyError, match=f"in use by another rlvr process \\(pid {holder.pid}\\b"):
+            _acquire_without_waiting(tmp_path, "rlvr sft")
+        assert not (tmp_path / ".lock").exists()  # the refused one recorded nothing
+    finally:
+        holder.stdin.close()
+        assert holder.wait() == 0  # its release finds no record of its own to remove, and says nothing
+    with _acquire_without_waiting(tmp_path, "rlvr sft") as lock:
+        assert lock.previous is None
+        assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()
+
+
+def test_a_lock_file_deleted_and_recreated_is_no_way_in_within_one_process(tmp_path):
+    from rlvr.train.run_lock import RunFolderBusyError, RunLock
+
+    first = RunLock.acquire(tmp_path, "rlvr train")
+    (tmp_path / ".lock").unlink()
+    (tmp_path / ".lock").write_text("")  # an empty stranger in its place
+    with pytest.raises(RunFolderBusyError, match=f"pid {os.getpid()}"):
+        _acquire_without_waiting(tmp_path, "rlvr sft")
+    first.release()
+    assert (tmp_path / ".lock").read_text() == ""  # not our record: left alone
+    with RunLock.acquire(tmp_path, "rlvr sft") as second:
+        assert second.previous is None
+
+
+def test_a_lock_path_that_is_a_directory_is_refused_with_what_to_do(tmp_path):
+    from rlvr.train.run_lock import LockPathError, RunLock
+
+    (tmp_path / ".lock").mkdir()
+    with pytest.raises(LockPathError, match=f"{tmp_path / '.lock'} is a directory; .* Remove it \\(rm -r "):
+        RunLock.acquire(tmp_path, "rlvr train")
+    (tmp_path / ".lock").rmdir()
+    with RunLock.acquire(tmp_path, "rlvr train"):  # nothing was left locked by the refusal
+        pass
+
+
+def test_a_lock_path_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path):
+    from rlvr.train.run_lock import LockPathError, RunLock
+
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("keep")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / ".lock").symlink_to(target)
+    with pytest.raises(LockPathError, match=f"{run_dir / '.lock'} is a symbolic link; .* Remove it"):
+        RunLock.acquire(run_dir, "rlvr train")
+    assert target.read_text() == "keep"
+
+
+def test_a_lock_path_that_is_a_directory_is_a_clear_cli_error(finished_run, capsys):
+    (finished_run / ".lock").mkdir()
+    assert main(["train", "--resume", str(finished_run), "train.iterations=3"]) == 2
+    err = capsys.readouterr().err
+    assert f"{finished_run / '.lock'} is a directory" in err and "Traceback" not in err
+
+
 def test_a_resume_may_change_only_the_listed_keys(tmp_path):
     import yaml
 

@@ -1,9 +1,11 @@
 """The verifier worker's second wall: inside it, writes outside its temporary folder, sockets, new
 processes, native calls and raising the limits are refused, while legitimate checks still work; and
-a worker killed for a timeout is replaced in the background, outside any check's time limit."""
+a worker killed for a timeout is replaced by its warm spare, outside any check's time limit; a worker
+that cannot start is one error, and no worker or spare outlives its owner."""
 
 import os
 import socket
+import time
 
 import pytest
 
@@ -134,8 +136,9 @@ def test_refusal_policy(tmp_path, event, args, allowed):
 
 
 def test_a_timed_out_worker_is_replaced_in_the_background(monkeypatch):
-    """After a timeout the successor starts at once, with no call waiting on it; the next call's
-    limit (1 s) does not include its start, made slower than that limit on purpose (2 s import)."""
+    """After a timeout the spare takes over and a new one starts, with no call waiting on them; a call's
+    limit (1 s) never includes a start, made slower than that limit on purpose (2 s import): the
+    second timeout promotes a spare that is still importing, and the call after it waits, untimed."""
     monkeypatch.setenv("RLVR_TEST_WORKER_SLOW_START", "2")
     probe_worker = VerifierWorker(extra_functions=PROBES)
     try:
@@ -196,3 +199,134 @@ def test_the_scorer_sees_the_canonical_text_never_the_answer_as_written(worker):
     forwarded = {**entry, "metadata": {**entry["metadata"], "source_dataset": "countdown"}}
     result = worker.call("reasoning_gym_score", "spell_backward", {}, "open('x')", forwarded, timeout=60)
     assert result.status == "ok" and "refused" in result.value, result
+
+
+def _gone(pid: int) -> bool:
+    """True when process `pid` has ended (no such process, or a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def _all_gone(pids, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not all(_gone(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_after_a_timeout_the_next_check_does_not_pay_the_start_up(monkeypatch):
+    """Every start takes 3 s (a slow import); the spare pays it in the background, while the batch
+    goes on, so the check after a timeout answers at once instead of waiting out a fresh start."""
+    probe_worker = VerifierWorker(extra_functions=PROBES)
+    monkeypatch.setenv("RLVR_TEST_WORKER_SLOW_START", "3")
+    try:
+        probe_worker.warm_up()  # 3 s, then the spare starts behind it
+        time.sleep(5.0)  # the batch's other work; the spare imports meanwhile
+        assert probe_worker.call("sleep", 60.0, timeout=0.5).status == "timeout"
+        started = time.monotonic()
+        answered = probe_worker.call("echo", "next", timeout=30)
+        waited = time.monotonic() - started
+        assert answered.status == "ok" and answered.value == "next"
+        assert waited < 1.5, f"the check after a timeout waited {waited:.1f} s for a worker to start"
+    finally:
+        probe_worker.close()
+
+
+def test_the_spare_takes_over_after_a_timeout_and_a_new_one_starts_behind_it():
+    probe_worker = VerifierWorker(extra_functions=PROBES)
+    try:
+        probe_worker.warm_up()
+        active, spare = probe_worker.pids()
+        assert probe_worker.call("sleep", 60.0, timeout=0.5).status == "timeout"
+        promoted, new_spare = probe_worker.pids()
+        assert promoted == spare and new_spare not in (active, spare)
+        assert _all_gone([active], 10)  # the timed-out one was killed
+        assert probe_worker.call("echo", "x", timeout=30).value == "x" and probe_worker.pids()[0] == spare
+    finally:
+        probe_worker.close()
+
+
+def test_a_worker_that_cannot_import_its_library_is_one_clear_error(capfd):
+    probe_worker = VerifierWorker(extra_functions=PROBES)
+    try:
+        first = probe_worker.call("needs_missing_library", timeout=30)
+        assert first.status == "error" and first.detail.startswith("verifier worker did not start: ")
+        assert "ModuleNotFoundError: No module named 'rlvr_no_such_library'" in first.detail
+        started = time.monotonic()
+        later = [probe_worker.call("needs_missing_library", timeout=30) for _ in range(5)]
+        assert time.monotonic() - started < 0.5  # no new start tried for them
+        for result in later:
+            assert result.status == "error" and "unavailable: it could not start earlier" in result.detail
+            assert "No module named 'rlvr_no_such_library'" in result.detail
+        assert probe_worker.pids() == []
+        err = capfd.readouterr().err
+        assert err.count("did not start") == 1 and "rlvr_no_such_library" in err  # said once
+        assert probe_worker.call("echo", "still", timeout=30).value == "still"  # checks needing none of it run
+    finally:
+        probe_worker.close()
+
+
+def test_a_worker_that_never_gets_ready_fails_once_then_fast(monkeypatch):
+    """A start that hangs (60 s import, 1 s allowance) costs its allowance once, not once per check."""
+    import rlvr.tasks.worker as worker_module
+
+    probe_worker = VerifierWorker(extra_functions=PROBES)
+    monkeypatch.setenv("RLVR_TEST_WORKER_SLOW_START", "60")
+    monkeypatch.setattr(worker_module, "STARTUP_SECONDS", 1.0)
+    try:
+        first = probe_worker.call("echo", 1, timeout=30)
+        assert first.status == "error" and "not ready after 1 s" in first.detail
+        started = time.monotonic()
+        later = [probe_worker.call("echo", 1, timeout=30) for _ in range(3)]
+        assert time.monotonic() - started < 0.5, "each check waited out the start allowance again"
+        assert all(result.status == "error" and "unavailable" in result.detail for result in later)
+    finally:
+        probe_worker.close()
+
+
+def _with_a_sleeping_spare(probe_worker, monkeypatch) -> list[int]:
+    """Warm up, then time out once after making starts slow: the new spare sits in a 30 s import."""
+    probe_worker.warm_up()
+    monkeypatch.setenv("RLVR_TEST_WORKER_SLOW_START", "30")
+    assert probe_worker.call("sleep", 60.0, timeout=0.5).status == "timeout"
+    pids = probe_worker.pids()
+    assert len(pids) == 2
+    return pids
+
+
+def test_close_stops_the_worker_and_its_spare(monkeypatch):
+    probe_worker = VerifierWorker(extra_functions=PROBES)
+    try:
+        pids = _with_a_sleeping_spare(probe_worker, monkeypatch)
+    finally:
+        probe_worker.close()
+    assert probe_worker.pids() == [] and _all_gone(pids, 2)
+
+
+def test_no_worker_or_spare_outlives_the_process_that_started_them():
+    """A script that never calls close: at its exit the worker and the spare (asleep in its import) end."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    script = (
+        "import os\n"
+        "from rlvr.tasks.worker import VerifierWorker\n"
+        f"worker = VerifierWorker(extra_functions={PROBES!r})\n"
+        "worker.warm_up()\n"
+        "os.environ['RLVR_TEST_WORKER_SLOW_START'] = '30'\n"
+        "assert worker.call('sleep', 60.0, timeout=0.5).status == 'timeout'\n"
+        "print(*worker.pids(), flush=True)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    env.pop("RLVR_TEST_WORKER_SLOW_START", None)
+    done = subprocess.run([sys.executable, "-c", script], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert len(pids) == 2 and _all_gone(pids, 5)

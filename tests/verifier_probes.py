@@ -5,7 +5,7 @@ import os
 import shutil
 import time
 
-time.sleep(float(os.environ.get("RLVR_TEST_WORKER_SLOW_START", "0")))  # a slow import, for the restart test
+time.sleep(float(os.environ.get("RLVR_TEST_WORKER_SLOW_START", "0")))  # a slow import, for the restart tests
 
 
 def write_file(path: str) -> str:
@@ -105,7 +105,12 @@ def limits() -> dict:
     return {name: resource.getrlimit(getattr(resource, name))[0] for name in names}
 
 
+def needs_missing_library() -> str:
+    return "never called: its worker cannot import the library"
+
+
 FUNCTIONS = {
+    "needs_missing_library": (needs_missing_library, "rlvr_no_such_library"),  # a start that fails
     "write_file": (write_file, None),
     "write_file_quietly": (write_file_quietly, None),
     "write_in_temp_dir": (write_in_temp_dir, None),

@@ -10,11 +10,23 @@ out of its group's advantage and counted (`unscorable`, `status/<status>` in the
 
 The limit is `task.max_abs_reward` in the config; `build_task` records it on the task it builds,
 so every caller applies the same limit without passing it around.
+
+User code cannot end the run: any BaseException from `score` (`SystemExit`, `GeneratorExit`, a
+custom subclass, a `KeyboardInterrupt` it raises itself) is contained, and the detail names the
+function and what it raised. Only a real Ctrl-C goes through: `judge` wraps the process's SIGINT
+handler with one that counts deliveries, and a `KeyboardInterrupt` is re-raised exactly when a SIGINT
+arrived while `score` ran. A count rather than a guess from the exception, because a raised and a
+delivered `KeyboardInterrupt` look the same; and signals reach only the main thread, so a `score`
+running in another thread, or under an ignored SIGINT, never sees a real one.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import signal
+import threading
+import traceback
 from typing import Optional
 
 from rlvr.tasks.base import Example, Verdict
@@ -42,17 +54,62 @@ def reward_problem(verdict: Verdict, max_abs_reward: float) -> Optional[str]:
     return None
 
 
+class _SigintCounter:
+    """A SIGINT handler that counts each delivery, then hands it to the handler it replaced."""
+
+    def __init__(self, previous) -> None:
+        self.previous = previous
+
+    def __call__(self, signum, frame):
+        global _SIGINTS
+        _SIGINTS += 1
+        return self.previous(signum, frame)
+
+
+_SIGINTS = 0  # SIGINTs delivered since the counter was installed
+
+
+def _count_sigints() -> int:
+    """SIGINTs delivered so far, or -1 outside the main thread (which a SIGINT never interrupts).
+
+    In the main thread it first wraps the current Python SIGINT handler in the counter, if not yet.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return -1
+    current = signal.getsignal(signal.SIGINT)
+    if callable(current) and not isinstance(current, _SigintCounter):
+        signal.signal(signal.SIGINT, _SigintCounter(current))
+    return _SIGINTS
+
+
+def _raised(task, exc: BaseException) -> str:
+    """`score of task 'x' (module.Class.score) raised SystemExit: 3 (at file.py:12 in helper)`."""
+    score = getattr(task, "score", None)
+    where = f"{getattr(score, '__module__', '?')}.{getattr(score, '__qualname__', type(score).__name__)}"
+    message = f": {exc}" if str(exc) else ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    origin = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    name = getattr(task, "name", type(task).__name__)
+    return f"score of task {name!r} ({where}) raised {type(exc).__name__}{message}{origin}"
+
+
 def judge(task, completion: str, example: Example, max_abs_reward: Optional[float] = None) -> Verdict:
-    """`task.score(completion, example)`, guarded: never raises, never returns an unusable reward.
+    """`task.score(completion, example)`, guarded: never raises (but for a real Ctrl-C), never
+    returns an unusable reward.
 
     `max_abs_reward` defaults to the task's `max_abs_reward` (set by `build_task`), else 1e6.
     """
     limit = float(max_abs_reward if max_abs_reward is not None
                   else getattr(task, "max_abs_reward", DEFAULT_MAX_ABS_REWARD))
+    sigints = _count_sigints()
     try:
         verdict = task.score(completion, example)
-    except Exception as exc:  # noqa: BLE001 - a verifier bug must not stop a run
-        return _error(task, f"score raised {type(exc).__name__}: {exc}")
+    except KeyboardInterrupt as exc:
+        if sigints >= 0 and _SIGINTS != sigints:  # a real Ctrl-C arrived while score ran: the user stops
+            raise
+        return _error(task, _raised(task, exc))
+    except BaseException as exc:  # noqa: BLE001 - user code must not stop a run (SystemExit included)
+        return _error(task, _raised(task, exc))
     if not isinstance(verdict, Verdict):
         return _error(task, f"score returned {type(verdict).__name__}, not a Verdict")
     problem = reward_problem(verdict, limit)
