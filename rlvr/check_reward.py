@@ -170,7 +170,7 @@ def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: f
     kinds = list(kinds) if kinds is not None else [CONTROL] + [k for k in KINDS if k != CONTROL]
     for kind in kinds:
         KINDS.get(kind)  # an unknown kind fails here, naming the valid ones
-    task = prepare_task(config)
+    task = prepare_task(config, inference=True)  # no model loads: no memory estimate
     main = primary_component(task)
     weights = dict(getattr(task, "weights", None) or {c: 1.0 for c in task.component_names})
     examples = task.examples("train", prompts, config.train.seed)

@@ -1,8 +1,10 @@
 """Refuse, before the model loads, a run whose estimated peak memory is above what the device has free.
 
 The estimate is `rlvr.models.memory_estimate` on the model's shape (its config or GGUF header,
-`rlvr.models.architecture`) and the run's sizes; a prompt is counted as one token per character
-of its text, an over-count for subword tokenizers that also covers a chat template's few tokens.
+`rlvr.models.architecture`) and the run's sizes; a prompt is counted as one token per
+CHARS_PER_TOKEN characters of its text (subword tokenizers average about 4 on English; 3 leaves room
+for digits, code and a chat template's few tokens). One token per character over-counted a
+reasoning prompt's activations about fourfold and refused runs that fit.
 `train.memory_check=false` skips it. The estimate covers RL's rollout, eval and update sizes.
 """
 
@@ -58,8 +60,12 @@ def available_memory(device: str) -> Optional[int]:
     return None
 
 
+CHARS_PER_TOKEN = 3
+
+
 def longest_prompt_tokens(task: Task, config: Config) -> int:
-    """Characters of the longest prompt among a rollout batch's worth of training and eval examples.
+    """Tokens of the longest prompt among a rollout batch's worth of training and eval examples, counted
+    as its characters / CHARS_PER_TOKEN, rounded up.
 
     The global random states are restored after: a task may draw its examples from them, and the run
     must sample what it would have without this look.
@@ -75,7 +81,8 @@ def longest_prompt_tokens(task: Task, config: Config) -> int:
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
-    return max((len(prompt_text(example.prompt)) for example in examples), default=0)
+    longest = max((len(prompt_text(example.prompt)) for example in examples), default=0)
+    return -(-longest // CHARS_PER_TOKEN)
 
 
 def run_sizes(config: Config, prompt_tokens: int) -> RunSizes:
