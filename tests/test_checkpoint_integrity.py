@@ -15,28 +15,9 @@ from rlvr.cli import main
 from rlvr.models.checkpoint_files import (checkpoint_candidates, pinned, read_pointer, remove_checkpoint_folder,
                                           verify_checkpoint)
 from rlvr.utils import read_jsonl
-from tests.conftest import tiny_overrides
 
-ITERATIONS = 4
-
-
-def _overrides(model_dir, run_dir, **extra):
-    return tiny_overrides(model_dir, run_dir, **{"train.iterations": ITERATIONS, "train.save_every": 2,
-                                                 "train.keep_checkpoints": 5, "model.lora_rank": 4,
-                                                 "model.lora_alpha": 8, "train.eval_size": 2, **extra})
-
-
-@pytest.fixture(scope="module")
-def base_run(tiny_model_dir, tmp_path_factory):
-    """An uninterrupted run with intact checkpoints at iterations 2 and 4."""
-    run_dir = tmp_path_factory.mktemp("integrity") / "run"
-    assert main(["train", *_overrides(tiny_model_dir, run_dir)]) == 0
-    return run_dir
-
-
-def _copy(run_dir: Path, target: Path) -> Path:
-    shutil.copytree(run_dir, target)
-    return target
+from tests.test_checkpoint import _copy, _overrides  # the same tiny run, set up once there
+from tests.test_checkpoint import reference_run as base_run  # noqa: F401  (a fixture: intact checkpoints 2 and 4)
 
 
 def _flip_adapter_byte(checkpoint: Path) -> None:
