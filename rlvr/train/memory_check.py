@@ -10,11 +10,9 @@ reasoning prompt's activations about fourfold and refused runs that fit.
 
 from __future__ import annotations
 
-import random
 import sys
 from typing import Optional
 
-import numpy as np
 import torch
 
 from rlvr.config import Config, ConfigError
@@ -23,6 +21,7 @@ from rlvr.models.architecture import Architecture, read_architecture
 from rlvr.models.memory_estimate import MemoryEstimate, RunSizes, estimate_memory, format_bytes, parameter_count
 from rlvr.tasks import Task
 from rlvr.tasks.base import prompt_text
+from rlvr.utils import rng_state, set_rng_state
 
 # The keys that shrink each part of the estimate.
 PART_KEYS = {
@@ -70,7 +69,7 @@ def longest_prompt_tokens(task: Task, config: Config) -> int:
     The global random states are restored after: a task may draw its examples from them, and the run
     must sample what it would have without this look.
     """
-    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    states = rng_state()
     try:
         examples = task.examples("eval", config.rollout.batch_size, config.train.seed)
         try:
@@ -78,9 +77,7 @@ def longest_prompt_tokens(task: Task, config: Config) -> int:
         except ValueError:  # no training problems: an eval-only task (the training loop says so when it starts)
             pass
     finally:
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.set_rng_state(states[2])
+        set_rng_state(states)
     longest = max((len(prompt_text(example.prompt)) for example in examples), default=0)
     return -(-longest // CHARS_PER_TOKEN)
 
