@@ -40,6 +40,12 @@ def checkpoint_root(run_dir: str | os.PathLike) -> Path:
     return Path(run_dir) / CHECKPOINTS
 
 
+def checkpoint_iteration(folder: Path) -> int:
+    """The iteration an `iter_NNNNNN` folder's name carries (-1 for any other name)."""
+    match = CHECKPOINT_NAME.fullmatch(folder.name)
+    return int(match.group(1)) if match else -1
+
+
 def checkpoint_folders(root: Path) -> list[Path]:
     """The `iter_*` folders of `root` (real folders, not links), newest (highest iteration) first."""
     if not root.is_dir():
@@ -182,8 +188,7 @@ def checkpoint_candidates(run_dir: str | os.PathLike) -> tuple[list[Path], str |
     named, problem = read_pointer(root)
     if named is None:
         return folders, problem
-    iteration = int(CHECKPOINT_NAME.fullmatch(named.name).group(1))
-    older = [p for p in folders if int(CHECKPOINT_NAME.fullmatch(p.name).group(1)) < iteration]
+    older = [p for p in folders if checkpoint_iteration(p) < checkpoint_iteration(named)]
     return [named, *older], None
 
 

@@ -21,8 +21,9 @@ from typing import Iterator, Optional
 import yaml
 from torch import nn
 
-from rlvr.models.checkpoint_files import (CHECKPOINT_NAME, CHECKPOINTS, LATEST, checkpoint_candidates, checkpoint_folders,  # noqa: F401
-                                          checkpoint_root, pinned, verify_checkpoint)
+from rlvr.models.checkpoint_files import (CHECKPOINTS, LATEST, checkpoint_candidates,  # noqa: F401
+                                          checkpoint_folders, checkpoint_iteration, checkpoint_root, pinned,
+                                          verify_checkpoint)
 from rlvr.models.conversion import check_model_spec
 from rlvr.models.policy import LoadedModel, LoraSettings, load_policy, resolve_dtype
 from rlvr.models.trainable_state import TRAINABLE_INFO_FILE, load_trainable, read_adapter_config
@@ -66,7 +67,7 @@ def _named_checkpoint(run_dir: Path, checkpoint: str) -> Path:
     folders = checkpoint_folders(checkpoint_root(run_dir))
     match = re.fullmatch(r"(?:iter_)?0*(\d+)", str(checkpoint))
     for folder in folders:
-        if folder.name == checkpoint or match and int(folder.name.removeprefix("iter_")) == int(match.group(1)):
+        if folder.name == checkpoint or match and checkpoint_iteration(folder) == int(match.group(1)):
             return folder
     raise FileNotFoundError(f"{run_dir} has no checkpoint {checkpoint!r}; valid choices: "
                             f"{', '.join(f.name for f in reversed(folders)) or '(none)'}")
@@ -138,16 +139,11 @@ def open_checkpoint(path: str | os.PathLike, checkpoint: Optional[str] = None, *
         raise DamagedCheckpointError(f"{run_dir} has no intact checkpoint ({listed}); nothing was loaded")
     first, reason = damaged[0]
     intact = next((p for p in checkpoint_folders(checkpoint_root(run_dir))
-                   if _iteration(p) < _iteration(first) and verify_checkpoint(p) is None), None)
+                   if checkpoint_iteration(p) < checkpoint_iteration(first) and verify_checkpoint(p) is None), None)
     advice = (f"; the newest intact one before it is {intact.name}: name it (--checkpoint {intact.name}, or the "
               f"folder {intact}) or pass --fallback where the command has it" if intact is not None
               else "; the run has no older intact checkpoint")
     raise DamagedCheckpointError(f"checkpoint {first} is damaged: {reason}; it was not loaded{advice}")
-
-
-def _iteration(folder: Path) -> int:
-    match = CHECKPOINT_NAME.fullmatch(folder.name)
-    return int(match.group(1)) if match else -1
 
 
 def find_checkpoint(path: str | os.PathLike, checkpoint: Optional[str] = None, *,
