@@ -107,11 +107,9 @@ class RunSummary:
 
 
 def _checkpoints(run_dir: Path) -> list[str]:
-    from rlvr.models.runs import checkpoint_root
+    from rlvr.models.checkpoint_files import checkpoint_folders, checkpoint_root
 
-    root = checkpoint_root(run_dir)
-    found = [p for p in root.glob("iter_*") if p.is_dir() and p.name[5:].isdigit()] if root.is_dir() else []
-    return [str(p) for p in sorted(found, key=lambda p: int(p.name[5:]))]
+    return [str(p) for p in reversed(checkpoint_folders(checkpoint_root(run_dir)))]  # oldest first
 
 
 def summarize_run(run_dir: str | Path, resume_command: str | None = "rlvr train") -> RunSummary:
