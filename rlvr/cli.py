@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rlvr", description="RL with verifiable rewards for causal LMs.",
         epilog="rlvr COMMAND --help tells more. train, sft, expert-iter, check, sweep, eval and config show take "
                "[CONFIG.yaml] [key=value ...]; rlvr config show lists every key. From Python: from rlvr import "
-               "Config, train, evaluate, register_task (README, \"Python API\").",
+               "Config, train, evaluate, register_task (docs/guides/python-api.md).",
     )
     parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -764,11 +764,13 @@ def type_name(tp: Any) -> str:
     return "any" if tp is Any else getattr(tp, "__name__", str(tp))
 
 
-def describe_config(config: Config, without_file: bool = False) -> list[KeyDescription]:
+def describe_config(config: Config | None = None, without_file: bool = False) -> list[KeyDescription]:
     """Every leaf key of `config` in declaration order, with its type, default and help.
 
     `without_file`: the config was built with no YAML file, so a key left unset takes its value from
-    `NO_CONFIG_DEFAULTS` where that sets it: that is the default shown.
+    `NO_CONFIG_DEFAULTS` where that sets it: that is the default shown. `config=None` describes the
+    keys alone, each value its default, without building (and so resolving) a config: the
+    documentation's configuration reference (docs/gen_config.py) is made that way, with no torch.
     """
     run_defaults = flatten(NO_CONFIG_DEFAULTS) if without_file else {}
     rows = []
@@ -778,10 +780,15 @@ def describe_config(config: Config, without_file: bool = False) -> list[KeyDescr
         for f in dataclasses.fields(cls):
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
             default = run_defaults.get(f"{section.name}.{f.name}", default)
+            value = default if config is None else getattr(getattr(config, section.name), f.name)
             rows.append(KeyDescription(key=f"{section.name}.{f.name}", type_name=type_name(hints[f.name]),
-                                       value=getattr(getattr(config, section.name), f.name), default=default,
-                                       help=field_help(f)))
+                                       value=value, default=default, help=field_help(f)))
     return rows
+
+
+def section_summary(section: str) -> str:
+    """The first line of a config section's docstring: `rlvr config show`'s heading for the section."""
+    return (typing.get_type_hints(Config)[section].__doc__ or "").strip().splitlines()[0]
 
 
 def yaml_value(value: Any) -> str:
@@ -797,8 +804,7 @@ def format_config(config: Config, without_file: bool = False) -> str:
         section = row.key.split(".")[0]
         if section != current:
             current = section
-            doc = (typing.get_type_hints(Config)[section].__doc__ or "").strip().splitlines()[0]
-            lines.extend([""] * bool(lines) + [f"[{section}]  {doc.replace('`', '')}"])
+            lines.extend([""] * bool(lines) + [f"[{section}]  {section_summary(section).replace('`', '')}"])
         changed = "" if row.value == row.default else "  *"
         lines.append(f"{row.key} = {yaml_value(row.value)}   ({row.type_name}, default {yaml_value(row.default)}){changed}")
         lines.append(f"    {row.help.replace('`', '')}")

@@ -20,12 +20,12 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TORCH_VERSION = "2.13.0"  # the build the README's numbers were measured with; RLVR_TORCH_VERSION overrides
+TORCH_VERSION = "2.13.0"  # the build the documented numbers were measured with; RLVR_TORCH_VERSION overrides
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 TORCH_CHOICES = ("auto", "cpu", "cuda")
 # Packages that only a GPU build of torch pulls in (about 20 of them, several GB together).
 GPU_ONLY_PREFIXES = ("nvidia-", "cuda-", "triton")
-# The rlvr extras each command installs: `tasks` for every task in the README, `test` for the suite.
+# The rlvr extras each command installs: `tasks` for every built-in task, `test` for the suite.
 COMMAND_EXTRAS = {"train": ("tasks",), "rlvr": ("tasks",), "setup": ("tasks",), "plan": ("tasks",),
                   "test": ("tasks", "test")}
 STAMP_NAME = "rlvr-setup.json"
@@ -133,7 +133,8 @@ def load_warning(load_average: float, cores: int) -> str | None:
     if load_average <= cores:
         return None
     return (f"this machine is busy (load average {load_average:.1f} on {cores} cores): set-up compiles packages "
-            "and will take longer than the README's times, which were measured on an idle machine")
+            "and will take longer than the times in docs/guides/getting-started.md, which were measured on an idle "
+            "machine")
 
 
 def warn_if_loaded() -> None:

@@ -1,6 +1,6 @@
 """The Python API (`from rlvr import ...`): a config from keyword arguments or a dict checked exactly like
 YAML, tasks registered from Python, the example in examples/python_api.py (run, and the same text as
-README's "Python API" block), and `rlvr.train` as both the training package and `train(config)`."""
+the block of the Python API page, docs/guides/python-api.md), and `rlvr.train` as both the training package and `train(config)`."""
 
 from __future__ import annotations
 
@@ -177,16 +177,19 @@ def test_register_task_refuses_what_cannot_work(task_registry):
         build_task("no_score")
 
 
-def _readme_block(heading: str) -> str:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+def _docs_block(page: str, heading: str) -> str:
+    """The first python block of a page's section: `# heading` (the page's title) up to the next `## `."""
+    text = (REPO / "docs" / page).read_text()
+    marker = f"\n{heading}\n"
+    assert marker in f"\n{text}", f"docs/{page} has no heading {heading!r}"
+    section = f"\n{text}".split(marker, 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert blocks, f"README section {heading!r} has no python block"
+    assert blocks, f"docs/{page} section {heading!r} has no python block"
     return blocks[0]
 
 
-def test_readme_python_api_block_is_the_example_file():
-    assert _readme_block("Python API") == EXAMPLE.read_text()
+def test_python_api_page_block_is_the_example_file():
+    assert _docs_block("guides/python-api.md", "# Python API") == EXAMPLE.read_text()
 
 
 def test_the_python_api_example_runs(tmp_path):

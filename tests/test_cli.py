@@ -143,3 +143,18 @@ def test_eval_help_names_the_key_behind_every_flag(capsys):
     assert actions["task_option"].help.startswith("[task.options.KEY]")
     text = " ".join(_help(["eval"], capsys).split())
     assert "rlvr eval [CONFIG.yaml] [key=value ...]" in text and "greedy" in text
+
+
+def test_describe_config_without_a_config_gives_the_same_keys_with_their_defaults():
+    for without_file in (True, False):
+        built = describe_config(load_config() if without_file else Config(), without_file=without_file)
+        bare = describe_config(None, without_file=without_file)
+        assert [(r.key, r.type_name, r.default, r.help) for r in bare] == [
+            (r.key, r.type_name, r.default, r.help) for r in built]
+        assert all(r.value == r.default for r in bare)
+    # The no-config run's defaults only where no file is given: lr 5e-4 there, the field's 1e-3 otherwise.
+    assert [r.default for r in describe_config(None, without_file=True) if r.key == "optim.lr"] == [5e-4]
+    assert [r.default for r in describe_config(None) if r.key == "optim.lr"] == [1e-3]
+    # A built config's values are its own, not the defaults (the preset fills clip_high for dapo).
+    dapo = describe_config(Config(algorithm={"name": "dapo"}))
+    assert [(r.value, r.default) for r in dapo if r.key == "algorithm.clip_high"] == [(0.28, None)]
