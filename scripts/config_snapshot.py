@@ -4,7 +4,9 @@ Run it before and after a change to the config schema and compare the two files 
 a shipped config must keep resolving to the same values.
 
     python scripts/config_snapshot.py OUT.json
-    python scripts/config_snapshot.py --compare BEFORE.json AFTER.json
+    python scripts/config_snapshot.py --compare BEFORE.json AFTER.json [--ignore KEY ...]
+
+`--ignore`: keys left out of the comparison (a key that was removed from the schema on purpose).
 """
 
 from __future__ import annotations
@@ -32,14 +34,14 @@ def snapshot() -> dict[str, dict]:
     return resolved
 
 
-def compare(before: dict[str, dict], after: dict[str, dict]) -> list[str]:
-    """One line per config that is missing or whose resolved value of a key changed."""
+def compare(before: dict[str, dict], after: dict[str, dict], ignore: tuple[str, ...] = ()) -> list[str]:
+    """One line per config that is missing or whose resolved value of a key changed (keys in `ignore` aside)."""
     lines = []
     for name in sorted(set(before) | set(after)):
         if name not in after or name not in before:
             lines.append(f"{name}: only {'before' if name in before else 'after'}")
             continue
-        for key in sorted(set(before[name]) | set(after[name])):
+        for key in sorted((set(before[name]) | set(after[name])) - set(ignore)):
             old, new = before[name].get(key, "(absent)"), after[name].get(key, "(absent)")
             if old != new:
                 lines.append(f"{name}: {key} {old!r} -> {new!r}")
@@ -49,7 +51,8 @@ def compare(before: dict[str, dict], after: dict[str, dict]) -> list[str]:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--compare"]:
         before, after = (json.loads(Path(p).read_text()) for p in argv[1:3])
-        lines = compare(before, after)
+        ignore = tuple(argv[index + 1] for index, item in enumerate(argv) if item == "--ignore")
+        lines = compare(before, after, ignore)
         print("\n".join(lines) if lines else f"identical: {len(before)} configs")
         return 1 if lines else 0
     import os

@@ -46,11 +46,15 @@ def test_config_show_prints_value_type_default_and_help(tmp_path, capsys):
     assert main(["config", "show", str(config_file), "optim.lr=3e-4", "rollout.stop_strings=[</answer>]"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    at = lines.index("optim.lr = 0.0003   (float, default 0.001)  *")  # changed from the default: starred
+    at = lines.index("optim.lr = 0.0003   (float in (0, 10], default 0.0005)  *")  # changed from the default: starred
     assert "learning rate" in lines[at + 1]
-    assert "optim.weight_decay = 0.0   (float, default 0.0)" in lines  # unchanged: no star
-    # Preset-filled algorithm keys show the resolved value against their null default.
-    assert "algorithm.clip_high = 0.28   (float or null, default null)  *" in lines
+    assert "optim.weight_decay = 0.0   (float in [0, 100], default 0.0)" in lines  # unchanged: no star
+    # A key the preset sets shows the preset's value as its default (what runs when it is unset): no star.
+    assert "algorithm.clip_high = 0.28   (float in [0, 100], default 0.28 from preset dapo)" in lines
+    assert "algorithm.clip_low = 0.2   (float in [0, 1), default 0.2 from preset dapo)" in lines
+    assert "algorithm.std = population   (str in {population, sample}, default population)" in lines
+    assert ("train.loggers = []   (list[str] of {aim, mlflow, tensorboard, wandb}, default [])") in lines
+    assert "train.eval_max_new_tokens = null   (int in [1, 1048576] or null, default null)" in lines
     assert "rollout.stop_strings = [</answer>]   (list[str], default [])  *" in lines
     assert "[optim]  AdamW, gradient clipping, the learning-rate schedule and the minibatch split." in lines
     assert main(["config", "show", "optim.lrr=1"]) == 2
