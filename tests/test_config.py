@@ -286,3 +286,109 @@ def test_ppo_keys_are_checked_together(overrides, expected):
     # The same keys in a consistent combination load.
     load_config(None, ["algorithm.name=ppo", "algorithm.value_model=separate", "algorithm.kl_in_reward=0.05",
                        "algorithm.value_warmup_iterations=2", "algorithm.gae_lambda=1", "algorithm.value_clip=0"])
+
+
+def test_a_preset_is_a_partial_setting_under_the_file_and_the_overrides(tmp_path):
+    """default < preset < file < override, and null in a file or override unsets a key back to the preset's."""
+    from rlvr.config import AlgorithmConfig
+
+    dapo = ALGORITHMS.get("dapo").settings
+    assert "kl_estimator" not in dapo and "ppo_epochs" in dapo  # partial: what it does not set keeps the default
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm:\n  name: dapo\n  clip_high: 0.25\n  ppo_epochs: 3\n  dynamic_sampling: false\n")
+    config = load_config(path, ["algorithm.ppo_epochs=4"]).algorithm
+    assert (config.clip_high, config.ppo_epochs, config.dynamic_sampling) == (0.25, 4, False)  # file, override, file
+    assert (config.clip_low, config.overlong_buffer, config.loss_aggregation) == (0.2, 4, "token_mean")  # preset
+    assert config.kl_estimator == AlgorithmConfig().kl_estimator == "k3"  # the field's default
+    # null unsets: the preset's value where it sets one, the default where it does not.
+    reset = load_config(path, ["algorithm.clip_high=null", "algorithm.dynamic_sampling=null",
+                               "algorithm.entropy_coef=null"]).algorithm
+    assert (reset.clip_high, reset.dynamic_sampling, reset.entropy_coef) == (0.28, True, 0.0)
+    # The same file under another preset takes that preset's values for the keys it does not set.
+    gspo = load_config(path, ["algorithm.name=gspo"]).algorithm
+    assert (gspo.clip_low, gspo.clip_high, gspo.policy_loss) == (3e-4, 0.25, "gspo")
+
+
+def test_every_preset_names_only_keys_of_the_algorithm_section_and_each_applies():
+    from rlvr.config import preset_settings
+
+    for name in ALGORITHMS:
+        settings = preset_settings(name)
+        resolved = load_config(None, [f"algorithm.name={name}"]).algorithm
+        assert settings and {key: getattr(resolved, key) for key in settings} == settings, name
+
+
+def test_a_preset_that_names_a_key_the_section_lacks_is_an_error(monkeypatch):
+    from rlvr.algorithms import AlgorithmPreset
+
+    monkeypatch.setitem(ALGORITHMS._items, "typo_preset", AlgorithmPreset("a slip", {"clip_lo": 0.1}))
+    with pytest.raises(ConfigError, match=r"unknown config key 'algorithm.clip_lo' in the settings of preset "
+                                          r"'typo_preset' \(did you mean 'clip_low'\?\); valid keys: "):
+        load_config(None, ["algorithm.name=typo_preset"])
+    monkeypatch.setitem(ALGORITHMS._items, "typo_preset", AlgorithmPreset("a slip", {"clip_low": "wide"}))
+    with pytest.raises(ConfigError, match="algorithm.clip_low: expected a number"):  # its values are checked too
+        load_config(None, ["algorithm.name=typo_preset"])
+
+
+def test_a_section_given_as_its_dataclass_sets_the_fields_that_differ_from_their_defaults():
+    from rlvr.config import AlgorithmConfig, Config
+
+    ppo = Config(algorithm=AlgorithmConfig(name="ppo"), rollout={"group_size": 1}).algorithm
+    assert (ppo.advantage_estimator, ppo.value_model, ppo.normalize_advantages) == ("gae", "shared", True)
+    dapo = Config(algorithm=AlgorithmConfig(name="dapo", clip_high=0.3)).algorithm
+    assert (dapo.clip_high, dapo.dynamic_sampling) == (0.3, True)
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("algorithm.advantage_estimator=grp", "algorithm.advantage_estimator: unknown choice 'grp' (did you mean "
+                                          "'grpo'?); valid choices: dr_grpo, gae, grpo"),
+    ("algorithm.kl_estimator=kk3", "algorithm.kl_estimator: unknown choice 'kk3' (did you mean 'k3'?); valid "
+                                   "choices: k1, k2, k3"),
+    ("algorithm.kl_estimator=k9", "algorithm.kl_estimator: unknown choice 'k9'; valid choices: k1, k2, k3"),
+    ("rollout.backend=hf_generat", "rollout.backend: unknown choice 'hf_generat' (did you mean 'hf_generate'?)"),
+    ("train.loggers=[tensorbord]", "train.loggers: unknown choice 'tensorbord' (did you mean 'tensorboard'?); "
+                                   "valid choices: aim, mlflow, tensorboard, wandb"),
+    ("train.stop_on=[truncation, zero_varianc]", "train.stop_on: unknown choice 'zero_varianc' (did you mean "
+                                                 "'zero_variance'?)"),
+    ("algorithm.value_model=shard", "algorithm.value_model: unknown choice 'shard' (did you mean 'shared'?)"),
+])
+def test_names_from_a_registry_fail_with_key_value_near_miss_and_choices(override, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    assert expected in str(info.value)
+
+
+def test_a_knob_declared_once_is_what_loading_checks_and_show_read():
+    """The machinery reads a field's own declaration: a made-up section needs nothing but its fields."""
+    import dataclasses
+    from typing import Literal
+
+    from rlvr.config.loading import (build_section, describe_config, first_choice_error, first_range_error,
+                                     format_config, option)
+
+    @dataclasses.dataclass
+    class LossSection:
+        """A made-up loss section."""
+
+        tau: float = option(0.5, "a temperature", bounds=(0.0, 1.0))
+        mode: Literal["soft", "hard"] = option("soft", "how it clips")
+        kernel: str = option("a", "a name from a registry", choices=lambda: ["a", "b"])
+
+    @dataclasses.dataclass
+    class Root:
+        loss: LossSection = dataclasses.field(default_factory=LossSection)
+
+    def built(**data):
+        return Root(loss=build_section(LossSection, data, "loss."))
+
+    assert first_range_error(built(tau=0.7)) is None and first_choice_error(built(kernel="b")) is None
+    assert first_range_error(built(tau=1.5)) == "loss.tau must be a finite number in [0, 1], got 1.5"
+    assert first_choice_error(built(kernel="c")) == "loss.kernel: unknown choice 'c'; valid choices: a, b"
+    with pytest.raises(ConfigError, match=r"loss.mode: unknown choice 'sofft' \(did you mean 'soft'\?\); valid "
+                                          r"choices: soft, hard"):
+        built(mode="sofft")
+    rows = {row.key: row for row in describe_config(built(tau=0.25))}
+    assert (rows["loss.tau"].type_name, rows["loss.tau"].default, rows["loss.tau"].value) == ("float in [0, 1]", 0.5,
+                                                                                              0.25)
+    assert rows["loss.mode"].type_name == "str in {soft, hard}" and rows["loss.kernel"].type_name == "str in {a, b}"
+    assert "loss.tau = 0.25   (float in [0, 1], default 0.5)  *" in format_config(built(tau=0.25)).splitlines()
