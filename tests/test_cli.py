@@ -14,7 +14,7 @@ import pytest
 
 import rlvr
 from rlvr.cli import main
-from rlvr.config import Config, describe_config, field_help, load_config
+from rlvr.config import Config, describe_config, field_help, load_config, yaml_value
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -59,6 +59,18 @@ def test_config_show_prints_value_type_default_and_help(tmp_path, capsys):
     assert "[optim]  AdamW, gradient clipping, the learning-rate schedule and the minibatch split." in lines
     assert main(["config", "show", "optim.lrr=1"]) == 2
     assert "unknown config key 'optim.lrr'" in capsys.readouterr().err
+
+
+def test_config_show_gives_a_key_the_preset_sets_the_preset_value_as_its_default(capsys):
+    from rlvr.algorithms import ALGORITHMS
+
+    assert main(["config", "show", "algorithm.name=ppo", "rollout.group_size=1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for key, value in ALGORITHMS.get("ppo").settings.items():
+        (line,) = [line for line in lines if line.startswith(f"algorithm.{key} = ")]
+        assert line.endswith(f"default {yaml_value(value)} from preset ppo)"), line  # unchanged: no star
+    assert "algorithm.kl_estimator = k3   (str in {k1, k2, k3}, default k3)" in lines  # not set by ppo
+    assert "algorithm.name = ppo   (str in {" + ", ".join(ALGORITHMS.names()) + "}, default grpo)  *" in lines
 
 
 def test_train_help_points_to_config_show_and_version_prints(capsys):

@@ -392,3 +392,31 @@ def test_a_knob_declared_once_is_what_loading_checks_and_show_read():
                                                                                               0.25)
     assert rows["loss.mode"].type_name == "str in {soft, hard}" and rows["loss.kernel"].type_name == "str in {a, b}"
     assert "loss.tau = 0.25   (float in [0, 1], default 0.5)  *" in format_config(built(tau=0.25)).splitlines()
+
+
+def test_every_sweep_point_of_the_shipped_sweeps_resolves():
+    """A sweep resets a base file's algorithm key with null (algorithm.ppo_epochs: null): each preset's own."""
+    from pathlib import Path
+
+    from rlvr.sweep import grid_points, load_plan
+
+    epochs = {}
+    for path in sorted(Path(__file__).resolve().parents[1].joinpath("configs", "sweeps").glob("*.yaml")):
+        plan = load_plan(str(path), [], [])
+        for name, point in grid_points(plan):
+            config = load_config(plan.base, plan.overrides + point)
+            if path.stem == "algorithms_arithmetic":
+                epochs[config.algorithm.name] = config.algorithm.ppo_epochs
+    # The base file sets ppo_epochs 1; null gives back 2 where the preset sets 2.
+    assert epochs == {"grpo": 2, "dr_grpo": 2, "dapo": 2, "rloo": 1, "gr_reinforce": 1, "no_baseline": 1}
+
+
+def test_a_saved_config_drops_a_removed_key_only_at_its_off_value():
+    from rlvr.config import saved_run_data
+
+    saved = {"train": {"stop_if_dead_for": 0, "seed": 1}, "optim": {"lr": 1e-3}}
+    assert saved_run_data(saved) == {"train": {"seed": 1}, "optim": {"lr": 1e-3}}
+    assert saved["train"] == {"stop_if_dead_for": 0, "seed": 1}  # the caller's data is not changed
+    assert saved_run_data({"train": {"stop_if_dead_for": 3}}) == {"train": {"stop_if_dead_for": 3}}  # then it fails
+    with pytest.raises(ConfigError, match="'train.stop_if_dead_for' was removed: use train.stop_on"):
+        load_config(None, ["train.stop_if_dead_for=0"])  # in a file or an override it fails even at 0

@@ -31,7 +31,7 @@ __all__ = [
 
 def apply_override(data: dict, dotted: str) -> None:
     """Apply one `a.b.c=value` override to a nested dict of raw config values (`loading.apply_override`)."""
-    loading.apply_override(Config, data, dotted)
+    loading.apply_override(Config, data, dotted, REMOVED_KEYS)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

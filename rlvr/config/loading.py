@@ -282,15 +282,18 @@ def parse_scalar(text: str) -> Any:
         return text
 
 
-def apply_override(root: type, data: dict, dotted: str) -> None:
+def apply_override(root: type, data: dict, dotted: str, removed: dict[str, str] | None = None) -> None:
     """Apply one `a.b.c=value` override to a nested dict of raw values for the dataclass `root`.
 
     Inside a mapping field (`task.options`, `task.reward_weights`) the rest of the key is one
-    entry of it: `task.options.verifier=math` sets that option and keeps the others.
+    entry of it: `task.options.verifier=math` sets that option and keeps the others. `removed`: as
+    for `build_section`.
     """
     if "=" not in dotted:
         raise ConfigError(f"override {dotted!r} is not of the form key=value (e.g. optim.lr=1e-4)")
     key, text = dotted.split("=", 1)
+    if key.strip() in (removed or {}):
+        raise ConfigError(f"config key {key.strip()!r} was removed: {removed[key.strip()]}")
     parts = key.strip().split(".")
     cls: Any = root
     node = data

@@ -472,7 +472,7 @@ class Config:
             raise ConfigError(f"config: expected a mapping of sections, got {type(data).__name__} {data!r}")
         data = copy.deepcopy(data or {})
         for item in overrides:
-            apply_override(cls, data, item)
+            apply_override(cls, data, item, REMOVED_KEYS)
         return cls(check=check, **data)
 
     def as_dict(self) -> dict:
