@@ -1,9 +1,9 @@
-"""MkDocs hook: the configuration reference, generated from rlvr/config.py at every build.
+"""MkDocs hook: the configuration reference, generated from rlvr/config/schema.py at every build.
 
 `reference/config.md` holds the marker line below; this hook replaces it with one table per config
 section, built from `describe_config` and `section_summary`, the rows and headings `rlvr config show`
 prints (each key's type, its default in a run without a config file, and its one line of help). A key
-or help text added to rlvr/config.py appears at the next build; nothing is copied by hand. Importing
+or help text added to rlvr/config/schema.py appears at the next build; nothing is copied by hand. Importing
 rlvr.config needs PyYAML alone (no torch), so the docs build needs only the `docs` extra.
 """
 
@@ -29,6 +29,10 @@ def _code(text: str) -> str:
     return f"{fence}{pad}{_cell(text)}{pad}{fence}"
 
 
+def _source(row) -> str:
+    return f" ({row.default_from})" if row.default_from else ""
+
+
 def config_reference() -> str:
     """Markdown: a heading, the section's summary and a key / type / default / help table per section."""
     if str(REPO) not in sys.path:
@@ -36,13 +40,13 @@ def config_reference() -> str:
     from rlvr.config import Config, describe_config, section_summary, yaml_value
 
     rows_by_section: dict[str, list] = {f.name: [] for f in dataclasses.fields(Config)}
-    for row in describe_config(None, without_file=True):
+    for row in describe_config(None):
         rows_by_section[row.key.split(".")[0]].append(row)
     parts = []
     for section, rows in rows_by_section.items():
         parts += [f"## `{section}`", "", section_summary(section), "",
                   "| key | type | default | help |", "|---|---|---|---|"]
-        parts += [f"| {_code(row.key)} | {_cell(row.type_name)} | {_code(yaml_value(row.default))} | {_cell(row.help)} |"
+        parts += [f"| {_code(row.key)} | {_cell(row.type_name)} | {_code(yaml_value(row.default))}{_source(row)} | {_cell(row.help)} |"
                   for row in rows]
         parts.append("")
     return "\n".join(parts)

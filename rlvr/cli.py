@@ -159,12 +159,7 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
     for name in ALGORITHMS:
         preset = ALGORITHMS.get(name)
         print(f"{name:24s} {preset.description}")
-        print(f"{'':24s} advantages={preset.advantage_estimator} loss={preset.policy_loss} "
-              f"aggregation={preset.loss_aggregation} epochs={preset.ppo_epochs} "
-              f"clip={preset.clip_low}/{preset.clip_high} kl_coef={preset.kl_coef}")
-        if preset.value_model != "none":
-            print(f"{'':24s} value_model={preset.value_model} gamma={preset.gae_gamma} lambda={preset.gae_lambda} "
-                  f"value_clip={preset.value_clip} vf_coef={preset.vf_coef} kl_in_reward={preset.kl_in_reward}")
+        print(f"{'':24s} " + " ".join(f"{key}={value}" for key, value in preset.settings.items()))
     return 0
 
 
@@ -193,7 +188,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     from rlvr.config import format_config
 
     config_path, overrides = _split_config_and_overrides(args.items)
-    print(format_config(load_config(config_path, overrides), without_file=config_path is None))
+    print(format_config(load_config(config_path, overrides)))
     return 0
 
 

@@ -569,14 +569,6 @@ RUNS = [
                "tests/test_config.py::test_config_errors_name_the_problem"),
     ),
     mutation(
-        "config_show_defaults_inverted", "rlvr/config.py",
-        "config show's default column takes the no-config defaults when a file is given, the option defaults without",
-        ("run_defaults = flatten(NO_CONFIG_DEFAULTS) if without_file else {}",
-         "run_defaults = flatten(NO_CONFIG_DEFAULTS) if not without_file else {}"),
-        tests=("tests/test_first_minutes.py::test_config_show_default_is_what_runs_when_the_key_is_unset",
-               "tests/test_cli.py::test_config_show_prints_value_type_default_and_help"),
-    ),
-    mutation(
         "health_streak_never_ends", "rlvr/report/health.py",
         "a warning that stops and fires again is one span in the report (the streak is never closed)",
         ("            if name not in active:\n                del open_spans[name]",
@@ -585,7 +577,7 @@ RUNS = [
                "tests/test_first_minutes.py::test_report_marks_where_each_warning_started_on_the_figures_it_concerns"),
     ),
     mutation(
-        "range_ignores_upper_end", "rlvr/config_ranges.py",
+        "range_ignores_upper_end", "rlvr/config/loading.py",
         "a range checks only its lower end: rollout.batch_size=2**63 and optim.max_grad_norm=1e10 load",
         ("below = value < self.high if self.high_open else value <= self.high",
          "below = value < self.high if self.high_open else True"),
@@ -721,4 +713,83 @@ CHECKPOINT_FILES = [
     ),
 ]
 
-MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING
+# ----------------------------------------------------------------------------- the config schema (rlvr/config)
+
+CONFIG_SCHEMA = [
+    mutation(
+        "preset_beats_the_file", "rlvr/config/schema.py",
+        "the preset's settings are merged over the file's algorithm keys instead of under them",
+        ('return {**preset_settings(given.get("name", AlgorithmConfig.name)), **given}',
+         'return {**given, **preset_settings(given.get("name", AlgorithmConfig.name))}'),
+        tests=("tests/test_config.py::test_overrides_and_yaml",
+               "tests/test_config.py::test_a_preset_is_a_partial_setting_under_the_file_and_the_overrides"),
+    ),
+    mutation(
+        "null_algorithm_key_is_kept", "rlvr/config/schema.py",
+        "an algorithm key given as null is kept as null instead of unsetting it back to the preset's value",
+        ("given = {key: value for key, value in algorithm.items() if value is not None}", "given = dict(algorithm)"),
+        tests=("tests/test_config.py::test_a_preset_is_a_partial_setting_under_the_file_and_the_overrides",
+               "tests/test_config.py::test_every_sweep_point_of_the_shipped_sweeps_resolves"),
+    ),
+    mutation(
+        "dataclass_section_sets_every_field", "rlvr/config/loading.py",
+        "a section given as its dataclass counts every field as set, so Config(algorithm=AlgorithmConfig(name='ppo')) "
+        "keeps the defaults' estimator under the ppo name",
+        ("return {f.name: data[f.name] for f in dataclasses.fields(section) if data[f.name] != field_default(f)}",
+         "return {f.name: data[f.name] for f in dataclasses.fields(section)}"),
+        tests=("tests/test_config.py::test_a_section_given_as_its_dataclass_sets_the_fields_that_differ_from_their_"
+               "defaults", "tests/test_api.py::test_keyword_sections_dict_and_yaml_build_the_same_config"),
+    ),
+    mutation(
+        "literal_accepts_any_string", "rlvr/config/loading.py",
+        "a Literal-typed key accepts any string: algorithm.std=sampel loads and fails later, inside the loop",
+        ("        if value not in typing.get_args(tp):\n", "        if not isinstance(value, str):\n"),
+        # Not the CLI's fast-fail tests: with this bug their commands go on to load the default model.
+        tests=("tests/test_config.py::test_config_errors_name_the_problem",
+               "tests/test_config.py::test_a_knob_declared_once_is_what_loading_checks_and_show_read"),
+    ),
+    mutation(
+        "choice_error_without_near_miss", "rlvr/config/loading.py",
+        "a bad name lists the valid choices but no longer suggests the closest one",
+        ("unknown choice {value!r}{did_you_mean(value, choices)}; valid", "unknown choice {value!r}; valid"),
+        tests=("tests/test_first_minutes.py::test_a_mistyped_name_fails_in_well_under_a_second_of_cpu_without_torch",
+               "tests/test_config.py::test_names_from_a_registry_fail_with_key_value_near_miss_and_choices"),
+    ),
+    mutation(
+        "list_names_unchecked", "rlvr/config/loading.py",
+        "the names inside a list key (train.stop_on, train.loggers) are not checked against their registry",
+        ('        if f.metadata.get("choices") is None:\n            continue',
+         '        if f.metadata.get("choices") is None or typing.get_origin(tp) is list:\n            continue'),
+        tests=("tests/test_config.py::test_names_from_a_registry_fail_with_key_value_near_miss_and_choices",
+               "tests/test_health.py::test_config_rejects_unknown_warning_names_and_bad_thresholds"),
+    ),
+    mutation(
+        "config_show_ignores_preset_defaults", "rlvr/config/loading.py",
+        "config show's default column shows the field's default where the algorithm preset sets the key, so a "
+        "preset's own value is starred as changed",
+        ("default=defaults.get(key, field_default(f)), help=field_help(f),",
+         "default=field_default(f), help=field_help(f),"),
+        tests=("tests/test_cli.py::test_config_show_prints_value_type_default_and_help",
+               "tests/test_cli.py::test_config_show_gives_a_key_the_preset_sets_the_preset_value_as_its_default"),
+    ),
+    mutation(
+        "removed_keys_not_passed", "rlvr/config/schema.py",
+        "the removed keys are not handed to the section builder: train.stop_if_dead_for fails as an unknown key "
+        "without naming its replacement",
+        ('setattr(self, name, build_section(hints[name], data[name], f"{name}.", REMOVED_KEYS))',
+         'setattr(self, name, build_section(hints[name], data[name], f"{name}."))'),
+        tests=("tests/test_health.py::test_removed_stop_if_dead_for_names_its_replacement_which_stops_a_dead_run",
+               "tests/test_run_folder.py::test_a_run_saved_with_a_removed_key_at_its_off_value_still_resumes",
+               "tests/test_config.py::test_a_saved_config_drops_a_removed_key_only_at_its_off_value"),
+    ),
+    mutation(
+        "saved_removed_key_always_dropped", "rlvr/config/__init__.py",
+        "a saved run's removed key is dropped whatever its value, so a run that relied on it resumes without it",
+        ("isinstance(data.get(section), dict) and not data[section].get(name, 1):",
+         "isinstance(data.get(section), dict) and name in data[section]:"),
+        tests=("tests/test_run_folder.py::test_a_run_saved_with_a_removed_key_at_its_off_value_still_resumes",
+               "tests/test_config.py::test_a_saved_config_drops_a_removed_key_only_at_its_off_value"),
+    ),
+]
+
+MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA

@@ -64,6 +64,11 @@ def test_keyword_sections_dict_and_yaml_build_the_same_config(tmp_path):
     assert Config(task={"name": "format_copy"}, rollout=rollout, algorithm={"name": "dapo"},
                   optim={"lr": 3e-4}).as_dict() == from_yaml.as_dict()
     assert rollout == RolloutConfig(group_size=4)
+    # An algorithm section object sets what differs from the defaults; the preset fills the rest, as from a dict.
+    from rlvr.config import AlgorithmConfig, OptimConfig
+
+    assert Config(task={"name": "format_copy"}, rollout=rollout, algorithm=AlgorithmConfig(name="dapo"),
+                  optim=OptimConfig(lr=3e-4)).as_dict() == from_yaml.as_dict()
 
 
 def test_dotted_overrides_apply_to_a_dict_without_changing_it():

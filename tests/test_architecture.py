@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("rlvr.core",)),
     ("models, tasks", ("rlvr.models", "rlvr.tasks", "rlvr.compat", "rlvr.testing")),
     ("rollout", ("rlvr.rollout",)),
-    ("train", ("rlvr.train", "rlvr.config", "rlvr.config_ranges", "rlvr.algorithms")),
+    ("train", ("rlvr.train", "rlvr.config", "rlvr.algorithms")),
     ("cli, Python API", ("rlvr", "rlvr.cli", "rlvr.__main__", "rlvr.check", "rlvr.check_mechanism", "rlvr.check_reward",
                          "rlvr.reward_kinds", "rlvr.sweep",
                          "rlvr.report")),

@@ -14,7 +14,7 @@ import pytest
 
 import rlvr
 from rlvr.cli import main
-from rlvr.config import Config, describe_config, field_help, load_config
+from rlvr.config import Config, describe_config, field_help, load_config, yaml_value
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,15 +46,31 @@ def test_config_show_prints_value_type_default_and_help(tmp_path, capsys):
     assert main(["config", "show", str(config_file), "optim.lr=3e-4", "rollout.stop_strings=[</answer>]"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    at = lines.index("optim.lr = 0.0003   (float, default 0.001)  *")  # changed from the default: starred
+    at = lines.index("optim.lr = 0.0003   (float in (0, 10], default 0.0005)  *")  # changed from the default: starred
     assert "learning rate" in lines[at + 1]
-    assert "optim.weight_decay = 0.0   (float, default 0.0)" in lines  # unchanged: no star
-    # Preset-filled algorithm keys show the resolved value against their null default.
-    assert "algorithm.clip_high = 0.28   (float or null, default null)  *" in lines
+    assert "optim.weight_decay = 0.0   (float in [0, 100], default 0.0)" in lines  # unchanged: no star
+    # A key the preset sets shows the preset's value as its default (what runs when it is unset): no star.
+    assert "algorithm.clip_high = 0.28   (float in [0, 100], default 0.28 from preset dapo)" in lines
+    assert "algorithm.clip_low = 0.2   (float in [0, 1), default 0.2 from preset dapo)" in lines
+    assert "algorithm.std = population   (str in {population, sample}, default population)" in lines
+    assert ("train.loggers = []   (list[str] of {aim, mlflow, tensorboard, wandb}, default [])") in lines
+    assert "train.eval_max_new_tokens = null   (int in [1, 1048576] or null, default null)" in lines
     assert "rollout.stop_strings = [</answer>]   (list[str], default [])  *" in lines
     assert "[optim]  AdamW, gradient clipping, the learning-rate schedule and the minibatch split." in lines
     assert main(["config", "show", "optim.lrr=1"]) == 2
     assert "unknown config key 'optim.lrr'" in capsys.readouterr().err
+
+
+def test_config_show_gives_a_key_the_preset_sets_the_preset_value_as_its_default(capsys):
+    from rlvr.algorithms import ALGORITHMS
+
+    assert main(["config", "show", "algorithm.name=ppo", "rollout.group_size=1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for key, value in ALGORITHMS.get("ppo").settings.items():
+        (line,) = [line for line in lines if line.startswith(f"algorithm.{key} = ")]
+        assert line.endswith(f"default {yaml_value(value)} from preset ppo)"), line  # unchanged: no star
+    assert "algorithm.kl_estimator = k3   (str in {k1, k2, k3}, default k3)" in lines  # not set by ppo
+    assert "algorithm.name = ppo   (str in {" + ", ".join(ALGORITHMS.names()) + "}, default grpo)  *" in lines
 
 
 def test_train_help_points_to_config_show_and_version_prints(capsys):
@@ -146,15 +162,15 @@ def test_eval_help_names_the_key_behind_every_flag(capsys):
 
 
 def test_describe_config_without_a_config_gives_the_same_keys_with_their_defaults():
-    for without_file in (True, False):
-        built = describe_config(load_config() if without_file else Config(), without_file=without_file)
-        bare = describe_config(None, without_file=without_file)
-        assert [(r.key, r.type_name, r.default, r.help) for r in bare] == [
-            (r.key, r.type_name, r.default, r.help) for r in built]
-        assert all(r.value == r.default for r in bare)
-    # The no-config run's defaults only where no file is given: lr 5e-4 there, the field's 1e-3 otherwise.
-    assert [r.default for r in describe_config(None, without_file=True) if r.key == "optim.lr"] == [5e-4]
-    assert [r.default for r in describe_config(None) if r.key == "optim.lr"] == [1e-3]
+    built = describe_config(load_config())
+    bare = describe_config(None)
+    assert [(r.key, r.type_name, r.default, r.default_from, r.help) for r in bare] == [
+        (r.key, r.type_name, r.default, r.default_from, r.help) for r in built]
+    assert all(r.value == r.default for r in bare)
+    # The run without a file: lr 5e-4, and the default preset's settings as the algorithm defaults.
+    assert [r.default for r in bare if r.key == "optim.lr"] == [5e-4]
+    (clip_high,) = [r for r in bare if r.key == "algorithm.clip_high"]
+    assert clip_high.default_from == "preset grpo"
     # A built config's values are its own, not the defaults (the preset fills clip_high for dapo).
     dapo = describe_config(Config(algorithm={"name": "dapo"}))
-    assert [(r.value, r.default) for r in dapo if r.key == "algorithm.clip_high"] == [(0.28, None)]
+    assert [(r.value, r.default) for r in dapo if r.key == "algorithm.clip_high"] == [(0.28, 0.28)]

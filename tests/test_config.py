@@ -12,8 +12,8 @@ def test_defaults_are_grpo_on_format_copy_with_embedded_model():
     assert config.task.name == "format_copy"
     assert config.model.name == "smollm2-135m-instruct"
     # Preset values were filled in.
-    preset = ALGORITHMS.get("grpo")
-    assert config.algorithm.ppo_epochs == preset.ppo_epochs == 2
+    preset = ALGORITHMS.get("grpo").settings
+    assert config.algorithm.ppo_epochs == preset["ppo_epochs"] == 2
     assert config.algorithm.kl_estimator == "k3"
     assert config.algorithm.policy_loss == "grpo_clip"
     assert config.algorithm.loss_aggregation == "seq_mean_token_mean"
@@ -49,16 +49,16 @@ def test_every_preset_resolves():
         (["optim.lr=fast"], "optim.lr: expected a number"),
         (["rollout.group_size=2.5"], "rollout.group_size: expected an integer"),
         (["model.lora=maybe"], "model.lora: expected true or false"),
-        (["algorithm.name=ppo2"], "unknown algorithm 'ppo2' (did you mean 'ppo'?); valid choices: dapo, dr_grpo, "
-                                  "gr_reinforce, grpo"),
-        (["algorithm.policy_loss=bogus"], "algorithm.policy_loss: unknown name 'bogus'; valid choices:"),
+        (["algorithm.name=ppo2"], "algorithm.name: unknown choice 'ppo2' (did you mean 'ppo'?); valid choices: dapo, "
+                                  "dr_grpo, gr_reinforce, grpo"),
+        (["algorithm.policy_loss=bogus"], "algorithm.policy_loss: unknown choice 'bogus'; valid choices:"),
         (["algorithm.loss_aggregation=mean"], "valid choices: seq_mean_token_mean, seq_mean_token_sum_norm, token_mean"),
         (["task.name=chess"], "task.name: unknown task 'chess'; valid choices: "),
         (["optim.minibatch_size=5", "optim.grad_accum_steps=2"], "must equal rollout.batch_size * rollout.group_size = 32"),
         (["optim.grad_accum_steps=3", "optim.minibatch_size=null"], "optim.grad_accum_steps=3 must divide"),
-        (["algorithm.std=biased"], "algorithm.std: 'biased' is not one of population, sample"),
+        (["algorithm.std=biased"], "algorithm.std: unknown choice 'biased'; valid choices: population, sample"),
         (["rollout.temperature=0"], "rollout.temperature must be a finite number in (0, 100], got 0.0"),
-        (["model.dtype=fp8"], "model.dtype: 'fp8' is not one of"),
+        (["model.dtype=fp8"], "model.dtype: unknown choice 'fp8'; valid choices: float32, bfloat16, float16, float64"),
         (["lr"], "is not of the form key=value"),
     ],
 )
@@ -110,13 +110,9 @@ def test_shipped_configs_load():
 def test_no_config_run_is_the_shipped_grpo_config():
     from pathlib import Path
 
-    from rlvr.config import config_to_dict
-
     shipped = Path(__file__).resolve().parents[1] / "configs" / "format_copy_grpo.yaml"
-    assert config_to_dict(load_config()) == config_to_dict(load_config(shipped))
+    assert load_config().as_dict() == load_config(shipped).as_dict()
     assert load_config().algorithm.kl_coef == 0.0
-    # The preset itself keeps the KL anchor: other presets and explicit files are not affected.
-    assert ALGORITHMS.get("grpo").kl_coef == 0.04
     assert load_config(None, ["algorithm.kl_coef=0.04"]).algorithm.kl_coef == 0.04
 
 
@@ -183,15 +179,21 @@ def test_max_grad_norm_refuses_infinity_and_huge_values(value):
         load_config(None, [f"optim.max_grad_norm={value}"])
 
 
+def _declared_bounds() -> dict:
+    """{dotted key: Bounds} of every field that declares a range, read from the schema's fields."""
+    from rlvr.config import Config
+    from rlvr.config.loading import field_bounds, leaf_fields
+
+    return {key: field_bounds(f) for key, f, _ in leaf_fields(Config) if field_bounds(f) is not None}
+
+
 def test_every_range_has_two_finite_ends():
     import math
 
-    from rlvr.config_ranges import FIELD_BOUNDS
-
-    open_ended = [key for key, bounds in FIELD_BOUNDS.items()
-                  if not (math.isfinite(bounds.low) and math.isfinite(bounds.high))]
+    bounds = _declared_bounds()
+    open_ended = [key for key, b in bounds.items() if not (math.isfinite(b.low) and math.isfinite(b.high))]
     assert open_ended == []
-    assert FIELD_BOUNDS["rollout.max_new_tokens"].admits(2**20) and not FIELD_BOUNDS["rollout.max_new_tokens"].admits(2**63)
+    assert bounds["rollout.max_new_tokens"].admits(2**20) and not bounds["rollout.max_new_tokens"].admits(2**63)
 
 
 def test_a_huge_integer_is_refused_not_overflowed():
@@ -204,7 +206,6 @@ def test_every_numeric_config_field_has_a_declared_range():
     import typing
 
     from rlvr.config import Config
-    from rlvr.config_ranges import FIELD_BOUNDS
 
     numeric = set()
     for section in dataclasses.fields(Config):
@@ -213,7 +214,7 @@ def test_every_numeric_config_field_has_a_declared_range():
             args = set(typing.get_args(tp)) - {type(None)} or {tp}
             if args & {int, float} or (typing.get_origin(tp) is dict and typing.get_args(tp)[1] is float):
                 numeric.add(f"{section.name}.{name}")
-    assert numeric == set(FIELD_BOUNDS)  # no numeric field without a range, no range for a missing field
+    assert numeric == set(_declared_bounds())  # no numeric field without a range, no range on a text field
     assert len(numeric) > 60
 
 
@@ -257,7 +258,7 @@ def test_the_ppo_preset_and_config_need_no_groups():
     assert (algo.name, algo.advantage_estimator, algo.policy_loss, algo.value_model) == ("ppo", "gae", "ppo_clip",
                                                                                          "shared")
     assert (algo.gae_gamma, algo.gae_lambda, algo.value_clip, algo.vf_coef) == (1.0, 0.95, 0.2, 0.1)
-    assert algo.ppo_epochs == ALGORITHMS.get("grpo").ppo_epochs and algo.normalize_advantages
+    assert algo.ppo_epochs == ALGORITHMS.get("grpo").settings["ppo_epochs"] and algo.normalize_advantages
     assert config.rollout.group_size == 1 and config.rollout_size == load_config().rollout_size  # 32 sequences
     # The group presets keep no value model.
     assert load_config().algorithm.value_model == "none"
@@ -268,7 +269,8 @@ def test_the_ppo_preset_and_config_need_no_groups():
     [
         (["algorithm.name=ppo", "algorithm.value_model=none"], "advantage_estimator='gae' needs a learned value"),
         (["algorithm.name=grpo", "algorithm.value_model=shared"], "set algorithm.value_model=none"),
-        (["algorithm.name=ppo", "algorithm.value_model=critic"], "'critic' is not one of none, shared, separate"),
+        (["algorithm.name=ppo", "algorithm.value_model=critic"], "unknown choice 'critic'; valid choices: none, shared, "
+                                                                 "separate"),
         (["algorithm.name=grpo", "algorithm.kl_in_reward=0.05"], "algorithm.kl_in_reward=0.05 needs a value model"),
         (["algorithm.name=grpo", "algorithm.value_warmup_iterations=2"], "value_warmup_iterations=2 needs a value"),
         (["algorithm.name=ppo", "algorithm.gae_lambda=1.5"], "algorithm.gae_lambda must be a finite number in [0, 1]"),
@@ -284,3 +286,137 @@ def test_ppo_keys_are_checked_together(overrides, expected):
     # The same keys in a consistent combination load.
     load_config(None, ["algorithm.name=ppo", "algorithm.value_model=separate", "algorithm.kl_in_reward=0.05",
                        "algorithm.value_warmup_iterations=2", "algorithm.gae_lambda=1", "algorithm.value_clip=0"])
+
+
+def test_a_preset_is_a_partial_setting_under_the_file_and_the_overrides(tmp_path):
+    """default < preset < file < override, and null in a file or override unsets a key back to the preset's."""
+    from rlvr.config import AlgorithmConfig
+
+    dapo = ALGORITHMS.get("dapo").settings
+    assert "kl_estimator" not in dapo and "ppo_epochs" in dapo  # partial: what it does not set keeps the default
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm:\n  name: dapo\n  clip_high: 0.25\n  ppo_epochs: 3\n  dynamic_sampling: false\n")
+    config = load_config(path, ["algorithm.ppo_epochs=4"]).algorithm
+    assert (config.clip_high, config.ppo_epochs, config.dynamic_sampling) == (0.25, 4, False)  # file, override, file
+    assert (config.clip_low, config.overlong_buffer, config.loss_aggregation) == (0.2, 4, "token_mean")  # preset
+    assert config.kl_estimator == AlgorithmConfig().kl_estimator == "k3"  # the field's default
+    # null unsets: the preset's value where it sets one, the default where it does not.
+    reset = load_config(path, ["algorithm.clip_high=null", "algorithm.dynamic_sampling=null",
+                               "algorithm.entropy_coef=null"]).algorithm
+    assert (reset.clip_high, reset.dynamic_sampling, reset.entropy_coef) == (0.28, True, 0.0)
+    # The same file under another preset takes that preset's values for the keys it does not set.
+    gspo = load_config(path, ["algorithm.name=gspo"]).algorithm
+    assert (gspo.clip_low, gspo.clip_high, gspo.policy_loss) == (3e-4, 0.25, "gspo")
+
+
+def test_every_preset_names_only_keys_of_the_algorithm_section_and_each_applies():
+    from rlvr.config import preset_settings
+
+    for name in ALGORITHMS:
+        settings = preset_settings(name)
+        resolved = load_config(None, [f"algorithm.name={name}"]).algorithm
+        assert settings and {key: getattr(resolved, key) for key in settings} == settings, name
+
+
+def test_a_preset_that_names_a_key_the_section_lacks_is_an_error(monkeypatch):
+    from rlvr.algorithms import AlgorithmPreset
+
+    monkeypatch.setitem(ALGORITHMS._items, "typo_preset", AlgorithmPreset("a slip", {"clip_lo": 0.1}))
+    with pytest.raises(ConfigError, match=r"unknown config key 'algorithm.clip_lo' in the settings of preset "
+                                          r"'typo_preset' \(did you mean 'clip_low'\?\); valid keys: "):
+        load_config(None, ["algorithm.name=typo_preset"])
+    monkeypatch.setitem(ALGORITHMS._items, "typo_preset", AlgorithmPreset("a slip", {"clip_low": "wide"}))
+    with pytest.raises(ConfigError, match="algorithm.clip_low: expected a number"):  # its values are checked too
+        load_config(None, ["algorithm.name=typo_preset"])
+
+
+def test_a_section_given_as_its_dataclass_sets_the_fields_that_differ_from_their_defaults():
+    from rlvr.config import AlgorithmConfig, Config
+
+    ppo = Config(algorithm=AlgorithmConfig(name="ppo"), rollout={"group_size": 1}).algorithm
+    assert (ppo.advantage_estimator, ppo.value_model, ppo.normalize_advantages) == ("gae", "shared", True)
+    dapo = Config(algorithm=AlgorithmConfig(name="dapo", clip_high=0.3)).algorithm
+    assert (dapo.clip_high, dapo.dynamic_sampling) == (0.3, True)
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("algorithm.advantage_estimator=grp", "algorithm.advantage_estimator: unknown choice 'grp' (did you mean "
+                                          "'grpo'?); valid choices: dr_grpo, gae, grpo"),
+    ("algorithm.kl_estimator=kk3", "algorithm.kl_estimator: unknown choice 'kk3' (did you mean 'k3'?); valid "
+                                   "choices: k1, k2, k3"),
+    ("algorithm.kl_estimator=k9", "algorithm.kl_estimator: unknown choice 'k9'; valid choices: k1, k2, k3"),
+    ("rollout.backend=hf_generat", "rollout.backend: unknown choice 'hf_generat' (did you mean 'hf_generate'?)"),
+    ("train.loggers=[tensorbord]", "train.loggers: unknown choice 'tensorbord' (did you mean 'tensorboard'?); "
+                                   "valid choices: aim, mlflow, tensorboard, wandb"),
+    ("train.stop_on=[truncation, zero_varianc]", "train.stop_on: unknown choice 'zero_varianc' (did you mean "
+                                                 "'zero_variance'?)"),
+    ("algorithm.value_model=shard", "algorithm.value_model: unknown choice 'shard' (did you mean 'shared'?)"),
+])
+def test_names_from_a_registry_fail_with_key_value_near_miss_and_choices(override, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    assert expected in str(info.value)
+
+
+def test_a_knob_declared_once_is_what_loading_checks_and_show_read():
+    """The machinery reads a field's own declaration: a made-up section needs nothing but its fields."""
+    import dataclasses
+    from typing import Literal
+
+    from rlvr.config.loading import (build_section, describe_config, first_choice_error, first_range_error,
+                                     format_config, option)
+
+    @dataclasses.dataclass
+    class LossSection:
+        """A made-up loss section."""
+
+        tau: float = option(0.5, "a temperature", bounds=(0.0, 1.0))
+        mode: Literal["soft", "hard"] = option("soft", "how it clips")
+        kernel: str = option("a", "a name from a registry", choices=lambda: ["a", "b"])
+
+    @dataclasses.dataclass
+    class Root:
+        loss: LossSection = dataclasses.field(default_factory=LossSection)
+
+    def built(**data):
+        return Root(loss=build_section(LossSection, data, "loss."))
+
+    assert first_range_error(built(tau=0.7)) is None and first_choice_error(built(kernel="b")) is None
+    assert first_range_error(built(tau=1.5)) == "loss.tau must be a finite number in [0, 1], got 1.5"
+    assert first_choice_error(built(kernel="c")) == "loss.kernel: unknown choice 'c'; valid choices: a, b"
+    with pytest.raises(ConfigError, match=r"loss.mode: unknown choice 'sofft' \(did you mean 'soft'\?\); valid "
+                                          r"choices: soft, hard"):
+        built(mode="sofft")
+    rows = {row.key: row for row in describe_config(built(tau=0.25))}
+    assert (rows["loss.tau"].type_name, rows["loss.tau"].default, rows["loss.tau"].value) == ("float in [0, 1]", 0.5,
+                                                                                              0.25)
+    assert rows["loss.mode"].type_name == "str in {soft, hard}" and rows["loss.kernel"].type_name == "str in {a, b}"
+    assert "loss.tau = 0.25   (float in [0, 1], default 0.5)  *" in format_config(built(tau=0.25)).splitlines()
+
+
+def test_every_sweep_point_of_the_shipped_sweeps_resolves():
+    """A sweep resets a base file's algorithm key with null (algorithm.ppo_epochs: null): each preset's own."""
+    from pathlib import Path
+
+    from rlvr.sweep import grid_points, load_plan
+
+    epochs = {}
+    for path in sorted(Path(__file__).resolve().parents[1].joinpath("configs", "sweeps").glob("*.yaml")):
+        plan = load_plan(str(path), [], [])
+        for name, point in grid_points(plan):
+            config = load_config(plan.base, plan.overrides + point)
+            if path.stem == "algorithms_arithmetic":
+                epochs[config.algorithm.name] = config.algorithm.ppo_epochs
+    # The base file sets ppo_epochs 1; null gives back 2 where the preset sets 2.
+    assert epochs == {"grpo": 2, "dr_grpo": 2, "dapo": 2, "rloo": 1, "gr_reinforce": 1, "no_baseline": 1}
+
+
+def test_a_saved_config_drops_a_removed_key_only_at_its_off_value():
+    from rlvr.config import saved_run_data
+
+    saved = {"train": {"stop_if_dead_for": 0, "seed": 1}, "optim": {"lr": 1e-3}}
+    assert saved_run_data(saved) == {"train": {"seed": 1}, "optim": {"lr": 1e-3}}
+    assert saved["train"] == {"stop_if_dead_for": 0, "seed": 1}  # the caller's data is not changed
+    assert saved_run_data({"train": {"stop_if_dead_for": 3}}) == {"train": {"stop_if_dead_for": 3}}  # then it fails
+    with pytest.raises(ConfigError, match="'train.stop_if_dead_for' was removed: use train.stop_on"):
+        load_config(None, ["train.stop_if_dead_for=0"])  # in a file or an override it fails even at 0

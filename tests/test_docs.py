@@ -241,11 +241,11 @@ def test_the_config_reference_hook_writes_one_row_per_key_from_rlvr_config():
     spec.loader.exec_module(gen_config)
     markdown = gen_config.config_reference()
     rows = [line for line in markdown.splitlines() if line.startswith("| `")]
-    described = describe_config(None, without_file=True)
+    described = describe_config(None)
     assert len(rows) == len(described) > 100
     (lr_row,) = [row for row in rows if row.startswith("| `optim.lr` |")]
     (lr,) = [r for r in described if r.key == "optim.lr"]
-    assert lr_row == f"| `optim.lr` | float | `0.0005` | {lr.help.replace('|', chr(92) + '|')} |"  # the no-config default
+    assert lr_row == f"| `optim.lr` | float in (0, 10] | `0.0005` | {lr.help.replace('|', chr(92) + '|')} |"  # the no-config default
     assert "## `expert_iteration`" in markdown and markdown.count("|---|---|---|---|") == len(dataclasses.fields(Config))
     assert gen_config._cell("a | b") == "a \\| b" and gen_config._code("x`y") == "`` x`y ``"
     page = (REPO / "docs" / "reference" / "config.md").read_text()

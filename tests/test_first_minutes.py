@@ -70,7 +70,17 @@ def test_a_mistyped_key_fails_in_well_under_a_second_of_cpu_without_torch(argv, 
 
 @pytest.mark.parametrize("argv, expected", [
     (["train", "task.name=gsm8kk"], "unknown task 'gsm8kk' (did you mean 'gsm8k'?)"),
-    (["sft", "algorithm.name=grpoo"], "unknown algorithm 'grpoo' (did you mean 'grpo'?)"),
+    (["sft", "algorithm.name=grpoo"], "algorithm.name: unknown choice 'grpoo' (did you mean 'grpo'?); valid choices: "
+                                      "dapo, dr_grpo"),
+    # Names declared as Literal types are checked while the value is read, before any registry loads.
+    (["train", "algorithm.std=sampel"], "algorithm.std: unknown choice 'sampel' (did you mean 'sample'?); valid "
+                                        "choices: population, sample"),
+    (["train", "optim.schedule=cosin"], "optim.schedule: unknown choice 'cosin' (did you mean 'cosine'?); valid "
+                                        "choices: constant, linear, cosine"),
+    (["train", "model.dtype=bfloat61"], "model.dtype: unknown choice 'bfloat61' (did you mean 'bfloat16'?)"),
+    (["train", "train.wandb_mode=ofline"], "train.wandb_mode: unknown choice 'ofline' (did you mean 'offline'?)"),
+    (["sft", "sft.loss_normalization=token_man"], "sft.loss_normalization: unknown choice 'token_man' (did you "
+                                                  "mean 'token_mean'?); valid choices: token_mean, constant"),
 ])
 def test_a_mistyped_name_fails_in_well_under_a_second_of_cpu_without_torch(argv, expected):
     _fails_fast(argv, expected)
@@ -100,20 +110,28 @@ def test_did_you_mean_names_the_closest_choice_and_nothing_for_a_far_miss():
 
 
 def test_config_show_default_is_what_runs_when_the_key_is_unset(tmp_path, capsys):
-    from rlvr.config import NO_CONFIG_DEFAULTS, OptimConfig
+    import json
 
-    assert NO_CONFIG_DEFAULTS["optim"]["lr"] != OptimConfig().lr  # otherwise this test shows nothing
+    from rlvr.config import OptimConfig, TrainConfig
+
+    # One set of defaults: the fields' own are what `rlvr train` runs with no file (5e-4, 16 iterations).
+    assert (OptimConfig().lr, TrainConfig().iterations) == (5e-4, 16)
     assert main(["config", "show"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    # No file: rlvr train runs with NO_CONFIG_DEFAULTS' 5e-4 and 16 iterations, so those are the defaults (no star).
-    assert "optim.lr = 0.0005   (float, default 0.0005)" in lines
-    assert "train.iterations = 16   (int, default 16)" in lines
+    assert "optim.lr = 0.0005   (float in (0, 10], default 0.0005)" in lines
+    assert "train.iterations = 16   (int in [1, 10000000], default 16)" in lines
+    starred = [line.split(" = ")[0] for line in lines if line.endswith("  *")]
+    assert starred == ["task.use_chat_template", "optim.minibatch_size"]  # only keys derived from their null
     assert main(["config", "show", "optim.lr=1e-3"]) == 0
-    assert "optim.lr = 0.001   (float, default 0.0005)  *" in capsys.readouterr().out.splitlines()
+    assert "optim.lr = 0.001   (float in (0, 10], default 0.0005)  *" in capsys.readouterr().out.splitlines()
     config_file = tmp_path / "c.yaml"
     config_file.write_text("train:\n  seed: 1\n")
-    assert main(["config", "show", str(config_file)]) == 0  # with a file, the option defaults apply
-    assert "optim.lr = 0.001   (float, default 0.001)" in capsys.readouterr().out.splitlines()
+    assert main(["config", "show", str(config_file)]) == 0  # with a file, the same defaults apply
+    assert "optim.lr = 0.0005   (float in (0, 10], default 0.0005)" in capsys.readouterr().out.splitlines()
+    # The no-config run resolves as it did when its defaults were a separate table (recorded then).
+    recorded = json.loads((Path(__file__).parent / "no_config_resolved.json").read_text())
+    recorded.pop("train.stop_if_dead_for")  # removed since (train.stop_on); it was 0, off
+    assert load_config().flat() == recorded
 
 
 def _stopped_main(argv: list[str]):

@@ -123,14 +123,6 @@ def test_monitor_stop_rules_and_the_old_key():
         monitor.observe({"frac_zero_variance_groups": 0.75})
         reasons.append(monitor.stop_reason())
     assert reasons[:3] == [None, None, None] and reasons[3] is not None  # warns at 3, stops at 4
-    legacy = HealthMonitor(T, stop_if_dead_for=2, stream=io.StringIO())
-    legacy.observe({"frac_zero_variance_groups": 1.0})
-    assert legacy.stop_reason() is None
-    legacy.observe({"frac_zero_variance_groups": 1.0})
-    assert "train.stop_if_dead_for=2" in legacy.stop_reason()
-    resumed = HealthMonitor(T, stop_if_dead_for=2, history=[{"frac_zero_variance_groups": 1.0}], stream=io.StringIO())
-    resumed.observe({"frac_zero_variance_groups": 1.0})
-    assert resumed.stop_reason() is not None  # the streak survives a resume
 
 
 def test_config_rejects_unknown_warning_names_and_bad_thresholds():
@@ -165,11 +157,16 @@ def test_train_stops_early_on_a_persistent_warning(tiny_model_dir, tmp_path, cap
     assert all(r["health/warnings"] == [] or "truncation" not in r["health/warnings"] for r in records)
 
 
-def test_old_stop_if_dead_for_still_stops(tiny_model_dir, tmp_path):
-    # format_copy on a random model: every reward is 0, so every group is flat.
+def test_removed_stop_if_dead_for_names_its_replacement_which_stops_a_dead_run(tiny_model_dir, tmp_path, capsys):
+    config_file = tmp_path / "old.yaml"
+    config_file.write_text("train:\n  stop_if_dead_for: 2\n")
+    assert main(["train", str(config_file)]) == 2
+    err = capsys.readouterr().err
+    assert "train.stop_if_dead_for' was removed: use train.stop_on: [zero_variance] with train.stop_after" in err
+    # The replacement: format_copy on a random model gives every reward 0, so every group is flat.
     run_dir = tmp_path / "dead"
     assert main(["train", *tiny_overrides(tiny_model_dir, run_dir, **{
         "task.name": "format_copy", "model.lora_rank": 4, "model.lora_alpha": 8, "train.eval_size": 0,
-        "train.iterations": 5, "train.stop_if_dead_for": 2})]) == 0
+        "train.iterations": 5, "train.stop_on": "[zero_variance]", "health.window": 2, "train.stop_after": 1})]) == 0
     records = read_jsonl(run_dir / "metrics.jsonl")
     assert [r["frac_zero_variance_groups"] for r in records] == [1.0, 1.0]

@@ -361,7 +361,7 @@ def test_a_lock_path_that_is_a_directory_is_a_clear_cli_error(finished_run, caps
 def test_a_resume_may_change_only_the_listed_keys(tmp_path):
     import yaml
 
-    from rlvr.config import ConfigError, config_to_dict, load_config
+    from rlvr.config import ConfigError, load_config
     from rlvr.train.resume_policy import mutable, plan_resume
 
     assert mutable("train.iterations") and mutable("health.window") and mutable("model.num_threads")
@@ -369,7 +369,7 @@ def test_a_resume_may_change_only_the_listed_keys(tmp_path):
     for key in ("train.seed", "train.eval_size", "model.name", "sft.batch_size", "healthy.window"):
         assert not mutable(key), key
     saved = load_config(None, [])
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(saved)))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved.as_dict()))
     plan = plan_resume(tmp_path, load_config(None, ["train.iterations=7", "health.window=5"]))
     assert plan.changes == {"train.iterations": (saved.train.iterations, 7), "health.window": (3, 5)}
     assert not plan.forced
@@ -377,3 +377,22 @@ def test_a_resume_may_change_only_the_listed_keys(tmp_path):
         plan_resume(tmp_path, load_config(None, ["train.iterations=7", "train.seed=1"]))
     forced = plan_resume(tmp_path, load_config(None, ["train.seed=1"]), force=True)
     assert forced.forced and forced.changes == {"train.seed": (0, 1)}
+
+
+def test_a_run_saved_with_a_removed_key_at_its_off_value_still_resumes(tmp_path):
+    """A saved config writes every key: an old run holds train.stop_if_dead_for: 0, which did nothing."""
+    import yaml
+
+    from rlvr.config import ConfigError, load_config, load_run_config
+    from rlvr.train.resume_policy import plan_resume
+
+    data = load_config().as_dict()
+    data["train"]["stop_if_dead_for"] = 0
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
+    assert load_run_config(tmp_path).as_dict() == load_config().as_dict()
+    assert plan_resume(tmp_path, load_config(None, ["train.iterations=20"])).changes == {
+        "train.iterations": (16, 20)}
+    data["train"]["stop_if_dead_for"] = 2  # it stopped runs: the replacement must be chosen
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"'train.stop_if_dead_for' was removed: use train.stop_on: \[zero_variance\]"):
+        load_run_config(tmp_path)

@@ -254,18 +254,15 @@ def check_value_not_learning(history: list[dict], thresholds) -> HealthWarning |
 class HealthMonitor:
     """Runs the checks each iteration; prints a warning when its streak starts (main process only)."""
 
-    def __init__(self, thresholds, stop_on: Iterable[str] = (), stop_after: int = 3, stop_if_dead_for: int = 0,
-                 is_main: bool = True, enabled: bool = True, history: Iterable[dict] = (), stream=None):
+    def __init__(self, thresholds, stop_on: Iterable[str] = (), stop_after: int = 3, is_main: bool = True, enabled: bool = True, history: Iterable[dict] = (), stream=None):
         self.thresholds = thresholds
         self.stop_on = list(stop_on)
         self.stop_after = stop_after
-        self.stop_if_dead_for = stop_if_dead_for
         self.is_main = is_main
         self.enabled = enabled
         self.stream = stream
         self.history: list[dict] = []
         self.streaks: dict[str, int] = {name: 0 for name in HEALTH_CHECKS}
-        self.dead_streak = 0  # iterations in a row where no group had contrast (train.stop_if_dead_for)
         self.printed: list[HealthWarning] = []
         for record in history:  # a resumed run: rebuild the streaks without printing again
             self.observe(record, quiet=True)
@@ -281,14 +278,12 @@ class HealthMonitor:
             raise ValueError(f"health.primary_component: {primary!r} is not a component of task "
                              f"{config.task.name!r}; valid choices: {', '.join(task_components)}")
         return cls(dataclasses.replace(health, primary_component=primary), stop_on=train.stop_on,
-                   stop_after=train.stop_after, stop_if_dead_for=train.stop_if_dead_for, is_main=is_main,
+                   stop_after=train.stop_after, is_main=is_main,
                    enabled=health.enabled, history=history)
 
     def observe(self, record: dict, quiet: bool = False) -> list[str]:
         """Add this iteration's record; returns the names of the active warnings (for `health/warnings`)."""
         self.history.append({k: v for k, v in record.items() if k != HEALTH_WARNINGS})
-        zero_variance = record.get(FRAC_ZERO_VARIANCE_GROUPS)
-        self.dead_streak = self.dead_streak + 1 if zero_variance == 1.0 else 0
         active = []
         for name in HEALTH_CHECKS:
             warning = HEALTH_CHECKS.get(name)(self.history, self.thresholds) if self.enabled or name in self.stop_on else None
@@ -310,7 +305,4 @@ class HealthMonitor:
             if self.streaks[name] >= self.stop_after:
                 return (f"the {name} warning has been active for {self.streaks[name]} iterations "
                         f"(train.stop_on includes {name}, train.stop_after={self.stop_after})")
-        if self.stop_if_dead_for and self.dead_streak >= self.stop_if_dead_for:
-            return (f"no group had reward contrast for {self.dead_streak} iterations "
-                    f"(train.stop_if_dead_for={self.stop_if_dead_for})")
         return None

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from rlvr.config import Config, ConfigError, config_from_dict, config_to_dict, flatten
+from rlvr.config import Config, ConfigError, saved_run_data
 from rlvr.metric_names import ITERATION, UNIX_TIME
 from rlvr.utils import append_jsonl
 
@@ -42,7 +42,6 @@ RESUME_MUTABLE_KEYS: dict[str, str] = {
     "train.wandb_mode": "extra metric sinks",
     "train.stop_on": "early-stop rules",
     "train.stop_after": "early-stop rules",
-    "train.stop_if_dead_for": "early-stop rules",
     "health.": "warning thresholds (monitoring only)",
     "model.num_threads": "CPU threads",
     "train.fsdp": "the same step with the decoder layers sharded (memory layout only)",
@@ -63,8 +62,8 @@ def mutable(key: str) -> bool:
 
 def config_changes(saved: dict, config: Config) -> dict[str, tuple[Any, Any]]:
     """{dotted key: (saved value, new value)} for every key where `config` differs from the saved data."""
-    before = flatten(config_to_dict(config_from_dict(saved, check=False)))
-    after = flatten(config_to_dict(config))
+    before = Config.from_dict(saved_run_data(saved), check=False).flat()
+    after = config.flat()
     return {key: (before.get(key), after[key]) for key in after if before.get(key) != after[key]}
 
 

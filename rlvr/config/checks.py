@@ -1,0 +1,162 @@
+"""What a built config must satisfy beyond each key's own type, range and names: the cross-field invariants.
+
+`resolve` runs when a `Config` is built: value ranges and registry names (declared with each field),
+the derived batch sizes, the task's existence and the invariants below; every message names the keys.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlvr.config.loading import ConfigError, first_choice_error, first_range_error
+
+
+def resolve(config, check: bool = True):
+    """Check value ranges and names, derive batch sizes, check invariants, resolve the chat template.
+
+    `check=False` only derives (to compare a saved config as it was, right or wrong).
+    """
+    if not check:
+        _derive_batch(config)
+        try:
+            _resolve_chat_template(config)
+        except (KeyError, ValueError, ImportError):  # a task that no longer loads: left null, as it was
+            pass
+        return config
+    _check_task_family(config)
+    message = first_range_error(config)
+    if message:
+        raise ConfigError(message)
+    _derive_batch(config)
+    message = first_choice_error(config)
+    if message:
+        raise ConfigError(message)
+    validate(config)
+    _resolve_chat_template(config)
+    return config
+
+
+def _task_error(exc: Exception) -> ConfigError:
+    message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    return ConfigError(message if message.startswith("task.name") else f"task.name: {message}")
+
+
+def _check_task_family(config) -> None:
+    """A task.name that names no task fails here, before the registries import the tensor libraries."""
+    from rlvr.tasks import task_factory
+
+    try:
+        task_factory(config.task.name)
+    except (KeyError, ValueError, FileNotFoundError) as exc:
+        raise _task_error(exc) from None
+
+
+def _resolve_chat_template(config) -> None:
+    """`task.use_chat_template: null` becomes the task's own choice (false for the r1_zero prompt)."""
+    from rlvr.tasks import default_use_chat_template
+
+    if config.task.use_chat_template is None:
+        config.task.use_chat_template = default_use_chat_template(config.task.name, config.task.options)
+
+
+def _derive_batch(config) -> None:
+    total = config.rollout_size
+    optim = config.optim
+    if optim.minibatch_size is None and optim.grad_accum_steps is None:
+        optim.grad_accum_steps = 1
+    if optim.minibatch_size is None:
+        if optim.grad_accum_steps < 1 or total % optim.grad_accum_steps:
+            raise ConfigError(
+                f"optim.grad_accum_steps={optim.grad_accum_steps} must divide "
+                f"rollout.batch_size * rollout.group_size = {total}"
+            )
+        optim.minibatch_size = total // optim.grad_accum_steps
+    elif optim.grad_accum_steps is None:
+        if optim.minibatch_size < 1 or total % optim.minibatch_size:
+            raise ConfigError(
+                f"optim.minibatch_size={optim.minibatch_size} must divide "
+                f"rollout.batch_size * rollout.group_size = {total}"
+            )
+        optim.grad_accum_steps = total // optim.minibatch_size
+
+
+def validate(config) -> None:
+    """Cross-field invariants (a key's own range and names are declared with its field); messages name the keys."""
+    from rlvr.core.advantages import GROUP_BASELINE_ESTIMATORS
+    from rlvr.tasks import check_task_name
+
+    r, a, o, t = config.rollout, config.algorithm, config.optim, config.train
+    if o.minibatch_size * o.grad_accum_steps != config.rollout_size:
+        raise ConfigError(
+            f"optim.minibatch_size * optim.grad_accum_steps = {o.minibatch_size} * {o.grad_accum_steps} "
+            f"= {o.minibatch_size * o.grad_accum_steps} must equal rollout.batch_size * rollout.group_size "
+            f"= {config.rollout_size}, so that each epoch is exactly one optimizer step"
+        )
+    try:  # a task of your own is imported here, so a wrong path fails before any model loads
+        check_task_name(config.task.name, options=config.task.options, reward_weights=config.task.reward_weights)
+    except (KeyError, ValueError, FileNotFoundError) as exc:
+        raise _task_error(exc) from None
+    if a.overlong_buffer >= r.max_new_tokens and a.overlong_buffer > 0:
+        raise ConfigError(
+            f"algorithm.overlong_buffer={a.overlong_buffer} must be in [0, rollout.max_new_tokens={r.max_new_tokens})"
+        )
+    if a.dynamic_sampling and r.group_size < 2:
+        raise ConfigError("algorithm.dynamic_sampling needs rollout.group_size >= 2")
+    if a.advantage_estimator in GROUP_BASELINE_ESTIMATORS and r.group_size < 2:
+        raise ConfigError(
+            f"algorithm.advantage_estimator={a.advantage_estimator!r} compares each completion with the rest of "
+            f"its group, so rollout.group_size={r.group_size} gives every advantage 0 and nothing is learned; "
+            "use rollout.group_size >= 2, or an estimator without a group baseline (algorithm.name=no_baseline)"
+        )
+    _validate_value_model(config)
+    if t.eval_temperature == 0 and t.eval_top_p != 1:
+        raise ConfigError(f"train.eval_top_p={t.eval_top_p} does nothing when the eval decodes greedily "
+                          "(train.eval_temperature=0); set train.eval_temperature > 0 to sample, or leave "
+                          "eval_top_p at 1")
+    _validate_names(config)
+    if len(set(t.loggers)) != len(t.loggers):
+        raise ConfigError(f"train.loggers lists a logger twice: {t.loggers}")
+    s, e = config.sft, config.expert_iteration
+    if s.batch_size % s.microbatch_size:
+        raise ConfigError(f"sft.microbatch_size={s.microbatch_size} must divide sft.batch_size={s.batch_size}")
+    if e.min_new_tokens > r.max_new_tokens:
+        raise ConfigError(
+            f"expert_iteration.min_new_tokens={e.min_new_tokens} must be <= rollout.max_new_tokens={r.max_new_tokens}"
+        )
+
+
+def _validate_value_model(config) -> None:
+    """PPO's keys fit together: GAE needs a value model and a value model needs GAE."""
+    from rlvr.core.advantages import VALUE_BASELINE_ESTIMATORS
+
+    a = config.algorithm
+    value_based = a.advantage_estimator in VALUE_BASELINE_ESTIMATORS
+    if value_based and a.value_model == "none":
+        raise ConfigError(f"algorithm.advantage_estimator={a.advantage_estimator!r} needs a learned value: set "
+                          "algorithm.value_model to shared or separate (or use algorithm.name=ppo)")
+    if a.value_model != "none" and not value_based:
+        raise ConfigError(f"algorithm.value_model={a.value_model!r} is only used by a value-based estimator "
+                          f"({', '.join(sorted(VALUE_BASELINE_ESTIMATORS))}); algorithm.advantage_estimator="
+                          f"{a.advantage_estimator!r} uses its group instead: set algorithm.value_model=none")
+    for key, value in (("algorithm.kl_in_reward", a.kl_in_reward),
+                       ("algorithm.value_warmup_iterations", a.value_warmup_iterations)):
+        if value > 0 and a.value_model == "none":
+            raise ConfigError(f"{key}={value} needs a value model (algorithm.name=ppo, or algorithm.value_model "
+                              "shared or separate)")
+
+
+def _validate_names(config) -> None:
+    """Text values that must not be empty, and a run name that stays inside train.output_dir."""
+    for key in ("model.name", "model.device", "task.name", "rollout.storage_device", "train.output_dir",
+                "train.wandb_project", "sft.prompt_field", "sft.response_field", "sft.ground_truth_field"):
+        section, name = key.split(".")
+        if not getattr(getattr(config, section), name).strip():
+            raise ConfigError(f"{key} must not be empty")
+    if config.model.lora and not config.model.lora_target_modules:
+        raise ConfigError("model.lora_target_modules must name at least one module when model.lora is true")
+    if any(not text for text in config.rollout.stop_strings):
+        raise ConfigError(f"rollout.stop_strings must not contain an empty string, got {config.rollout.stop_strings}")
+    run_name = config.train.run_name
+    if run_name and (Path(run_name).is_absolute() or ".." in Path(run_name).parts or not run_name.strip(" ./")):
+        raise ConfigError(f"train.run_name={run_name!r} must be a folder name inside train.output_dir "
+                          "(not absolute, no '..'; empty: a unique name from the task, algorithm and time)")
