@@ -9,7 +9,7 @@ import sys
 import warnings
 
 from rlvr import __version__
-from rlvr.config import ConfigError, load_config, load_run_config
+from rlvr.config import ConfigError, load_config
 from rlvr.storage_errors import StorageError
 
 CONFIG_SHOW_HINT = "every key with its type, default and help: rlvr config show [CONFIG.yaml] [key=value ...]"
@@ -30,20 +30,23 @@ def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]
     return None, items
 
 
-def _train_or_resume(args: argparse.Namespace, loops, command: str) -> int:
+def _train_or_resume(args: argparse.Namespace, loops, command: str, *, sft: bool = False) -> int:
     """`start(config)` a new run, or `resume(run_dir, overrides)` with `--resume RUN_DIR`; `loops()` imports
-    and returns (start, resume) only once the config is known to be good, so a bad key fails without torch."""
+    and returns (start, resume) only once the config is known to be good, and the model, task and data
+    sources are checked before that config check imports torch, so a bad key or name fails without torch."""
+    from rlvr.train.preflight import load_checked_config, load_checked_run_config
+
     config_path, overrides = _split_config_and_overrides(args.items)
     if args.resume:
         if config_path is not None:
             raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
-        load_run_config(args.resume, overrides)  # the saved config with the overrides, checked before any import
+        load_checked_run_config(args.resume, overrides, sft=sft)  # the saved config with the overrides
         _, resume = loops()
         run_dir = resume(args.resume, overrides, force_config_change=args.force_config_change)
     else:
         if args.force_config_change:
             raise ConfigError("--force-config-change only applies with --resume RUN_DIR")
-        config = load_config(config_path, overrides)
+        config = load_checked_config(config_path, overrides, sft=sft)
         start, _ = loops()
         run_dir = start(config)
     print_end_summary(args, run_dir, command)
@@ -80,17 +83,19 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _launch_train(args: argparse.Namespace) -> int:
     """`rlvr train --num-processes N ...`: the same command under `accelerate launch` with N processes."""
-    from rlvr.config import load_run_config
-    from rlvr.train.distributed import Dist, check_divisible, launch
-    from rlvr.train.run_setup import prepare_task
-    from rlvr.train.sinks import require_sink_packages
+    from rlvr.train.preflight import load_checked_config, load_checked_run_config
 
     if args.num_processes < 1:
         raise ConfigError(f"--num-processes must be >= 1, got {args.num_processes}")
     config_path, overrides = _split_config_and_overrides(args.items)
     if args.resume and config_path is not None:
         raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
-    config = load_run_config(args.resume, overrides) if args.resume else load_config(config_path, overrides)
+    config = (load_checked_run_config(args.resume, overrides) if args.resume
+              else load_checked_config(config_path, overrides))
+    from rlvr.train.distributed import Dist, check_divisible, launch
+    from rlvr.train.run_setup import prepare_task
+    from rlvr.train.sinks import require_sink_packages
+
     check_divisible(Dist(world_size=args.num_processes), config.rollout.batch_size)  # fail before launching
     require_sink_packages(config)
     prepare_task(config)  # the model source, the task and its data: every process would fail on them
@@ -104,12 +109,14 @@ def _launch_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    return _train_or_resume(args, _sft_loops, "rlvr sft")
+    return _train_or_resume(args, _sft_loops, "rlvr sft", sft=True)
 
 
 def cmd_expert_iter(args: argparse.Namespace) -> int:
+    from rlvr.train.preflight import load_checked_config
+
     config_path, overrides = _split_config_and_overrides(args.items)
-    config = load_config(config_path, overrides)
+    config = load_checked_config(config_path, overrides)
     from rlvr.train.expert_iteration import expert_iteration
 
     print_end_summary(args, expert_iteration(config), None)
@@ -117,11 +124,13 @@ def cmd_expert_iter(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from rlvr.train.preflight import load_checked_config
+
+    config_path, overrides = _split_config_and_overrides(args.items)
+    config = load_checked_config(config_path, overrides, inference=args.reward)  # --reward loads no model
     from rlvr.check import failed, format_table, run_check
     from rlvr.check_mechanism import run_mechanism_check
 
-    config_path, overrides = _split_config_and_overrides(args.items)
-    config = load_config(config_path, overrides)
     if args.reward:
         return _reward_audit(args, config, format_table)
     if args.mechanism:
@@ -275,10 +284,13 @@ def eval_flag_overrides(args: argparse.Namespace, overrides: list[str]) -> list[
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from rlvr.train.evaluation import evaluate
+    from rlvr.train.preflight import load_checked_config
 
     config_path, overrides = _split_config_and_overrides(args.items)
-    evaluate(load_config(config_path, overrides + eval_flag_overrides(args, overrides)), output_dir=args.output)
+    config = load_checked_config(config_path, overrides + eval_flag_overrides(args, overrides), inference=True)
+    from rlvr.train.evaluation import evaluate
+
+    evaluate(config, output_dir=args.output)
     return 0
 
 

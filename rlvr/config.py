@@ -505,8 +505,13 @@ def apply_override(data: dict, dotted: str) -> None:
 NO_CONFIG_DEFAULTS = {"algorithm": dict(kl_coef=0.0), "optim": dict(lr=5e-4), "train": dict(iterations=16)}
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Load a YAML config (or `NO_CONFIG_DEFAULTS`), apply `key=value` overrides, resolve, validate."""
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), *,
+                check: bool = True) -> Config:
+    """Load a YAML config (or `NO_CONFIG_DEFAULTS`), apply `key=value` overrides, resolve, validate.
+
+    `check=False` checks keys and types but neither ranges nor names nor invariants, and imports no
+    torch (`rlvr.train.preflight` reads model and task sources from it first).
+    """
     data: dict = {} if path is not None else {k: dict(v) for k, v in NO_CONFIG_DEFAULTS.items()}
     if path is not None:
         path = Path(path)
@@ -520,7 +525,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
     for item in overrides:
         apply_override(data, item)
-    return _build(Config, data, "")  # resolved and checked as it is built
+    return _build(Config, data, "", check=check)  # resolved and checked as it is built
 
 
 def resolve(config: Config, check: bool = True) -> Config:
@@ -547,7 +552,7 @@ def resolve(config: Config, check: bool = True) -> Config:
         except (KeyError, ValueError, ImportError):  # a task that no longer loads: left null, as it was
             pass
         return config
-    _check_task_family(config)
+    check_task_family(config)
     message = first_range_error(config)
     if message:
         raise ConfigError(message)
@@ -557,7 +562,7 @@ def resolve(config: Config, check: bool = True) -> Config:
     return config
 
 
-def _check_task_family(config: Config) -> None:
+def check_task_family(config: Config) -> None:
     """A task.name that names no task fails here, before `validate` imports the tensor libraries."""
     from rlvr.tasks import task_factory
 
@@ -731,15 +736,17 @@ def config_from_dict(data: dict, check: bool = True) -> Config:
     return _build(Config, data, "", check=check)
 
 
-def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """The resolved config saved in a run folder, with `key=value` overrides applied (for resume)."""
+def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
+                    check: bool = True) -> Config:
+    """The resolved config saved in a run folder, with `key=value` overrides applied (for resume);
+    `check` as for `load_config`."""
     config_path = Path(run_dir) / "config.yaml"
     if not config_path.exists():
         raise FileNotFoundError(f"{run_dir} is not a run folder: config.yaml is missing")
     data = yaml.safe_load(config_path.read_text())
     for item in overrides:
         apply_override(data, item)
-    return config_from_dict(data)
+    return config_from_dict(data, check=check)
 
 
 @dataclass

@@ -138,20 +138,26 @@ def run_status(run_dir: Path, iterations: int) -> str:
 def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
           output_dir: str | Path | None = None) -> tuple[list[Path], Path]:
     """Run (or resume, or skip) every grid point, then write OUTPUT/report.html; returns both."""
+    from rlvr.train.preflight import check_sources
+
+    plan = load_plan(config_path, overrides, grid_items)
+    if output_dir is None:
+        output_dir = Path(load_config(plan.base, plan.overrides, check=False).train.output_dir) / f"sweep-{plan.name}"
+    output_dir = Path(output_dir)
+    # Every point's config, model source, task and data are checked before the first run starts: first what
+    # needs no torch (a wrong model name or data path fails at once), then the rest.
+    points = []
+    for name, point in grid_points(plan):
+        fixed = [f"train.output_dir={output_dir}", f"train.run_name={name}"]
+        unchecked = load_config(plan.base, plan.overrides + point + fixed, check=False)
+        check_sources(unchecked)
+        points.append((name, point, plan.overrides + point + fixed))
+    configs = [(name, point, load_config(plan.base, items)) for name, point, items in points]
     from rlvr.report import build_report
     from rlvr.train.rl import resume, train
     from rlvr.train.run_setup import prepare_task
     from rlvr.train.sinks import require_sink_packages
 
-    plan = load_plan(config_path, overrides, grid_items)
-    if output_dir is None:
-        output_dir = Path(load_config(plan.base, plan.overrides).train.output_dir) / f"sweep-{plan.name}"
-    output_dir = Path(output_dir)
-    # Every point's config, model source, task and data are checked before the first run starts.
-    configs = []
-    for name, point in grid_points(plan):
-        fixed = [f"train.output_dir={output_dir}", f"train.run_name={name}"]
-        configs.append((name, point, load_config(plan.base, plan.overrides + point + fixed)))
     prepared = set()
     for _, _, config in configs:
         what = repr((config.model.name, config.task, config.train.seed, config.train.eval_size, config.train.loggers))
