@@ -55,12 +55,18 @@ def _train_or_resume(args: argparse.Namespace, loops, command: str, *, sft: bool
 
 def print_end_summary(args: argparse.Namespace, run_dir, resume_command: str | None) -> None:
     """The run's numbers, checkpoints and next commands; with --json, one JSON object on stdout instead."""
-    from rlvr.train.console import format_summary, summarize_run, summary_json
+    from rlvr.train.console import format_summary, summarize_run
 
     if os.environ.get("RANK", "0") != "0":  # one summary from a data-parallel launch, not one per rank
         return
-    summary = summarize_run(run_dir, resume_command)
-    print(summary_json(summary) if getattr(args, "json", False) else format_summary(summary), flush=True)
+    print_summary(args, summarize_run(run_dir, resume_command), format_summary)
+
+
+def print_summary(args: argparse.Namespace, summary, format_text) -> None:
+    """An end summary on stdout: `format_text(summary)`, or with --json one JSON object."""
+    from rlvr.train.console import summary_json
+
+    print(summary_json(summary) if getattr(args, "json", False) else format_text(summary), flush=True)
 
 
 def _rl_loops():
@@ -221,10 +227,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from rlvr.sweep import sweep
+    from rlvr.train.console import format_sweep_summary
 
     config_path, overrides = _split_config_and_overrides(args.items)
-    run_dirs, report = sweep(config_path, overrides, args.grid, args.output)
-    print(f"sweep: {len(run_dirs)} runs in {report.parent}; report: {report}")
+    print_summary(args, sweep(config_path, overrides, args.grid, args.output), format_sweep_summary)
     return 0
 
 
@@ -288,9 +294,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     config_path, overrides = _split_config_and_overrides(args.items)
     config = load_checked_config(config_path, overrides + eval_flag_overrides(args, overrides), inference=True)
+    from rlvr.train.console import format_eval_summary, summarize_eval
     from rlvr.train.evaluation import evaluate
 
-    evaluate(config, output_dir=args.output)
+    result = evaluate(config, output_dir=args.output, log=lambda line: print(line, file=sys.stderr, flush=True))
+    print_summary(args, summarize_eval(result.folder), format_eval_summary)
     return 0
 
 
@@ -384,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a grid axis, repeatable (runs = cartesian product); KEY_A+KEY_B=V1,V2 sets both keys")
     sweep.add_argument("--output", default=None, metavar="DIR",
                        help="folder for the runs and report.html (default: <train.output_dir>/sweep-<config name>)")
+    sweep.add_argument("--json", action="store_true", help="print the end table as one JSON object on stdout (the "
+                                                           "progress lines stay on stderr)")
     sweep.set_defaults(func=cmd_sweep)
     config = sub.add_parser("config", help="show the resolved config", description=CONFIG_SHOW_HINT)
     config_sub = config.add_subparsers(dest="config_command", required=True)
@@ -438,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--output", default=None, metavar="DIR",
                     help="folder for config.yaml, generations.jsonl and summary.json (default: a new "
                          "<train.output_dir>/eval-<task>-<time>-<4 hex digits>)")
+    ev.add_argument("--json", action="store_true", help="print the end summary as one JSON object on stdout (the "
+                                                        "progress lines and the examples of each category stay on "
+                                                        "stderr)")
     ev.set_defaults(func=cmd_eval)
     export = sub.add_parser(
         "export", help="write a run's checkpoint as a Hugging Face folder (a merged model or a PEFT adapter)",

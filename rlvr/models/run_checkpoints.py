@@ -158,3 +158,13 @@ def check_inference_spec(spec: str | os.PathLike) -> None:
         check_model_spec(find_checkpoint(spec).model_settings["name"])
     else:
         check_model_spec(spec)
+
+
+def checkpoint_to_load(spec: str | os.PathLike) -> Path | None:
+    """The checkpoint folder `load_model_for_inference(spec)` tries first (unverified), None when `spec` is no run."""
+    if not names_a_run(spec):
+        return None
+    try:
+        return _locate(Path(spec).expanduser(), None)[1][0]
+    except (FileNotFoundError, ValueError):
+        return None
