@@ -721,4 +721,48 @@ CHECKPOINT_FILES = [
     ),
 ]
 
-MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING
+# ----------------------------------------------------------------------------- the first minutes of a command
+
+FIRST_MINUTES_TESTS = (
+    "tests/test_first_minutes.py::test_end_summary_and_report_agree_on_final_and_best_eval",
+    "tests/test_first_minutes.py::test_end_summary_names_best_and_final_eval_checkpoints_and_commands",
+    "tests/test_first_minutes.py::test_json_end_summary_holds_the_same_numbers",
+    "tests/test_sweep.py::test_the_sweep_end_table_shows_each_runs_final_and_best_eval",
+)
+
+FIRST_MINUTES = [
+    mutation(
+        "final_eval_is_the_best", "rlvr/train/run_numbers.py",
+        "the end summary, the sweep table and the report give the best eval as the final one",
+        ("    return ys[-1], ys[best], xs[best]", "    return ys[best], ys[best], xs[best]"),
+        tests=FIRST_MINUTES_TESTS,
+    ),
+    mutation(
+        "best_eval_at_the_last_tie", "rlvr/train/run_numbers.py",
+        "of two evals at the best accuracy the later one is named, not the first that reached it",
+        ("best = max(range(len(ys)), key=lambda i: ys[i])", "best = max(reversed(range(len(ys))), key=lambda i: ys[i])"),
+        tests=FIRST_MINUTES_TESTS,
+    ),
+    mutation(
+        "nan_eval_kept_in_the_series", "rlvr/train/run_numbers.py",
+        "an eval that scored NaN stays in the series, and a NaN first becomes the best",
+        ("if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):",
+         "if isinstance(value, bool) or not isinstance(value, (int, float)):"),
+        tests=FIRST_MINUTES_TESTS,
+    ),
+    mutation(
+        "eval_path_not_checked_at_start", "rlvr/tasks/problems.py",
+        "a missing eval_path is found only once torch is imported and the task is built",
+        ('DATA_FILE_OPTIONS = ("path", "train_path", "eval_path")', 'DATA_FILE_OPTIONS = ("path", "train_path")'),
+        tests=("tests/test_preflight.py",),
+    ),
+    mutation(
+        "model_not_checked_before_torch", "rlvr/train/preflight.py",
+        "a bad model.name is found only after the full config check has imported torch and transformers",
+        ("    check_model_source(config, inference=inference)\n    check_init_from(config)\n",
+         "    check_init_from(config)\n"),
+        tests=("tests/test_preflight.py",),
+    ),
+]
+
+MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + FIRST_MINUTES

@@ -112,3 +112,29 @@ def test_the_unchecked_config_still_refuses_bad_keys_and_types():
         load_config(None, ["optim.lrr=1"], check=False)
     with pytest.raises(ConfigError, match="expected an integer"):
         load_config(None, ["train.iterations=many"], check=False)
+
+
+@pytest.mark.parametrize("key", ["path", "train_path", "eval_path"])
+def test_every_data_file_option_of_the_question_tasks_is_checked(data_dir, monkeypatch, key):
+    from rlvr.tasks import check_data_files
+
+    monkeypatch.chdir(data_dir)
+    for family in ("gsm8k", "math", "dataset"):
+        with pytest.raises(FileNotFoundError, match=f"task.options.{key}: data file 'gone.jsonl' does not exist"):
+            check_data_files(family, {key: "gone.jsonl"})
+    (data_dir / "rows.txt").write_text("a\n")
+    with pytest.raises(ValueError, match=f"task.options.{key}: data file 'rows.txt': unknown format '.txt'"):
+        check_data_files("gsm8k", {key: "rows.txt"})
+
+
+def test_check_sources_names_the_model_and_the_run_it_starts_from(data_dir, tiny_model_dir, monkeypatch):
+    from rlvr.train.preflight import check_sources
+
+    monkeypatch.chdir(data_dir)
+    with pytest.raises(ConfigError, match="model.name: model 'nosuch' is not an embedded name"):
+        check_sources(load_config(None, ["model.name=nosuch"], check=False))
+    with pytest.raises(ConfigError, match="model.name: model folder .*folder has no config.json"):
+        check_sources(load_config(None, ["model.name=folder"], check=False))
+    with pytest.raises(ConfigError, match="model.init_from: .*no-run is neither a run folder"):
+        check_sources(load_config(None, [f"model.name={tiny_model_dir}", "model.init_from=no-run"], check=False))
+    check_sources(load_config(None, [f"model.name={tiny_model_dir}"], check=False))  # the control: no error

@@ -105,7 +105,8 @@ def _run_with_evals(run_dir: Path, accuracies: list[tuple[int, float]], iteratio
 
     run_dir.mkdir(parents=True)
     append_jsonl(run_dir / "metrics.jsonl", [{"iteration": i, "reward/mean": 0.1 * i} for i in range(1, iterations + 1)])
-    append_jsonl(run_dir / "eval.jsonl", [{"iteration": i, "eval/accuracy": a} for i, a in accuracies])
+    (run_dir / "eval.jsonl").write_text("".join(json.dumps({"iteration": i, "eval/accuracy": a}) + "\n"
+                                                for i, a in accuracies))  # NaN as the NaN literal, not null
     return run_dir
 
 
