@@ -740,7 +740,8 @@ FIRST_MINUTES = [
     mutation(
         "best_eval_at_the_last_tie", "rlvr/train/run_numbers.py",
         "of two evals at the best accuracy the later one is named, not the first that reached it",
-        ("best = max(range(len(ys)), key=lambda i: ys[i])", "best = max(reversed(range(len(ys))), key=lambda i: ys[i])"),
+        ("best = max(range(len(ys)), key=lambda i: ys[i])",
+         "best = max(reversed(range(len(ys))), key=lambda i: ys[i])"),
         tests=FIRST_MINUTES_TESTS,
     ),
     mutation(

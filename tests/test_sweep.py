@@ -104,7 +104,8 @@ def _run_with_evals(run_dir: Path, accuracies: list[tuple[int, float]], iteratio
     from rlvr.utils import append_jsonl
 
     run_dir.mkdir(parents=True)
-    append_jsonl(run_dir / "metrics.jsonl", [{"iteration": i, "reward/mean": 0.1 * i} for i in range(1, iterations + 1)])
+    append_jsonl(run_dir / "metrics.jsonl", [{"iteration": i, "reward/mean": 0.1 * i}
+                                             for i in range(1, iterations + 1)])
     (run_dir / "eval.jsonl").write_text("".join(json.dumps({"iteration": i, "eval/accuracy": a}) + "\n"
                                                 for i, a in accuracies))  # NaN as the NaN literal, not null
     return run_dir

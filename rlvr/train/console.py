@@ -1,9 +1,10 @@
 """What a run tells the console: a start banner, one line per start-up stage, an end summary.
 
 Every command that trains or evaluates (train, sft, expert-iter, eval, sweep) prints through these
-functions, so the lines read the same everywhere. Stage lines and the banner go to stderr (stdout stays free for `--json`), from the
-main process only; `train.progress=false` silences them. The end summary is read back from the run
-folder's files (eval.jsonl, metrics.jsonl, checkpoints/), so it says what is on disk.
+functions, so the lines read the same everywhere. Stage lines and the banner go to stderr (stdout
+stays free for `--json`), from the main process only; `train.progress=false` silences them. The end
+summary is read back from the folder's files (eval.jsonl, metrics.jsonl, checkpoints/, an eval's
+summary.json), so it says what is on disk.
 """
 
 from __future__ import annotations
@@ -251,7 +252,8 @@ def summarize_sweep(sweep_dir: str | Path, grid: list[tuple[tuple[str, ...], lis
     """The end summary of a sweep: `runs` are (name, status, run folder); each run's numbers come from its
     folder, as `summarize_run` reads them."""
     sweep_dir = Path(sweep_dir)
-    return SweepSummary(sweep_dir=str(sweep_dir), grid=[f"{'+'.join(keys)}={','.join(values)}" for keys, values in grid],
+    return SweepSummary(sweep_dir=str(sweep_dir),
+                        grid=[f"{'+'.join(keys)}={','.join(values)}" for keys, values in grid],
                         runs=[SweepRun(name, status, summarize_run(folder)) for name, status, folder in runs],
                         report=str(report) if report is not None else None,
                         next_commands=[f"rlvr report {sweep_dir}"])
