@@ -9,7 +9,7 @@ import sys
 import warnings
 
 from rlvr import __version__
-from rlvr.config import ConfigError, load_config, load_run_config
+from rlvr.config import ConfigError, load_config
 from rlvr.storage_errors import StorageError
 
 CONFIG_SHOW_HINT = "every key with its type, default and help: rlvr config show [CONFIG.yaml] [key=value ...]"
@@ -30,20 +30,23 @@ def _split_config_and_overrides(items: list[str]) -> tuple[str | None, list[str]
     return None, items
 
 
-def _train_or_resume(args: argparse.Namespace, loops, command: str) -> int:
+def _train_or_resume(args: argparse.Namespace, loops, command: str, *, sft: bool = False) -> int:
     """`start(config)` a new run, or `resume(run_dir, overrides)` with `--resume RUN_DIR`; `loops()` imports
-    and returns (start, resume) only once the config is known to be good, so a bad key fails without torch."""
+    and returns (start, resume) only once the config is known to be good, and the model, task and data
+    sources are checked before that config check imports torch, so a bad key or name fails without torch."""
+    from rlvr.train.preflight import load_checked_config, load_checked_run_config
+
     config_path, overrides = _split_config_and_overrides(args.items)
     if args.resume:
         if config_path is not None:
             raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
-        load_run_config(args.resume, overrides)  # the saved config with the overrides, checked before any import
+        load_checked_run_config(args.resume, overrides, sft=sft)  # the saved config with the overrides
         _, resume = loops()
         run_dir = resume(args.resume, overrides, force_config_change=args.force_config_change)
     else:
         if args.force_config_change:
             raise ConfigError("--force-config-change only applies with --resume RUN_DIR")
-        config = load_config(config_path, overrides)
+        config = load_checked_config(config_path, overrides, sft=sft)
         start, _ = loops()
         run_dir = start(config)
     print_end_summary(args, run_dir, command)
@@ -52,12 +55,18 @@ def _train_or_resume(args: argparse.Namespace, loops, command: str) -> int:
 
 def print_end_summary(args: argparse.Namespace, run_dir, resume_command: str | None) -> None:
     """The run's numbers, checkpoints and next commands; with --json, one JSON object on stdout instead."""
-    from rlvr.train.console import format_summary, summarize_run, summary_json
+    from rlvr.train.console import format_summary, summarize_run
 
     if os.environ.get("RANK", "0") != "0":  # one summary from a data-parallel launch, not one per rank
         return
-    summary = summarize_run(run_dir, resume_command)
-    print(summary_json(summary) if getattr(args, "json", False) else format_summary(summary), flush=True)
+    print_summary(args, summarize_run(run_dir, resume_command), format_summary)
+
+
+def print_summary(args: argparse.Namespace, summary, format_text) -> None:
+    """An end summary on stdout: `format_text(summary)`, or with --json one JSON object."""
+    from rlvr.train.console import summary_json
+
+    print(summary_json(summary) if getattr(args, "json", False) else format_text(summary), flush=True)
 
 
 def _rl_loops():
@@ -80,17 +89,19 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _launch_train(args: argparse.Namespace) -> int:
     """`rlvr train --num-processes N ...`: the same command under `accelerate launch` with N processes."""
-    from rlvr.config import load_run_config
-    from rlvr.train.distributed import Dist, check_divisible, launch
-    from rlvr.train.run_setup import prepare_task
-    from rlvr.train.sinks import require_sink_packages
+    from rlvr.train.preflight import load_checked_config, load_checked_run_config
 
     if args.num_processes < 1:
         raise ConfigError(f"--num-processes must be >= 1, got {args.num_processes}")
     config_path, overrides = _split_config_and_overrides(args.items)
     if args.resume and config_path is not None:
         raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
-    config = load_run_config(args.resume, overrides) if args.resume else load_config(config_path, overrides)
+    config = (load_checked_run_config(args.resume, overrides) if args.resume
+              else load_checked_config(config_path, overrides))
+    from rlvr.train.distributed import Dist, check_divisible, launch
+    from rlvr.train.run_setup import prepare_task
+    from rlvr.train.sinks import require_sink_packages
+
     check_divisible(Dist(world_size=args.num_processes), config.rollout.batch_size)  # fail before launching
     require_sink_packages(config)
     prepare_task(config)  # the model source, the task and its data: every process would fail on them
@@ -104,12 +115,14 @@ def _launch_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    return _train_or_resume(args, _sft_loops, "rlvr sft")
+    return _train_or_resume(args, _sft_loops, "rlvr sft", sft=True)
 
 
 def cmd_expert_iter(args: argparse.Namespace) -> int:
+    from rlvr.train.preflight import load_checked_config
+
     config_path, overrides = _split_config_and_overrides(args.items)
-    config = load_config(config_path, overrides)
+    config = load_checked_config(config_path, overrides)
     from rlvr.train.expert_iteration import expert_iteration
 
     print_end_summary(args, expert_iteration(config), None)
@@ -117,11 +130,13 @@ def cmd_expert_iter(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from rlvr.train.preflight import load_checked_config
+
+    config_path, overrides = _split_config_and_overrides(args.items)
+    config = load_checked_config(config_path, overrides, inference=args.reward)  # --reward loads no model
     from rlvr.check import failed, format_table, run_check
     from rlvr.check_mechanism import run_mechanism_check
 
-    config_path, overrides = _split_config_and_overrides(args.items)
-    config = load_config(config_path, overrides)
     if args.reward:
         return _reward_audit(args, config, format_table)
     if args.mechanism:
@@ -207,10 +222,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from rlvr.sweep import sweep
+    from rlvr.train.console import format_sweep_summary
 
     config_path, overrides = _split_config_and_overrides(args.items)
-    run_dirs, report = sweep(config_path, overrides, args.grid, args.output)
-    print(f"sweep: {len(run_dirs)} runs in {report.parent}; report: {report}")
+    print_summary(args, sweep(config_path, overrides, args.grid, args.output), format_sweep_summary)
     return 0
 
 
@@ -270,10 +285,15 @@ def eval_flag_overrides(args: argparse.Namespace, overrides: list[str]) -> list[
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from rlvr.train.evaluation import evaluate
+    from rlvr.train.preflight import load_checked_config
 
     config_path, overrides = _split_config_and_overrides(args.items)
-    evaluate(load_config(config_path, overrides + eval_flag_overrides(args, overrides)), output_dir=args.output)
+    config = load_checked_config(config_path, overrides + eval_flag_overrides(args, overrides), inference=True)
+    from rlvr.train.console import format_eval_summary, summarize_eval
+    from rlvr.train.evaluation import evaluate
+
+    result = evaluate(config, output_dir=args.output, log=lambda line: print(line, file=sys.stderr, flush=True))
+    print_summary(args, summarize_eval(result.folder), format_eval_summary)
     return 0
 
 
@@ -367,6 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a grid axis, repeatable (runs = cartesian product); KEY_A+KEY_B=V1,V2 sets both keys")
     sweep.add_argument("--output", default=None, metavar="DIR",
                        help="folder for the runs and report.html (default: <train.output_dir>/sweep-<config name>)")
+    sweep.add_argument("--json", action="store_true", help="print the end table as one JSON object on stdout (the "
+                                                           "progress lines stay on stderr)")
     sweep.set_defaults(func=cmd_sweep)
     config = sub.add_parser("config", help="show the resolved config", description=CONFIG_SHOW_HINT)
     config_sub = config.add_subparsers(dest="config_command", required=True)
@@ -421,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--output", default=None, metavar="DIR",
                     help="folder for config.yaml, generations.jsonl and summary.json (default: a new "
                          "<train.output_dir>/eval-<task>-<time>-<4 hex digits>)")
+    ev.add_argument("--json", action="store_true", help="print the end summary as one JSON object on stdout (the "
+                                                        "progress lines and the examples of each category stay on "
+                                                        "stderr)")
     ev.set_defaults(func=cmd_eval)
     export = sub.add_parser(
         "export", help="write a run's checkpoint as a Hugging Face folder (a merged model or a PEFT adapter)",

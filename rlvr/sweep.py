@@ -16,7 +16,9 @@ from pathlib import Path
 
 import yaml
 
+import rlvr.train.console as console
 from rlvr.config import ConfigError, load_config
+from rlvr.train.console import SweepSummary
 from rlvr.utils import atomic_write_text
 
 DONE_FILE = "sweep_done.json"  # written when a run of the sweep returns; holds its iteration budget
@@ -136,22 +138,30 @@ def run_status(run_dir: Path, iterations: int) -> str:
 
 
 def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
-          output_dir: str | Path | None = None) -> tuple[list[Path], Path]:
-    """Run (or resume, or skip) every grid point, then write OUTPUT/report.html; returns both."""
+          output_dir: str | Path | None = None) -> SweepSummary:
+    """Run (or resume, or skip) every grid point, then write OUTPUT/report.html; returns the end summary
+    (each run's status and final and best eval, the report)."""
+    from rlvr.train.preflight import check_sources
+
+    plan = load_plan(config_path, overrides, grid_items)
+    if output_dir is None:
+        output_dir = Path(load_config(plan.base, plan.overrides, check=False).train.output_dir) / f"sweep-{plan.name}"
+    output_dir = Path(output_dir)
+    # Every point's config, model source, task and data are checked before the first run starts: first what
+    # needs no torch (a wrong model name or data path fails at once), then the rest.
+    points = []
+    for name, point in grid_points(plan):
+        fixed = [f"train.output_dir={output_dir}", f"train.run_name={name}"]
+        unchecked = load_config(plan.base, plan.overrides + point + fixed, check=False)
+        check_sources(unchecked)
+        points.append((name, point, plan.overrides + point + fixed))
+    console.show_banner(unchecked, console.sweep_banner_lines(plan.grid, len(points), output_dir))
+    configs = [(name, point, load_config(plan.base, items)) for name, point, items in points]
     from rlvr.report import build_report
     from rlvr.train.rl import resume, train
     from rlvr.train.run_setup import prepare_task
     from rlvr.train.sinks import require_sink_packages
 
-    plan = load_plan(config_path, overrides, grid_items)
-    if output_dir is None:
-        output_dir = Path(load_config(plan.base, plan.overrides).train.output_dir) / f"sweep-{plan.name}"
-    output_dir = Path(output_dir)
-    # Every point's config, model source, task and data are checked before the first run starts.
-    configs = []
-    for name, point in grid_points(plan):
-        fixed = [f"train.output_dir={output_dir}", f"train.run_name={name}"]
-        configs.append((name, point, load_config(plan.base, plan.overrides + point + fixed)))
     prepared = set()
     for _, _, config in configs:
         what = repr((config.model.name, config.task, config.train.seed, config.train.eval_size, config.train.loggers))
@@ -159,11 +169,11 @@ def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
             require_sink_packages(config)
             prepare_task(config)
             prepared.add(what)
-    run_dirs = []
+    done = []
     for number, (name, point, config) in enumerate(configs, start=1):
         run_dir = output_dir / name
         status = run_status(run_dir, config.train.iterations)
-        print(f"sweep [{number}/{len(configs)}] {name}: {status}", flush=True)
+        console.say(config, f"sweep [{number}/{len(configs)}] {name}: {status}")
         if status == "resume":
             resume(run_dir, [f"train.iterations={config.train.iterations}"])
         elif status in ("new", "restart"):
@@ -173,7 +183,7 @@ def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
         if status != "finished":
             atomic_write_text(run_dir / DONE_FILE, json.dumps({"iterations": config.train.iterations,
                                                                "grid": point}) + "\n")
-        run_dirs.append(run_dir)
+        done.append((name, status, run_dir))
         gc.collect()
-    report = build_report(run_dirs, output_dir / "report.html")
-    return run_dirs, report
+    report = build_report([run_dir for _, _, run_dir in done], output_dir / "report.html")
+    return console.summarize_sweep(output_dir, plan.grid, done, report)

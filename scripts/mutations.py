@@ -546,17 +546,17 @@ RUNS = [
                "tests/test_first_minutes.py::test_ctrl_c_in_the_first_iteration_of_a_run_without_evals_removes_the_folder"),
     ),
     mutation(
-        "summary_best_eval_is_the_last", "rlvr/train/console.py",
+        "summary_best_eval_is_the_last", "rlvr/train/run_numbers.py",
         "the end summary's best eval is the last one",
-        ("best = max(scored, key=lambda pair: pair[1])  # the first iteration", "best = scored[-1]  # the first iteration"),
+        ("best = max(range(len(ys)), key=lambda i: ys[i])", "best = len(ys) - 1"),
         tests=("tests/test_first_minutes.py::test_end_summary_names_best_and_final_eval_checkpoints_and_commands",
                "tests/test_first_minutes.py::test_json_end_summary_holds_the_same_numbers"),
     ),
     mutation(
         "config_loaded_after_the_training_imports", "rlvr/cli.py",
         "rlvr train imports the training loop (torch, transformers) before it reads the config",
-        ("        config = load_config(config_path, overrides)\n        start, _ = loops()",
-         "        start, _ = loops()\n        config = load_config(config_path, overrides)"),
+        ("        config = load_checked_config(config_path, overrides, sft=sft)\n        start, _ = loops()",
+         "        start, _ = loops()\n        config = load_checked_config(config_path, overrides, sft=sft)"),
         tests=("tests/test_first_minutes.py::test_a_mistyped_key_fails_in_well_under_a_second_of_cpu_without_torch",
                "tests/test_first_minutes.py::test_a_mistyped_name_fails_in_well_under_a_second_of_cpu_without_torch"),
     ),
@@ -699,14 +699,14 @@ CHECKPOINT_FILES = [
         tests=INTEGRITY_TESTS,
     ),
     mutation(
-        "loaders_skip_verification", "rlvr/models/runs.py",
+        "loaders_skip_verification", "rlvr/models/run_checkpoints.py",
         "eval, export and init_from load the checkpoint without verifying it (only resume verifies)",
         ("            reason = verify_checkpoint(folder)\n            if reason is None:",
          "            reason = None\n            if reason is None:"),
         tests=("tests/test_checkpoint_integrity.py", "tests/test_export.py"),
     ),
     mutation(
-        "loaders_fall_back_unasked", "rlvr/models/runs.py",
+        "loaders_fall_back_unasked", "rlvr/models/run_checkpoints.py",
         "export and eval quietly take an older checkpoint when the one asked for is damaged",
         ("        if not fallback:\n            break\n", "        fallback = True\n"),
         tests=("tests/test_checkpoint_integrity.py",),
@@ -767,8 +767,7 @@ CONFIG_SCHEMA = [
         "config_show_ignores_preset_defaults", "rlvr/config/loading.py",
         "config show's default column shows the field's default where the algorithm preset sets the key, so a "
         "preset's own value is starred as changed",
-        ("default=defaults.get(key, field_default(f)), help=field_help(f),",
-         "default=field_default(f), help=field_help(f),"),
+        ("        default = defaults.get(key, field_default(f))\n", "        default = field_default(f)\n"),
         tests=("tests/test_cli.py::test_config_show_prints_value_type_default_and_help",
                "tests/test_cli.py::test_config_show_gives_a_key_the_preset_sets_the_preset_value_as_its_default"),
     ),
@@ -792,4 +791,49 @@ CONFIG_SCHEMA = [
     ),
 ]
 
-MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
+# ----------------------------------------------------------------------------- the first minutes of a command
+
+FIRST_MINUTES_TESTS = (
+    "tests/test_first_minutes.py::test_end_summary_and_report_agree_on_final_and_best_eval",
+    "tests/test_first_minutes.py::test_end_summary_names_best_and_final_eval_checkpoints_and_commands",
+    "tests/test_first_minutes.py::test_json_end_summary_holds_the_same_numbers",
+    "tests/test_sweep.py::test_the_sweep_end_table_shows_each_runs_final_and_best_eval",
+)
+
+FIRST_MINUTES = [
+    mutation(
+        "final_eval_is_the_best", "rlvr/train/run_numbers.py",
+        "the end summary, the sweep table and the report give the best eval as the final one",
+        ("    return ys[-1], ys[best], xs[best]", "    return ys[best], ys[best], xs[best]"),
+        tests=FIRST_MINUTES_TESTS,
+    ),
+    mutation(
+        "best_eval_at_the_last_tie", "rlvr/train/run_numbers.py",
+        "of two evals at the best accuracy the later one is named, not the first that reached it",
+        ("best = max(range(len(ys)), key=lambda i: ys[i])",
+         "best = max(reversed(range(len(ys))), key=lambda i: ys[i])"),
+        tests=FIRST_MINUTES_TESTS,
+    ),
+    mutation(
+        "nan_eval_kept_in_the_series", "rlvr/train/run_numbers.py",
+        "an eval that scored NaN stays in the series, and a NaN first becomes the best",
+        ("if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):",
+         "if isinstance(value, bool) or not isinstance(value, (int, float)):"),
+        tests=FIRST_MINUTES_TESTS,
+    ),
+    mutation(
+        "eval_path_not_checked_at_start", "rlvr/tasks/problems.py",
+        "a missing eval_path is found only once torch is imported and the task is built",
+        ('DATA_FILE_OPTIONS = ("path", "train_path", "eval_path")', 'DATA_FILE_OPTIONS = ("path", "train_path")'),
+        tests=("tests/test_preflight.py",),
+    ),
+    mutation(
+        "model_not_checked_before_torch", "rlvr/train/preflight.py",
+        "a bad model.name is found only after the full config check has imported torch and transformers",
+        ("    check_model_source(config, inference=inference)\n    check_init_from(config)\n",
+         "    check_init_from(config)\n"),
+        tests=("tests/test_preflight.py",),
+    ),
+]
+
+MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA + FIRST_MINUTES

@@ -159,7 +159,7 @@ def _completions(path) -> list[str]:
     return [record["completion"] for record in read_jsonl(path)]
 
 
-def test_rlvr_eval_of_a_run_reproduces_its_last_in_training_eval(tiny_model_dir, tmp_path):
+def test_rlvr_eval_of_a_run_reproduces_its_last_in_training_eval(tiny_model_dir, tmp_path, capsys):
     from rlvr.metric_names import (EVAL_ACCURACY, EVAL_COMPLETION_LEN_MEAN, EVAL_EXAMPLES, EVAL_NUM_EXAMPLES,
                                    EVAL_REWARD_MEAN, EVAL_TRUNCATED_FRAC)
 
@@ -169,7 +169,11 @@ def test_rlvr_eval_of_a_run_reproduces_its_last_in_training_eval(tiny_model_dir,
         "model.lora_alpha": 8})]) == 0
     last = read_jsonl(run_dir / "eval.jsonl")[-1]  # after the last update, from the weights of the last checkpoint
     out = tmp_path / "eval"
-    assert main(["eval", str(run_dir / "config.yaml"), "--model", str(run_dir), "--output", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(run_dir / "config.yaml"), "train.progress=true", "--model", str(run_dir),
+                 "--output", str(out)]) == 0
+    newest = sorted((run_dir / "checkpoints").glob("iter_*"))[-1]
+    assert f"rlvr: eval: char_count on {run_dir} (checkpoint {newest})\n" in capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     for key in (EVAL_ACCURACY, EVAL_REWARD_MEAN, EVAL_TRUNCATED_FRAC, EVAL_COMPLETION_LEN_MEAN, EVAL_NUM_EXAMPLES):
         assert summary["metrics"][key] == last[key], key
@@ -228,3 +232,59 @@ def test_eval_output_folders_get_unique_default_names(tiny_model_dir, tmp_path):
     for folder in folders:
         assert re.fullmatch(r"eval-char_count-\d{8}-\d{6}-[0-9a-f]{4}", folder.name)
         assert {p.name for p in folder.iterdir()} == {"config.yaml", "generations.jsonl", "summary.json"}
+
+
+def test_rlvr_eval_prints_a_banner_and_a_json_end_summary(tiny_model_dir, gsm8k_file, tmp_path, capsys):
+    out = tmp_path / "eval"
+    assert main(["eval", "--task", "gsm8k", "--model", str(tiny_model_dir), "--task-option", f"eval_path={gsm8k_file}",
+                 "--limit", "3", "--max-new-tokens", "5", "--temperature", "1", "--top-p", "0.9", "--batch-size", "2",
+                 "--output", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)  # the whole of stdout is one JSON object
+    records = read_jsonl(out / "generations.jsonl")
+    assert summary["num_examples"] == 3 and summary["accuracy"] == sum(r["category"] == "correct" for r in records) / 3
+    answers = [r["verdict"]["components"]["answer"] for r in records]
+    assert summary["main_component"] == "answer" and summary["main_component_mean"] == pytest.approx(sum(answers) / 3)
+    assert summary["files"] == [str(out / name) for name in ("generations.jsonl", "summary.json", "config.yaml")]
+    err = captured.err
+    assert f"rlvr: eval: gsm8k on {tiny_model_dir}\n" in err  # a model folder: no checkpoint to name
+    assert "rlvr:   prompts: the first 3 of the eval split (train.eval_size=3), 2 at a time, seed 0" in err
+    assert "rlvr:   sampling: temperature 1, top-p 0.9, up to 5 new tokens, stop at '</answer>'" in err
+    assert f"rlvr:   output: {out} (generations.jsonl, summary.json, config.yaml)" in err
+    assert err.index("rlvr: eval: gsm8k") < err.index(f"rlvr: loading the model {tiny_model_dir} ...")
+    assert "accuracy" in err and "-- unformatted" in err  # the examples of each category stay on stderr
+
+
+def test_eval_end_summary_reads_the_main_component_from_summary_json(tmp_path):
+    from rlvr.train.console import format_eval_summary, summarize_eval, summary_json
+
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    (folder / "generations.jsonl").write_text("")
+    (folder / "summary.json").write_text(json.dumps({
+        "task": "math", "model": "m", "num_examples": 8, "accuracy": 0.375, "accuracy_ci95": [0.137, 0.694],
+        "main_component": "format", "metrics": {"eval/reward/answer": 0.375, "eval/reward/format": 0.875,
+                                                "eval/reward_mean": 0.5}}))
+    summary = summarize_eval(folder)
+    assert (summary.main_component, summary.main_component_mean) == ("format", 0.875)  # not answer's, not the total
+    assert summary.files == [str(folder / "generations.jsonl"), str(folder / "summary.json")]  # no config.yaml here
+    text = format_eval_summary(summary)
+    assert "  math on m: accuracy 0.375 (95% CI 0.137 to 0.694) on 8 examples" in text
+    assert "  main reward component format: mean 0.875" in text
+    assert f"  written: generations.jsonl, summary.json in {folder}" in text
+    assert json.loads(summary_json(summary))["main_component_mean"] == 0.875
+
+
+def test_the_checkpoint_an_eval_of_a_run_loads_first(tmp_path):
+    from rlvr.models.run_checkpoints import checkpoint_to_load
+
+    run = tmp_path / "run"
+    for name in ("iter_000002", "iter_000010"):
+        (run / "checkpoints" / name / "model").mkdir(parents=True)
+        (run / "checkpoints" / name / "model" / "trainable.json").write_text('{"kind": "lora"}')
+    (run / "config.yaml").write_text("model:\n  name: base\n")
+    assert checkpoint_to_load(run) == run / "checkpoints" / "iter_000010"  # no pointer: the newest
+    (run / "checkpoints" / "latest").write_text("iter_000002")
+    assert checkpoint_to_load(run) == run / "checkpoints" / "iter_000002"  # the pointer decides
+    assert checkpoint_to_load(run / "checkpoints" / "iter_000010") == run / "checkpoints" / "iter_000010"
+    assert checkpoint_to_load(tmp_path / "some-model-folder") is None

@@ -366,3 +366,24 @@ def test_json_end_summary_holds_the_same_numbers(tmp_path):
     summary = json.loads(summary_json(summarize_run(run_dir, None)))
     assert (summary["final_eval"], summary["best_eval"], summary["best_eval_iteration"]) == (0.5, 0.75, 2)
     assert summary["iterations"] == 3 and not any("--resume" in c for c in summary["next_commands"])
+
+
+def test_end_summary_and_report_agree_on_final_and_best_eval(tmp_path):
+    """One computation behind both (rlvr/train/run_numbers.py): an eval that scored NaN (first) or nothing
+    (last) is skipped, and the best is the first iteration that reached the maximum."""
+    from rlvr.report.runs import load_run, summarize
+    from rlvr.train.console import summarize_run
+    from rlvr.train.run_numbers import final_and_best, series
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    append_jsonl(run_dir / "metrics.jsonl", [{"iteration": i, "reward/mean": 0.1 * i} for i in (1, 2, 3, 4)])
+    (run_dir / "eval.jsonl").write_text("".join(json.dumps(record) + "\n" for record in (
+        {"iteration": 0, "eval/accuracy": float("nan")}, {"iteration": 1, "eval/accuracy": 0.5},
+        {"iteration": 2, "eval/accuracy": 0.75}, {"iteration": 3, "eval/accuracy": 0.75},
+        {"iteration": 4, "eval/accuracy": 0.25}, {"iteration": 5, "eval/accuracy": None})))
+    console_summary, report_summary = summarize_run(run_dir), summarize(load_run(run_dir))
+    for summary in (console_summary, report_summary):
+        assert (summary.final_eval, summary.best_eval, summary.best_eval_iteration) == (0.25, 0.75, 2)
+    assert series([{"iteration": 7, "x": True}, {"x": 2}, {"iteration": 9, "x": float("inf")}], "x") == ([0], [2.0])
+    assert final_and_best([], []) == (None, None, None)

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from rlvr.config import loading
-from rlvr.config.checks import resolve, validate
+from rlvr.config.checks import check_task_family, resolve, validate
 from rlvr.config.loading import (Bounds, ConfigError, KeyDescription, field_help, flatten, read_yaml_file, type_name,
                                  yaml_value)
 from rlvr.config.schema import (REMOVED_KEYS, AlgorithmConfig, Config, ExpertIterationConfig, HealthConfig,
@@ -23,7 +23,7 @@ from rlvr.config.schema import (REMOVED_KEYS, AlgorithmConfig, Config, ExpertIte
                                 preset_settings)
 
 __all__ = [
-    "AlgorithmConfig", "Bounds", "Config", "ConfigError", "ExpertIterationConfig", "HealthConfig", "KeyDescription",
+    "AlgorithmConfig", "Bounds", "check_task_family", "Config", "ConfigError", "ExpertIterationConfig", "HealthConfig", "KeyDescription",
     "ModelConfig", "OptimConfig", "RolloutConfig", "SFTConfig", "TaskConfig", "TrainConfig", "apply_override",
     "describe_config", "field_help", "flatten", "format_config", "load_config", "load_run_config", "preset_settings",
     "resolve", "save_config", "saved_run_data", "section_summary", "type_name", "validate", "yaml_value",
@@ -35,10 +35,15 @@ def apply_override(data: dict, dotted: str) -> None:
     loading.apply_override(Config, data, dotted, REMOVED_KEYS)
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Load a YAML config (none: every default), apply `key=value` overrides, resolve, validate."""
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), *,
+                check: bool = True) -> Config:
+    """Load a YAML config (none: every default), apply `key=value` overrides, resolve, validate.
+
+    `check=False` checks keys and types but neither ranges nor names nor invariants, and imports no
+    torch (`rlvr.train.preflight` reads model and task sources from it first).
+    """
     data = read_yaml_file(path) if path is not None else {}
-    return Config.from_dict(data, overrides)
+    return Config.from_dict(data, overrides, check=check)
 
 
 def save_config(config: Config, path: str | Path) -> None:
@@ -47,12 +52,14 @@ def save_config(config: Config, path: str | Path) -> None:
     atomic_write_text(Path(path), yaml.safe_dump(config.as_dict(), sort_keys=False))
 
 
-def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """The resolved config saved in a run folder, with `key=value` overrides applied (for resume)."""
+def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
+                    check: bool = True) -> Config:
+    """The resolved config saved in a run folder, with `key=value` overrides applied (for resume);
+    `check` as for `load_config`."""
     config_path = Path(run_dir) / "config.yaml"
     if not config_path.exists():
         raise FileNotFoundError(f"{run_dir} is not a run folder: config.yaml is missing")
-    return Config.from_dict(saved_run_data(yaml.safe_load(config_path.read_text())), overrides)
+    return Config.from_dict(saved_run_data(yaml.safe_load(config_path.read_text())), overrides, check=check)
 
 
 def saved_run_data(data: Any) -> Any:

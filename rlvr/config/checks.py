@@ -23,7 +23,7 @@ def resolve(config, check: bool = True):
         except (KeyError, ValueError, ImportError):  # a task that no longer loads: left null, as it was
             pass
         return config
-    _check_task_family(config)
+    check_task_family(config)
     message = first_range_error(config)
     if message:
         raise ConfigError(message)
@@ -41,7 +41,7 @@ def _task_error(exc: Exception) -> ConfigError:
     return ConfigError(message if message.startswith("task.name") else f"task.name: {message}")
 
 
-def _check_task_family(config) -> None:
+def check_task_family(config) -> None:
     """A task.name that names no task fails here, before the registries import the tensor libraries."""
     from rlvr.tasks import task_factory
 

@@ -31,6 +31,8 @@ MANIFEST = "manifest.json"
 FORMAT_FILE = "format.json"  # in checkpoints/: the run writes manifests (its absence marks an older run)
 MANIFEST_FORMAT = 1
 REQUIRED = ("model", "optimizer.pt", "trainer_state.pt")
+# In a checkpoint's model/ folder, written after the weights; says which kind of checkpoint the folder holds.
+TRAINABLE_INFO_FILE = "trainable.json"
 CHECKPOINT_NAME = re.compile(r"iter_(\d{6,})")
 POINTER_MAX_BYTES = 4096
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")

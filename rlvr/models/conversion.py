@@ -8,7 +8,6 @@ weights, loads in a second or two. Conversions are cached and published atomical
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import logging
 import os
@@ -22,43 +21,16 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from rlvr.models.embedded import EMBEDDED_MODELS, embedded_gguf_location
+from rlvr.models.model_spec import (COMPLETE_MARKER, cache_dir, check_model_spec, converted_model_dir,  # noqa: F401
+                                    gguf_cache_key, is_complete_conversion, locate_model)
 
 logger = logging.getLogger(__name__)
 
-# Written last into a conversion folder: a folder without it is incomplete and is never used.
-COMPLETE_MARKER = "rlvr-conversion.json"
 # Leftover work folders of a crashed conversion are removed once this old; a live conversion
 # takes about a minute, so six hours cannot hit one in progress.
 STALE_PARTIAL_SECONDS = 6 * 3600
 # Text the converted tokenizer must encode exactly as the original one does.
 TOKENIZER_PROBE = "<|im_start|>user\nWhat is 12 + 30? Answer: 42.<|im_end|>\n<|im_start|>assistant\n"
-
-
-def cache_dir() -> Path:
-    """rlvr's cache: `$RLVR_CACHE_DIR` if set, else `~/.cache/rlvr`. Converted models go in `models/`."""
-    configured = os.environ.get("RLVR_CACHE_DIR")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "rlvr"
-
-
-def gguf_cache_key(gguf_path: str | Path) -> str:
-    """A short hash of the file's absolute path, size and modification time.
-
-    Cheap to compute on a 100 MB file, and it changes when the file is replaced or upgraded.
-    """
-    path = Path(gguf_path).resolve()
-    stat = path.stat()
-    identity = f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
-    return hashlib.sha256(identity.encode()).hexdigest()[:12]
-
-
-def converted_model_dir(name: str, gguf_path: str | Path) -> Path:
-    """`<cache>/models/<name>-<key>`: where the safetensors copy of `gguf_path` lives."""
-    return cache_dir() / "models" / f"{name}-{gguf_cache_key(gguf_path)}"
-
-
-def is_complete_conversion(folder: str | Path) -> bool:
-    return (Path(folder) / COMPLETE_MARKER).is_file()
 
 
 def compare_state_dicts(
@@ -195,70 +167,16 @@ def convert_gguf_to_safetensors(gguf_folder: str | Path, gguf_file: str, out_dir
     return out_dir
 
 
-def _gguf_source(name: str, folder: Path, gguf_file: str, convert_gguf: bool) -> tuple[str, str | None]:
-    if not convert_gguf:
-        return str(folder), gguf_file
-    out_dir = converted_model_dir(name, folder / gguf_file)
-    convert_gguf_to_safetensors(folder, gguf_file, out_dir)
-    return str(out_dir), None
-
-
 def resolve_model_path(spec: str | os.PathLike, *, convert_gguf: bool = True) -> tuple[str, str | None]:
     """Turn a model spec into `(path_or_hub_id, gguf_file)` for transformers' `from_pretrained`.
 
-    A spec is, in the order tried:
-      - an embedded model name (see `EMBEDDED_MODELS`): converted once into the cache;
-      - a path to a `.gguf` file: converted once into the cache, keyed by path, size and mtime;
-      - a local model folder (with `config.json`, as `save_pretrained` writes it);
-      - anything else is a Hugging Face hub id, returned as is (transformers looks in its cache).
+    The spec is found as `rlvr.models.model_spec.locate_model` finds it (embedded name, `.gguf` path,
+    model folder, hub id); a GGUF file is converted once into the cache and the copy's folder returned.
     With `convert_gguf=False`, GGUF specs return `(folder, file name)` to load the GGUF directly.
     """
-    text = os.fspath(spec)
-    if text in EMBEDDED_MODELS:
-        folder, gguf_file = embedded_gguf_location(text)
-        return _gguf_source(text, folder, gguf_file, convert_gguf)
-    path = Path(text).expanduser()
-    if path.suffix.lower() == ".gguf":
-        if not path.is_file():
-            raise FileNotFoundError(f"GGUF file {path} does not exist")
-        path = path.resolve()
-        return _gguf_source(path.stem.lower(), path.parent, path.name, convert_gguf)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            ggufs = sorted(found.name for found in path.glob("*.gguf"))
-            hint = f"; to use a GGUF file in it, pass its path, e.g. {path / ggufs[0]}" if ggufs else ""
-            raise FileNotFoundError(f"model folder {path} has no config.json{hint}")
-        return str(path.resolve()), None
-    if path.exists():
-        raise ValueError(f"model spec {text!r} is a file but not a .gguf file; pass a model folder instead")
-    if text.startswith(("/", ".", "~")) or text.count("/") > 1:
-        raise FileNotFoundError(
-            f"model spec {text!r} looks like a path but nothing is there; valid specs: an embedded "
-            f"model name ({', '.join(EMBEDDED_MODELS.names())}), a model folder, a .gguf file, or a hub id"
-        )
-    return text, None
-
-
-def check_model_spec(spec: str | os.PathLike) -> None:
-    """Raise now, loading and converting nothing, if `spec` names no model that `load_policy` could load.
-
-    `resolve_model_path` without conversion checks an embedded name (its package and file), a
-    `.gguf` path and a folder; what it passes on as a hub id must have its config.json in the local
-    Hugging Face cache (rlvr never downloads a model).
-    """
-    text = os.fspath(spec)
-    path, gguf_file = resolve_model_path(text, convert_gguf=False)
-    if gguf_file is not None or Path(path).is_dir():
-        return
-    from huggingface_hub import try_to_load_from_cache
-
-    valid = (f"valid specs: an embedded model name ({', '.join(EMBEDDED_MODELS.names())}), a model folder, "
-             "a .gguf file, or a hub id already in the local Hugging Face cache")
-    try:
-        cached = try_to_load_from_cache(path, "config.json")
-    except ValueError:  # not a well-formed hub id
-        raise ValueError(f"model {text!r} is neither an embedded name, a file or a folder, nor a valid hub id; "
-                         f"{valid}") from None
-    if not isinstance(cached, str):
-        raise FileNotFoundError(f"model {text!r} is not an embedded name, a file or a folder, and no hub model of that "
-                                f"name is in the local Hugging Face cache (rlvr does not download models); {valid}")
+    source = locate_model(spec)
+    if source.gguf_file is None or not convert_gguf:
+        return source.location, source.gguf_file
+    out_dir = converted_model_dir(source.cache_name, Path(source.location) / source.gguf_file)
+    convert_gguf_to_safetensors(source.location, source.gguf_file, out_dir)
+    return str(out_dir), None

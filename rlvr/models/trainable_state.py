@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 from safetensors.torch import load_file, save_file, save_model
 
+from rlvr.models.checkpoint_files import TRAINABLE_INFO_FILE
 from rlvr.models.policy import LoadedModel, dtype_name
 from rlvr.models.sharding import full_tensor, is_dtensor, slice_like
 from rlvr.utils import current_umask
@@ -28,8 +29,6 @@ from rlvr.utils import current_umask
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 FULL_WEIGHTS_FILE = "model.safetensors"
-# Written after the weights; says which kind of checkpoint the folder holds.
-TRAINABLE_INFO_FILE = "trainable.json"
 
 
 def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:

@@ -6,7 +6,6 @@ numbers (final and best reward and eval accuracy) and the config differences are
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,8 @@ import yaml
 
 from rlvr.config import flatten
 from rlvr.metric_names import ELAPSED_S, EVAL_ACCURACY, ITERATION, REWARD_MEAN
+from rlvr.train import run_numbers
+from rlvr.train.run_numbers import final_and_best
 from rlvr.utils import read_jsonl
 
 
@@ -29,14 +30,7 @@ class RunData:
 
     def series(self, key: str, source: str = "metrics") -> tuple[list[float], list[float]]:
         """(iterations, values) of `key`, skipping records where it is absent, null or NaN."""
-        xs, ys = [], []
-        for record in getattr(self, source):
-            value = record.get(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                continue
-            xs.append(record.get(ITERATION, len(xs)))
-            ys.append(float(value))
-        return xs, ys
+        return run_numbers.series(getattr(self, source), key)
 
     def keys(self) -> set[str]:
         return {key for record in self.metrics for key in record}
@@ -99,19 +93,12 @@ class Summary:
     wall_s: float | None
 
 
-def _final_and_best(xs: list[float], ys: list[float]):
-    if not ys:
-        return None, None, None
-    best = max(range(len(ys)), key=lambda i: ys[i])  # the first iteration that reached the best value
-    return ys[-1], ys[best], xs[best]
-
-
 def summarize(run: RunData) -> Summary:
-    final_reward, best_reward, best_reward_at = _final_and_best(*run.series(REWARD_MEAN))
+    final_reward, best_reward, best_reward_at = final_and_best(*run.series(REWARD_MEAN))
     eval_xs, eval_ys = run.series(EVAL_ACCURACY, source="evals")
     if not eval_ys:  # older runs: eval accuracy only inside metrics.jsonl
         eval_xs, eval_ys = run.series(EVAL_ACCURACY)
-    final_eval, best_eval, best_eval_at = _final_and_best(eval_xs, eval_ys)
+    final_eval, best_eval, best_eval_at = final_and_best(eval_xs, eval_ys)
     iterations = run.metrics[-1].get(ITERATION) if run.metrics else None
     wall = [r[ELAPSED_S] for r in run.metrics + run.evals if isinstance(r.get(ELAPSED_S), (int, float))]
     return Summary(iterations=iterations, final_reward=final_reward, best_reward=best_reward,

@@ -13,12 +13,14 @@ from a file (only the keywords it takes, its interface checked).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Callable
 
 from rlvr.registry import Registry, did_you_mean
 from rlvr.tasks.base import Example, Task, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.data_files import check_data_file
 from rlvr.tasks.dataset_task import DatasetTask
 from rlvr.tasks.external import (FORMS, ModuleMissing, accepts_keyword, check_call, load_reference,
                                  split_reference)
@@ -116,6 +118,19 @@ def check_task_name(name: str, *, options=None, reward_weights=None) -> None:
                **_external_keywords(factory, name, dict(options or {}), dict(reward_weights or {}), True, 0))
 
 
+def check_data_files(name: str, options: dict | None = None) -> None:
+    """Fail now, reading one byte of each, when a task.options entry that names a local data file (the family's
+    `data_file_options`: `path`, `train_path`, `eval_path` for gsm8k, math and dataset) names none that can be read."""
+    factory, _ = task_factory(name)
+    for key in getattr(factory, "data_file_options", ()):
+        value = (options or {}).get(key)
+        if isinstance(value, (str, os.PathLike)) and os.fspath(value):
+            try:
+                check_data_file(value)
+            except (FileNotFoundError, ValueError) as exc:
+                raise type(exc)(f"task.options.{key}: {exc}") from None
+
+
 def check_task_interface(task, name: str) -> None:
     """Raise naming what is missing when an outside task does not follow `rlvr.tasks.base.Task`."""
     problems = []
@@ -202,6 +217,5 @@ def task_label(name: str) -> str:
 
 
 __all__ = ["TASKS", "VERIFIERS", "Example", "Task", "Verdict", "weighted_total", "resolve_weights", "build_task",
-           "register_task",
-           "check_task_name", "default_use_chat_template", "judge", "task_label", "FormatCopyTask", "GSM8KTask",
-           "MathTask", "IntegerTask", "ReasoningGymTask", "DatasetTask"]
+           "register_task", "check_task_name", "check_data_files", "default_use_chat_template", "judge", "task_label",
+           "FormatCopyTask", "GSM8KTask", "MathTask", "IntegerTask", "ReasoningGymTask", "DatasetTask"]

@@ -125,16 +125,29 @@ def _csv_rows(path: Path) -> list[Row]:
 READERS = {".jsonl": JsonlRows, ".json": _json_rows, ".parquet": _parquet_rows, ".csv": _csv_rows}
 
 
-def read_rows(path: str | Path) -> Sequence[Row]:
-    """Every record of a local data file, by its suffix (see `FORMATS`): jsonl rows on demand, others in a list."""
+def check_data_file(path: str | Path) -> Path:
+    """`path` (user folder expanded) when it is a file of a known format (see `FORMATS`) that can be opened and
+    read; otherwise an error naming it. Reads one byte: cheap enough for a start-up check of any file."""
     path = Path(path).expanduser()
+    if path.is_dir():
+        raise ValueError(f"data file {str(path)!r} is a folder; name a file in it ({', '.join(FORMATS)})")
     if not path.is_file():
         raise FileNotFoundError(f"data file {str(path)!r} does not exist")
-    reader = READERS.get(path.suffix.lower())
-    if reader is None:
+    if path.suffix.lower() not in READERS:
         raise ValueError(f"data file {str(path)!r}: unknown format {path.suffix!r}; "
                          f"valid formats: {', '.join(FORMATS)}")
-    rows = reader(path)
+    try:
+        with path.open("rb") as handle:
+            handle.read(1)
+    except OSError as exc:
+        raise ValueError(f"data file {str(path)!r} cannot be read: {exc.strerror or exc}") from None
+    return path
+
+
+def read_rows(path: str | Path) -> Sequence[Row]:
+    """Every record of a local data file, by its suffix (see `FORMATS`): jsonl rows on demand, others in a list."""
+    path = check_data_file(path)
+    rows = READERS[path.suffix.lower()](path)
     if not rows:
         raise ValueError(f"{path}: the file is empty; a data file holds at least one record")
     return rows

@@ -106,6 +106,10 @@ def _hold_out(problems: Problems, eval_size: Optional[int], split_seed: int) -> 
     return problems.subset([i for i in range(len(problems)) if i not in held]), problems.subset(sorted(held))
 
 
+# The keywords of `load_splits` that name local data files.
+DATA_FILE_OPTIONS = ("path", "train_path", "eval_path")
+
+
 def load_splits(task_name: str, to_problem: Callable[[dict], Optional[Problem]], *, path=None, train_path=None,
                 eval_path=None, dataset=None, dataset_config=None, train_split="train", eval_split="test",
                 eval_size=None, split_seed=0) -> tuple[Problems, Problems]:
@@ -153,6 +157,8 @@ class ProblemTask:
     component_names = ("answer", "format")
     primary_component = "answer"
     default_weights = {"answer": 1.0, "format": 0.0}
+    # The task.options that name local data files (`load_splits`), checked before anything heavy is imported.
+    data_file_options = DATA_FILE_OPTIONS
 
     def __init__(self, train: Sequence[Problem], held_out: Sequence[Problem], *, reward_weights=None,
                  use_chat_template=True, prompt=DEFAULT_PROMPT, timeout_seconds=DEFAULT_TIMEOUT_SECONDS):

@@ -31,8 +31,10 @@ from rlvr.metric_names import (
     eval_reward_component,
 )
 from rlvr.config import Config, ConfigError, save_config
+from rlvr.models.run_checkpoints import checkpoint_to_load
 from rlvr.rollout import RolloutBackend, SamplingSettings, sample_and_score
 from rlvr.tasks import Example, Task, Verdict, task_label
+from rlvr.tasks.base import primary_component
 import rlvr.train.console as console
 from rlvr.train.distributed import SINGLE, Dist
 from rlvr.train.run_folder import make_run_dir
@@ -234,6 +236,12 @@ def evaluate(config: Config, *, output_dir: Optional[str | Path] = None, log: Ca
     if not examples:
         raise ConfigError(f"train.eval_size={config.train.eval_size}: nothing to evaluate; set train.eval_size "
                           "(rlvr eval --limit N) to the number of held-out examples to judge")
+    settings = eval_settings(config, task)
+    planned = (str(output_dir) if output_dir is not None else
+               f"a new folder {Path(config.train.output_dir) / f'eval-{task_label(config.task.name)}'}-<time>-<hex>")
+    console.show_banner(config, console.eval_banner_lines(
+        config, prompts=len(examples), settings=settings, checkpoint=checkpoint_to_load(config.model.name),
+        output=f"{planned} (generations.jsonl, summary.json, config.yaml)"))
     model = config.model
     with console.stage(config, console.model_load_message(config)):
         loaded = load_model_for_inference(model.name, dtype=model.dtype, device=model.device,
@@ -244,7 +252,6 @@ def evaluate(config: Config, *, output_dir: Optional[str | Path] = None, log: Ca
         output = Path(output_dir)
         output.mkdir(parents=True, exist_ok=True)
     save_config(config, output / "config.yaml")
-    settings = eval_settings(config, task)
     generations_path = output / "generations.jsonl"
 
     def write_progress(records: list[dict]) -> None:  # a crash leaves a whole file
@@ -265,7 +272,8 @@ def evaluate(config: Config, *, output_dir: Optional[str | Path] = None, log: Ca
                    task_options=_jsonable(config.task.options), use_chat_template=config.task.use_chat_template,
                    do_sample=settings.do_sample, temperature=settings.temperature if settings.do_sample else 0.0,
                    top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
-                   stop_strings=list(settings.stop_strings), seed=config.train.seed)
+                   stop_strings=list(settings.stop_strings), seed=config.train.seed,
+                   main_component=primary_component(task))
     atomic_write_text(output / "summary.json", json.dumps(json.loads(to_json(_jsonable(summary))), indent=2) + "\n")
     log(format_summary(summary, f"{config.task.name} / {model.name}"))
     log(f"written: {generations_path}, summary.json and config.yaml")

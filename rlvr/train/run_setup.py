@@ -5,7 +5,8 @@ and seeded), the held-out examples an eval needs, and the model source (named, i
 cache: nothing is loaded or converted), and, for a training run, that its estimated peak memory fits
 (`rlvr.train.memory_check`). `rlvr train`, `sft`, `expert-iter`, `check`, `sweep` and
 `eval` call it before they create any folder, so a bad config, task, data file or model name fails
-in seconds with a message that names it, and leaves nothing behind. `load_run_model` then loads
+with a message that names it, and leaves nothing behind (the checks that need no torch live in
+`rlvr.train.preflight`, which the command line runs before torch is imported). `load_run_model` then loads
 the policy (and `set_up_value_model` PPO's value model) and `rollout_backend` sets up sampling on it.
 """
 
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.config import Config, ConfigError
-from rlvr.models import LoadedModel, LoraSettings, check_inference_spec, check_model_spec, load_policy
-from rlvr.models.runs import find_checkpoint, merged_model_from_run
+from rlvr.config import Config
+from rlvr.models import LoadedModel, LoraSettings, load_policy
+from rlvr.models.runs import merged_model_from_run
 from rlvr.models.value_model import ValueModel, build_value_model
 from rlvr.rollout import ROLLOUT_BACKENDS, RolloutBackend
 from rlvr.train.memory_check import check_memory
+from rlvr.train.preflight import check_init_from, check_model_source
 from rlvr.tasks import Task, build_task
 from rlvr.utils import seed_everything
 
@@ -28,28 +30,6 @@ def expect_config(config) -> None:
     if not isinstance(config, Config):
         raise TypeError(f"expected a Config (Config(...), Config.from_dict(data) or load_config(path)), got "
                         f"{type(config).__name__}")
-
-
-def check_model_source(config: Config, *, inference: bool = False) -> None:
-    """`model.name` names a model that can load, checked without loading it (`inference`: a run folder too)."""
-    try:
-        (check_inference_spec if inference else check_model_spec)(config.model.name)
-    except (ValueError, OSError, ImportError) as exc:  # ImportError: an embedded model's package is missing
-        raise ConfigError(f"model.name: {exc}") from None
-
-
-def check_init_from(config: Config) -> None:
-    """`model.init_from` names a run or checkpoint trained from `model.name`, checked without loading it."""
-    if not config.model.init_from:
-        return
-    try:
-        found = find_checkpoint(config.model.init_from)
-    except (ValueError, OSError) as exc:
-        raise ConfigError(f"model.init_from: {exc}") from None
-    trained_from = found.model_settings["name"]
-    if trained_from != config.model.name:
-        raise ConfigError(f"model.init_from {config.model.init_from!r} was trained from model {trained_from!r} but "
-                          f"model.name is {config.model.name!r}; set model.name={trained_from}")
 
 
 def check_held_out(task: Task, config: Config) -> None:

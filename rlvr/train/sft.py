@@ -42,6 +42,7 @@ from rlvr.rollout import score_completions
 from rlvr.tasks.base import Example
 from rlvr.train.metrics import MetricSums
 from rlvr.train.optim import make_optimizer, make_scheduler
+from rlvr.train.preflight import check_sft_data
 from rlvr.train.run_setup import expect_config
 from rlvr.train.session import SFT_RUN, open_run
 from rlvr.utils import peak_rss_bytes, read_jsonl_numbered
@@ -67,11 +68,7 @@ def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, normalization
 def read_pairs(config: Config) -> list[dict]:
     """Rows of the jsonl as {'prompt', 'response', 'ground_truth'} (ground truth may be None)."""
     s = config.sft
-    if not s.data_path:
-        raise FileNotFoundError("sft.data_path is empty: give a jsonl of prompt / response pairs")
-    path = Path(s.data_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"sft.data_path {str(path)!r} does not exist")
+    path = check_sft_data(config)
     pairs = []
     for number, row in read_jsonl_numbered(path, what="sft.data_path file"):
         for key in (s.prompt_field, s.response_field):
