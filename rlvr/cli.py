@@ -154,17 +154,27 @@ def _reward_audit(args: argparse.Namespace, config, format_table) -> int:
 
 
 def cmd_algorithms(args: argparse.Namespace) -> int:
-    from rlvr.algorithms import ALGORITHMS
+    import dataclasses
 
+    from rlvr.algorithms import ALGORITHMS, AlgorithmPreset
+
+    width = max(24, *(len(name) + 1 for name in ALGORITHMS))
+    shown = {"description", "advantage_estimator", "policy_loss", "loss_aggregation", "ppo_epochs", "clip_low",
+             "clip_high", "kl_coef", "value_model", "gae_gamma", "gae_lambda", "value_clip", "vf_coef", "kl_in_reward"}
     for name in ALGORITHMS:
         preset = ALGORITHMS.get(name)
-        print(f"{name:24s} {preset.description}")
-        print(f"{'':24s} advantages={preset.advantage_estimator} loss={preset.policy_loss} "
+        print(f"{name:{width}s} {preset.description}")
+        print(f"{'':{width}s} advantages={preset.advantage_estimator} loss={preset.policy_loss} "
               f"aggregation={preset.loss_aggregation} epochs={preset.ppo_epochs} "
               f"clip={preset.clip_low}/{preset.clip_high} kl_coef={preset.kl_coef}")
         if preset.value_model != "none":
-            print(f"{'':24s} value_model={preset.value_model} gamma={preset.gae_gamma} lambda={preset.gae_lambda} "
+            print(f"{'':{width}s} value_model={preset.value_model} gamma={preset.gae_gamma} lambda={preset.gae_lambda} "
                   f"value_clip={preset.value_clip} vf_coef={preset.vf_coef} kl_in_reward={preset.kl_in_reward}")
+        others = [f"{f.name}={getattr(preset, f.name)}" for f in dataclasses.fields(AlgorithmPreset)
+                  if f.name not in shown and f.default is not dataclasses.MISSING
+                  and getattr(preset, f.name) != f.default]
+        if others:
+            print(f"{'':{width}s} {' '.join(others)}")
     return 0
 
 

@@ -143,6 +143,25 @@ class AlgorithmConfig:
                                                "the preset's")
     entropy_coef: Optional[float] = option(None, "entropy bonus weight; 0 logs entropy without optimising it; null: "
                                            "the preset's")
+    entropy_top_fraction: Optional[float] = option(None, "share of each minibatch's completion tokens, those of "
+                                                   "highest entropy, that carry the policy loss (TRL's "
+                                                   "top_entropy_quantile; 0.2 as Wang et al. 2025); 1 keeps all; "
+                                                   "null: the preset's")
+    # Options of single losses, named as verl names them (each loss reads only its own).
+    clip_ratio_c: Optional[float] = option(None, "dual_clip: for A < 0 the loss is at most -A * clip_ratio_c "
+                                           "(> 1); null: the preset's")
+    tau_pos: Optional[float] = option(None, "sapo: gate temperature for positive advantages; null: the preset's")
+    tau_neg: Optional[float] = option(None, "sapo: gate temperature for negative advantages (larger: the "
+                                      "gradient fades faster off-policy); null: the preset's")
+    clip_cov_ratio: Optional[float] = option(None, "clip_cov: share of completion tokens detached; null: the "
+                                             "preset's")
+    clip_cov_lb: Optional[float] = option(None, "clip_cov: covariance above which a token may be detached; null: "
+                                          "the preset's")
+    clip_cov_ub: Optional[float] = option(None, "clip_cov: covariance below which a token may be detached; null: "
+                                          "the preset's")
+    kl_cov_ratio: Optional[float] = option(None, "kl_cov: share of completion tokens (highest covariance) that get "
+                                           "the |log ratio| penalty; null: the preset's")
+    ppo_kl_coef: Optional[float] = option(None, "kl_cov: weight of the |log ratio| penalty; null: the preset's")
     # PPO (algorithm.name=ppo): a learned value function instead of a group baseline.
     value_model: Optional[str] = option(None, "none (group baselines), shared (a value head on the policy's "
                                         "backbone, one forward pass) or separate (a second copy of the base model "
@@ -601,6 +620,7 @@ def validate(config: Config) -> None:
     """Cross-field invariants and names (value ranges: `rlvr/config_ranges.py`); messages name the keys."""
     from rlvr.core import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, LOSS_AGGREGATIONS, KL_ESTIMATORS
     from rlvr.core.advantages import GROUP_BASELINE_ESTIMATORS
+    from rlvr.core.policy_losses import SEQUENCE_LEVEL_LOSSES
     from rlvr.models.value_model import VALUE_MODEL_KINDS
     from rlvr.rollout import ROLLOUT_BACKENDS
     from rlvr.tasks import check_task_name
@@ -634,6 +654,16 @@ def validate(config: Config) -> None:
         )
     if a.dynamic_sampling and r.group_size < 2:
         raise ConfigError("algorithm.dynamic_sampling needs rollout.group_size >= 2")
+    if a.entropy_top_fraction < 1 and a.policy_loss in SEQUENCE_LEVEL_LOSSES:
+        raise ConfigError(
+            f"algorithm.entropy_top_fraction={a.entropy_top_fraction} selects tokens, and "
+            f"algorithm.policy_loss={a.policy_loss!r} gives every token of a sequence the same sequence-level "
+            f"loss; use a token-level loss (not {', '.join(sorted(SEQUENCE_LEVEL_LOSSES))}) or set "
+            "entropy_top_fraction=1"
+        )
+    if a.clip_cov_lb >= a.clip_cov_ub:
+        raise ConfigError(f"algorithm.clip_cov_lb={a.clip_cov_lb} must be below algorithm.clip_cov_ub="
+                          f"{a.clip_cov_ub}: no covariance lies in between")
     if a.advantage_estimator in GROUP_BASELINE_ESTIMATORS and r.group_size < 2:
         raise ConfigError(
             f"algorithm.advantage_estimator={a.advantage_estimator!r} compares each completion with the rest of "

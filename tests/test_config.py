@@ -49,8 +49,8 @@ def test_every_preset_resolves():
         (["optim.lr=fast"], "optim.lr: expected a number"),
         (["rollout.group_size=2.5"], "rollout.group_size: expected an integer"),
         (["model.lora=maybe"], "model.lora: expected true or false"),
-        (["algorithm.name=ppo2"], "unknown algorithm 'ppo2' (did you mean 'ppo'?); valid choices: dapo, dr_grpo, "
-                                  "gr_reinforce, grpo"),
+        (["algorithm.name=ppo2"], "unknown algorithm 'ppo2' (did you mean 'ppo'?); valid choices: cispo, clip_cov, "
+                                  "dapo, dr_grpo, dual_clip, gmpo, gpg, gr_reinforce, grpo"),
         (["algorithm.policy_loss=bogus"], "algorithm.policy_loss: unknown name 'bogus'; valid choices:"),
         (["algorithm.loss_aggregation=mean"], "valid choices: seq_mean_token_mean, seq_mean_token_sum_norm, token_mean"),
         (["task.name=chess"], "task.name: unknown task 'chess'; valid choices: "),
@@ -236,8 +236,9 @@ def test_group_baseline_estimators_are_exactly_those_that_zero_a_group_of_one():
     from rlvr.core.advantages import GROUP_BASELINE_ESTIMATORS, VALUE_BASELINE_ESTIMATORS
 
     rewards = torch.tensor([0.0, 1.0, 0.3, 2.0])  # different rewards: a baseline-free estimator keeps them
+    extra = dict(completion_mask=torch.ones(4, 2), reward_baselines=torch.zeros(4))  # what the loop passes
     zeroed = {name for name in set(ADVANTAGE_ESTIMATORS.names()) - VALUE_BASELINE_ESTIMATORS
-              if torch.count_nonzero(ADVANTAGE_ESTIMATORS.get(name)(rewards, group_size=1)) == 0}
+              if torch.count_nonzero(ADVANTAGE_ESTIMATORS.get(name)(rewards, group_size=1, **extra)) == 0}
     assert zeroed == set(GROUP_BASELINE_ESTIMATORS)
     assert "none" not in zeroed
     # The value-based estimators take per-token rewards and a value; a group of one is all they need.
