@@ -127,7 +127,8 @@ def run_mechanism_check(config) -> tuple[list[CheckRow], list[CheckRow]]:
     mask = build_completion_mask(ids, attention, prompt_len)  # [N, L-1]
     rewards = torch.tensor([v.total for v in verdicts], dtype=torch.float32)  # [N], NaN where unscorable
     group_ids = torch.arange(len(responses)) // group  # [N]
-    advantages = compute_advantages(rewards, group_ids, algo)  # [N], as the training loop computes them
+    advantages = compute_advantages(rewards, group_ids, algo,
+                                    completion_mask=mask.cpu())  # [N], as the training loop computes them
     batch = RolloutBatch(input_ids=ids, attention_mask=attention, prompt_len=prompt_len, completion_mask=mask,
                          old_logprobs=None, ref_logprobs=None,
                          rewards=torch.where(torch.isfinite(rewards), rewards, torch.zeros_like(rewards)),
