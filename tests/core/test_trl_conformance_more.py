@@ -99,7 +99,7 @@ def test_loss_and_gradient_match_trl(loss_type, beta, fraction, steps):
         rlvr_loss.backward()
         rlvr_total += rlvr_loss.item()
     assert rlvr_total == pytest.approx(trl_total, abs=1e-12)
-    assert trl_logps.grad.abs().sum() > 0.1
+    assert trl_logps.grad.abs().sum() > 0.02  # a fraction of 0.2 leaves few tokens with a gradient
     assert torch.allclose(rlvr_logps.grad, trl_logps.grad, atol=1e-12, rtol=0)
 
 
