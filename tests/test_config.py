@@ -52,6 +52,13 @@ def test_every_preset_resolves():
         (["algorithm.name=ppo2"], "unknown algorithm 'ppo2' (did you mean 'ppo'?); valid choices: cispo, clip_cov, "
                                   "dapo, dr_grpo, dual_clip, gmpo, gpg, gr_reinforce, grpo"),
         (["algorithm.policy_loss=bogus"], "algorithm.policy_loss: unknown name 'bogus'; valid choices:"),
+        (["algorithm.name=gmpo", "algorithm.entropy_top_fraction=0.2"],
+         "algorithm.entropy_top_fraction=0.2 selects tokens, and algorithm.policy_loss='geo_mean' gives every token"),
+        (["algorithm.entropy_top_fraction=0"], "algorithm.entropy_top_fraction must be a finite number in (0, 1]"),
+        (["algorithm.clip_ratio_c=1.0"], "algorithm.clip_ratio_c must be a finite number in (1, 1000000]"),
+        (["algorithm.tau_neg=0"], "algorithm.tau_neg must be a finite number in (0, 1000]"),
+        (["algorithm.clip_cov_lb=5", "algorithm.clip_cov_ub=5"], "algorithm.clip_cov_lb=5.0 must be below"),
+        (["algorithm.name=grpo_passk", "rollout.group_size=1"], "algorithm.advantage_estimator='grpo_passk' compares"),
         (["algorithm.loss_aggregation=mean"], "valid choices: seq_mean_token_mean, seq_mean_token_sum_norm, token_mean"),
         (["task.name=chess"], "task.name: unknown task 'chess'; valid choices: "),
         (["optim.minibatch_size=5", "optim.grad_accum_steps=2"], "must equal rollout.batch_size * rollout.group_size = 32"),
