@@ -133,3 +133,10 @@ def test_token_weighted_estimators_leave_unscorable_rows_out_of_their_statistics
     assert torch.allclose(advantages, torch.tensor(expected), atol=1e-6)
     # Counting the unscorable row as three tokens of reward 0 would move the mean to 4/9.
     assert abs(mean.item() - 4 / 9) > 0.1
+
+
+def test_remax_with_no_judged_baseline_learns_nothing():
+    rewards = torch.tensor([1.0, 0.0])
+    advantages = compute_advantages(rewards, torch.tensor([0, 0]), _algo("remax"),
+                                    reward_baselines=torch.tensor([NAN, NAN]))
+    assert advantages.tolist() == [0.0, 0.0]

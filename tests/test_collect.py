@@ -166,3 +166,22 @@ def test_greedy_baselines_decode_one_greedy_completion_per_kept_prompt():
     baselines = greedy_baselines(backend, ScriptedTask(), SamplingSettings(max_new_tokens=4), collected, config)
     assert backend.calls == [(4, 1, False)]  # the 4 kept prompts, once each, greedily
     assert baselines.rewards.tolist() == [1.0] * 4 * GROUP  # repeated over each group, prompt-major
+
+
+def test_greedy_baselines_keep_the_rollout_settings_otherwise():
+    from rlvr.rollout import SamplingSettings
+    from rlvr.train.collect import greedy_baselines
+
+    seen = []
+
+    class Recording(GreedyAwareBackend):
+        def generate(self, prompts, group_size, settings):
+            seen.append(settings)
+            return super().generate(prompts, group_size, settings)
+
+    config = _config(dynamic_sampling=False)
+    settings = SamplingSettings(max_new_tokens=3, temperature=0.7, stop_strings=("</a>",))
+    greedy_baselines(Recording(), ScriptedTask(), settings, _collect(config), config)
+    (used,) = seen
+    assert (used.do_sample, used.max_new_tokens, used.stop_strings) == (False, 3, ("</a>",))
+    assert settings.do_sample  # the rollout's own settings are left as they were

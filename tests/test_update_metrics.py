@@ -113,3 +113,29 @@ def test_token_generator_is_seeded_from_the_global_rng_and_only_for_random_losse
     assert torch.equal(draws[0], draws[1])
     torch.manual_seed(4)
     assert not torch.equal(torch.randperm(50, generator=token_generator(_algo(policy_loss="clip_cov"))), draws[0])
+
+
+def test_clip_cov_and_kl_cov_updates_log_their_selected_share():
+    scores, old, minibatch = _inputs(2)
+    for loss, key in (("clip_cov", "cov_clipped"), ("kl_cov", "kl_penalized")):
+        sums = MetricSums()
+        algo = _algo(policy_loss=loss, clip_cov_lb=-10.0, clip_cov_ub=10.0)
+        _policy_terms(scores, old, minibatch, algo, 0, sums, token_generator(algo))
+        tokens = minibatch.completion_mask.sum().item()
+        assert sums.reduce()[policy_loss_metric(key)] == pytest.approx(1 / tokens)  # max(1, int(2e-4 * 12)) = 1
+
+
+def test_a_smaller_entropy_fraction_leaves_fewer_tokens_with_a_policy_loss():
+    scores, old, minibatch = _inputs(3)
+    nonzero = []
+    for fraction in (1.0, 0.6, 0.2):
+        per_token, _ = _policy_terms(scores, old, minibatch, _algo(entropy_top_fraction=fraction), 0, MetricSums())
+        nonzero.append(int(((per_token != 0) & minibatch.completion_mask.bool()).sum()))
+    assert nonzero[0] == 12 and nonzero[0] > nonzero[1] > nonzero[2] >= 1
+
+
+def test_consecutive_updates_draw_different_seeds():
+    torch.manual_seed(0)
+    algo = _algo(policy_loss="clip_cov")
+    first, second = token_generator(algo), token_generator(algo)
+    assert not torch.equal(torch.randperm(50, generator=first), torch.randperm(50, generator=second))

@@ -260,3 +260,49 @@ def test_loss_options_reach_only_the_losses_that_declare_them_and_defaults_match
     assert loss_options(POLICY_LOSSES.get("sapo"), everything) == {"tau_pos": 1.5, "tau_neg": 1.5}
     assert loss_options(POLICY_LOSSES.get("grpo_clip"), everything) == {}
     assert [n for n in POLICY_LOSSES.names() if draws_tokens_at_random(POLICY_LOSSES.get(n))] == ["clip_cov"]
+
+
+def test_hand_worked_values():
+    one = torch.ones(1, 2, dtype=torch.float64)
+    # GMPO, A = +1, log-ratios 0.5 and -0.6, clip 0.2 / 0.2: only the upper clip binds for A > 0, so
+    # the kept log-ratios are 0.2 and -0.6, mean -0.2: loss -exp(-0.2) = -0.818731 on both tokens.
+    # (Clipping both sides would give 0.2 and -0.2, mean 0: loss -1.)
+    old = torch.tensor([[-1.5, -0.4]], dtype=torch.float64)
+    new = old + torch.tensor([[0.5, -0.6]], dtype=torch.float64)
+    loss, _ = POLICY_LOSSES.get("geo_mean")(new, old, torch.tensor([1.0], dtype=torch.float64), one,
+                                            clip_low=0.2, clip_high=0.2)
+    assert loss.flatten().tolist() == pytest.approx([-0.8187307531, -0.8187307531], abs=1e-9)
+    # Dual clip, c = 3, ratio e^1.5 = 4.4817 on both rows. A = -1: PPO's loss max(4.48, 1.2) = 4.48,
+    # capped at -A * c = 3. A = +1: PPO's loss max(-4.48, -1.2) = -1.2, and no cap applies.
+    old = torch.zeros(2, 1, dtype=torch.float64)
+    new = torch.full((2, 1), 1.5, dtype=torch.float64)
+    loss, metrics = POLICY_LOSSES.get("dual_clip")(new, old, torch.tensor([-1.0, 1.0], dtype=torch.float64),
+                                                   torch.ones(2, 1), clip_ratio_c=3.0)
+    assert loss.flatten().tolist() == pytest.approx([3.0, -1.2], abs=1e-12)
+    assert metrics["dual_clipped"].flatten().tolist() == [1.0, 0.0]
+    # KL-Cov, A = [1, -1], log-probs [[-1, -2], [-3, -0.5]]: means 0 and -1.625, covariances
+    # [[0.625, -0.375], [1.375, -1.125]]; a share of 0.25 of 4 tokens penalizes one: row 1, token 0.
+    logprobs = torch.tensor([[-1.0, -2.0], [-3.0, -0.5]], dtype=torch.float64)
+    _, metrics = POLICY_LOSSES.get("kl_cov")(logprobs, logprobs - 0.1, torch.tensor([1.0, -1.0], dtype=torch.float64),
+                                             torch.ones(2, 2), kl_cov_ratio=0.25, ppo_kl_coef=1.0)
+    assert metrics["kl_penalized"].tolist() == [[0.0, 0.0], [1.0, 0.0]]
+
+
+def test_clip_cov_with_a_full_budget_detaches_exactly_the_candidates():
+    """clip_cov_ratio 1: every candidate is drawn, so the detached set is the candidate rule itself."""
+    logprobs, old, advantages, mask = _wide_rollout(7)
+    advantages = advantages * 2
+    _, metrics = POLICY_LOSSES.get("clip_cov")(logprobs, old, advantages, mask, clip_low=0.2, clip_high=0.2,
+                                               clip_cov_ratio=1.0, clip_cov_lb=0.2, clip_cov_ub=3.0,
+                                               generator=torch.Generator().manual_seed(0))
+    covariance = _covariances(logprobs, advantages, mask)
+    clipped_by_ppo = 0
+    for b, t in _valid(mask):
+        a = advantages[b].item()
+        ratio = math.exp(logprobs[b, t].item() - old[b, t].item())
+        ppo_clipped = -a * min(max(ratio, 0.8), 1.2) > -a * ratio
+        in_range = 0.2 < covariance[(b, t)] < 3.0
+        clipped_by_ppo += ppo_clipped and in_range
+        assert metrics["cov_clipped"][b, t].item() == float(in_range and not ppo_clipped), (b, t)
+    assert clipped_by_ppo >= 1  # a token in range that PPO's clip already handles is left alone
+    assert 5 <= metrics["cov_clipped"].sum() < len(covariance)

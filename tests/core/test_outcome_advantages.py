@@ -129,3 +129,24 @@ def test_gpg_scales_the_group_centred_reward_by_the_share_with_signal():
             expected[r] = 0.0 if group == 0 else alpha * (REWARDS[r].item() - mean)
     _close(advantages, expected)
     assert alpha > 1.2  # the scale matters on this batch
+
+
+def test_hand_worked_values():
+    # REINFORCE++-baseline: groups [1, 0] and [2, 2] (no contrast), lengths 1, 3, 2, 2. Centred:
+    # 0.5, -0.5, 0, 0; over the 8 tokens mean (0.5 - 1.5) / 8 = -0.125, population std
+    # sqrt((0.625^2 + 3 * 0.375^2 + 4 * 0.125^2) / 8) = sqrt(0.109375) = 0.33072: 0.625 / 0.33072 = 1.88982,
+    # -0.375 / 0.33072 = -1.13389, and exactly 0 for the group without contrast (not 0.125 / 0.33072).
+    rewards = torch.tensor([1.0, 0.0, 2.0, 2.0], dtype=torch.float64)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 1, 0]], dtype=torch.float64)
+    advantages = ADVANTAGE_ESTIMATORS.get("reinforce_plus_plus_baseline")(rewards, group_size=2, completion_mask=mask)
+    assert advantages.tolist() == pytest.approx([1.8898223, -1.1338934, 0.0, 0.0], abs=1e-6)
+    # OPO: group [1, 0] with lengths 1 and 3: baseline (1 * 1 + 3 * 0) / 4 = 0.25: A = 0.75, -0.25.
+    opo = ADVANTAGE_ESTIMATORS.get("opo")(rewards[:2], group_size=2, completion_mask=mask[:2])
+    assert opo.tolist() == pytest.approx([0.75, -0.25], abs=1e-12)
+    # Pass@k: group [1, 0.5, 0]: the best (1) gets (1 - 0.5) / sample std 0.5 = 1 (population std
+    # 0.4082 would give 1.2247); the others 0.
+    passk = ADVANTAGE_ESTIMATORS.get("grpo_passk")(torch.tensor([1.0, 0.5, 0.0]), group_size=3, std="sample")
+    assert passk.tolist() == pytest.approx([0.5 / (0.5 + 1e-6), 0.0, 0.0], abs=1e-6)
+    # GPG: rewards [1, 0, 0, 0] in groups of two: 1 of 4 non-zero, alpha 4: A = 4 * [0.5, -0.5, 0, 0].
+    gpg = ADVANTAGE_ESTIMATORS.get("gpg")(torch.tensor([1.0, 0.0, 0.0, 0.0]), group_size=2)
+    assert gpg.tolist() == [2.0, -2.0, 0.0, 0.0]
