@@ -47,3 +47,19 @@ def test_new_preset_trains_two_iterations(tiny_model_dir, tmp_path, preset):
         own = NEW_PRESETS[preset]
         if own is not None:
             assert own in record and 0.0 <= record[own] <= 1.0, own
+
+
+@pytest.mark.slow
+def test_top_entropy_selection_trains_and_logs_its_share(tiny_model_dir, tmp_path):
+    """grpo (2 epochs) with entropy_top_fraction 0.2 and an entropy bonus: later epochs need entropies too."""
+    run_dir = tmp_path / "top_entropy"
+    overrides = tiny_overrides(tiny_model_dir, run_dir, **{
+        "task.name": "format_copy", "algorithm.name": "grpo", "algorithm.entropy_top_fraction": 0.2,
+        "algorithm.entropy_coef": 0.01, "train.iterations": 2, "train.eval_size": 0, "model.lora_rank": 4,
+        "model.lora_alpha": 8,
+    })
+    assert main(["train", *overrides]) == 0
+    for record in read_jsonl(run_dir / "metrics.jsonl"):
+        assert record["optimizer_steps"] == 2
+        # At least the top 20% (ties at the threshold are all kept), well short of every token.
+        assert 0.2 <= record["entropy/selected_frac"] < 0.5
