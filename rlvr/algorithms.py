@@ -102,3 +102,93 @@ _preset(
     value_model="shared", gae_gamma=1.0, gae_lambda=0.95, value_clip=0.2, vf_coef=0.1,
     description="PPO: GAE on a learned value head (shared backbone), clipped value loss, token-mean, 2 epochs",
 )
+# CISPO (MiniMax-M1): the clipped importance weight is a constant factor of a REINFORCE term, so
+# clipped tokens keep their gradient; no lower clip (clip_low 1) and the weight capped at 5 (ScaleRL's
+# epsilon_max, TRL's recommended epsilon_high), token-mean as in TRL and verl.
+_preset(
+    "cispo",
+    advantage_estimator="grpo", policy_loss="cispo", loss_aggregation="token_mean",
+    ppo_epochs=2, clip_low=1.0, clip_high=4.0, kl_coef=0.0,
+    description="CISPO: clip the importance weight (detached, at most 5), not the update; token-mean",
+)
+# SAPO (Qwen): a sigmoid gate of the ratio replaces the hard clip; the gate fades faster for
+# negative advantages (tau_neg 1.05 > tau_pos 1.0); sequence-mean as in the paper.
+_preset(
+    "sapo",
+    advantage_estimator="grpo", policy_loss="sapo", loss_aggregation="seq_mean_token_mean",
+    ppo_epochs=2, clip_low=0.2, clip_high=0.2, kl_coef=0.0, tau_pos=1.0, tau_neg=1.05,
+    description="SAPO: smooth sigmoid gate of the ratio instead of the clip (tau 1.0 / 1.05)",
+)
+# GMPO: the geometric mean of the token ratios, each clipped in log space to [-0.4, 0.4].
+_preset(
+    "gmpo",
+    advantage_estimator="grpo", policy_loss="geo_mean", loss_aggregation="seq_mean_token_mean",
+    ppo_epochs=2, clip_low=0.4, clip_high=0.4, kl_coef=0.0,
+    description="GMPO: geometric mean of token ratios, log-space clip 0.4, sequence mean",
+)
+# GPG: REINFORCE on group-mean advantages scaled by N / (non-zero rewards), one on-policy pass.
+_preset(
+    "gpg",
+    advantage_estimator="gpg", policy_loss="gpg", loss_aggregation="token_mean",
+    ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
+    description="GPG: -A log pi with A = alpha (r - group mean), no ratio, no KL, one pass",
+)
+# Clip-Cov and KL-Cov (the entropy mechanism of RL): damp the few tokens whose log-prob and
+# advantage covary most, which is where entropy collapses.
+_preset(
+    "clip_cov",
+    advantage_estimator="grpo", policy_loss="clip_cov", loss_aggregation="token_mean",
+    ppo_epochs=2, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
+    description="Clip-Cov: PPO clip plus detaching a random 2e-4 of tokens with covariance in (1, 5)",
+)
+_preset(
+    "kl_cov",
+    advantage_estimator="grpo", policy_loss="kl_cov", loss_aggregation="token_mean",
+    ppo_epochs=2, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
+    description="KL-Cov: no clip; a 0.1 * abs(log ratio) penalty on the top 2e-4 covariance tokens",
+)
+# Dual-clip PPO: GRPO whose loss for A < 0 is capped at -A * 3, so a huge ratio on a bad
+# completion cannot dominate the step.
+_preset(
+    "dual_clip",
+    advantage_estimator="grpo", policy_loss="dual_clip", loss_aggregation="seq_mean_token_mean",
+    ppo_epochs=2, clip_low=0.2, clip_high=0.2, kl_coef=0.04, clip_ratio_c=3.0,
+    description="GRPO with dual clip: the loss of a negative advantage is at most -A * 3",
+)
+# REINFORCE++: no group baseline; the reward whitened over the batch's tokens, PPO clip.
+_preset(
+    "reinforce_plus_plus",
+    advantage_estimator="reinforce_plus_plus", policy_loss="grpo_clip", loss_aggregation="token_mean",
+    ppo_epochs=2, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
+    description="REINFORCE++: batch token-whitened reward, no group baseline, PPO clip, token-mean",
+)
+_preset(
+    "reinforce_plus_plus_baseline",
+    advantage_estimator="reinforce_plus_plus_baseline", policy_loss="grpo_clip", loss_aggregation="token_mean",
+    ppo_epochs=2, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
+    description="REINFORCE++-baseline: group-mean baseline, then batch token whitening, PPO clip",
+)
+# ReMax: the baseline is the reward of one greedy completion per prompt (decoded and scored by the
+# loop each iteration), REINFORCE, one on-policy pass.
+_preset(
+    "remax",
+    advantage_estimator="remax", policy_loss="gr_reinforce", loss_aggregation="seq_mean_token_mean",
+    ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
+    description="ReMax: reward minus the greedy completion's reward, REINFORCE, one pass",
+)
+# OPO: exactly on-policy (one pass), baseline = the length-weighted group mean, the variance-optimal
+# one when a sequence's gradient is the sum of its tokens' (hence the token-sum aggregation).
+_preset(
+    "opo",
+    advantage_estimator="opo", policy_loss="gr_reinforce", loss_aggregation="seq_mean_token_sum_norm",
+    ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
+    description="OPO: length-weighted group-mean baseline, strictly on-policy, token sum",
+)
+# Pass@k training: only each group's single best completion is pushed up, by its margin over the
+# runner-up in group-std units (sample std, as verl).
+_preset(
+    "grpo_passk",
+    advantage_estimator="grpo_passk", policy_loss="grpo_clip", loss_aggregation="seq_mean_token_mean",
+    ppo_epochs=2, clip_low=0.2, clip_high=0.2, kl_coef=0.0, std="sample",
+    description="GRPO pass@k: only the best of each group, (r_max - r_2nd) / std, counts",
+)

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.core import compute_per_token_logprobs, kl_per_token
+from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
 from rlvr.metric_names import GRAD_NORM, LOSS, TRUNCATED_FRAC
 from rlvr.models import compute_completion_logprobs, reference_context, trainable_parameters
 from rlvr.models.policy import dtype_name, resolve_dtype
 from rlvr.rollout import SamplingSettings
 from rlvr.rollout.base import eos_token_ids
 from rlvr.train.advantages import with_advantages
-from rlvr.train.collect import collect_groups, rollout_batch
+from rlvr.train.collect import collect_groups, greedy_baselines, rollout_batch
 from rlvr.train.optim import make_optimizer, make_scheduler
 from rlvr.train.reference import needs_reference_logprobs, with_reference_logprobs
 from rlvr.train.rollout_stats import advantage_per_row, gather_rollout, rollout_stats
@@ -136,7 +137,10 @@ def run_check(config) -> list[CheckRow]:
         batch = with_reference_logprobs(loaded, batch, config)
     if value_model is not None:
         batch = with_old_values(policy, value_model, batch, config, with_logprobs=algo.kl_in_reward > 0)
-    batch = with_advantages(batch, collected.rewards, algo)
+    reward_baselines = None
+    if algo.advantage_estimator in GREEDY_BASELINE_ESTIMATORS:  # ReMax: as `rlvr train` builds it
+        reward_baselines = greedy_baselines(backend, task, settings, collected, config).rewards  # [N]
+    batch = with_advantages(batch, collected.rewards, algo, reward_baselines=reward_baselines)
     stats = rollout_stats(gather_rollout(collected, batch), algo.dynamic_sampling)
     prompt_len = batch.prompt_len
     _stage(f"sampled {len(batch)} completions; recomputing log-probs", check_started)

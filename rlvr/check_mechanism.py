@@ -18,6 +18,7 @@ import torch
 from rlvr.check import CheckRow, row
 from rlvr.config import ConfigError, resolve
 from rlvr.core import RolloutBatch, build_completion_mask, get_advantage_estimator
+from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
 from rlvr.metric_names import CLIP_FRAC_HIGH, CLIP_FRAC_LOW
 from rlvr.models import compute_completion_logprobs, trainable_parameters
 from rlvr.registry import Registry
@@ -67,6 +68,11 @@ def _mechanism_config(config):
         raise ConfigError(f"rlvr check --mechanism compares fixed candidate responses within their group; "
                           f"algorithm.value_model={config.algorithm.value_model!r} ({config.algorithm.name}) has no "
                           "group baseline to compare against: run rlvr check without --mechanism")
+    if config.algorithm.advantage_estimator in GREEDY_BASELINE_ESTIMATORS:
+        raise ConfigError(f"rlvr check --mechanism scores fixed responses and decodes nothing; "
+                          f"algorithm.advantage_estimator={config.algorithm.advantage_estimator!r} "
+                          f"({config.algorithm.name}) needs a greedy completion per prompt as its baseline: run "
+                          "rlvr check without --mechanism")
     mech = copy.deepcopy(config)
     mech.model.lora = True
     mech.rollout.batch_size, mech.rollout.group_size = 2, len(CANDIDATE_LABELS)
@@ -127,7 +133,8 @@ def run_mechanism_check(config) -> tuple[list[CheckRow], list[CheckRow]]:
     mask = build_completion_mask(ids, attention, prompt_len)  # [N, L-1]
     rewards = torch.tensor([v.total for v in verdicts], dtype=torch.float32)  # [N], NaN where unscorable
     group_ids = torch.arange(len(responses)) // group  # [N]
-    advantages = compute_advantages(rewards, group_ids, algo)  # [N], as the training loop computes them
+    advantages = compute_advantages(rewards, group_ids, algo,
+                                    completion_mask=mask.cpu())  # [N], as the training loop computes them
     batch = RolloutBatch(input_ids=ids, attention_mask=attention, prompt_len=prompt_len, completion_mask=mask,
                          old_logprobs=None, ref_logprobs=None,
                          rewards=torch.where(torch.isfinite(rewards), rewards, torch.zeros_like(rewards)),
@@ -159,7 +166,8 @@ def run_mechanism_check(config) -> tuple[list[CheckRow], list[CheckRow]]:
     rows.append(row("policy separation", separation, "> 0", separation > 0,
                     "mean logp change of A>0 responses minus that of A<0 ones"))
     estimator = get_advantage_estimator(algo.advantage_estimator)
-    flat = estimator(torch.ones(group), group_ids=torch.zeros(group, dtype=torch.long), std=algo.std)  # [G]
+    flat = estimator(torch.ones(group), group_ids=torch.zeros(group, dtype=torch.long), std=algo.std,
+                     completion_mask=torch.ones(group, 1))  # [G]
     flat_max = float(flat.abs().max())
     rows.append(row("all-equal group advantages", flat_max, "= 0", flat_max == 0.0, f"estimator {algo.advantage_estimator}"))
     skipped = update.skipped_nonfinite_updates

@@ -171,10 +171,11 @@ def _reward_audit(args: argparse.Namespace, config, format_table) -> int:
 def cmd_algorithms(args: argparse.Namespace) -> int:
     from rlvr.algorithms import ALGORITHMS
 
+    width = max(24, *(len(name) + 1 for name in ALGORITHMS))
     for name in ALGORITHMS:
         preset = ALGORITHMS.get(name)
-        print(f"{name:24s} {preset.description}")
-        print(f"{'':24s} " + " ".join(f"{key}={value}" for key, value in preset.settings.items()))
+        print(f"{name:{width}s} {preset.description}")
+        print(f"{'':{width}s} " + " ".join(f"{key}={value}" for key, value in preset.settings.items()))
     return 0
 
 

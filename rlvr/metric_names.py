@@ -45,9 +45,11 @@ POLICY_LOSS_PER_TOKEN = "policy_loss_per_token"
 LOSS = "loss"
 KL = "kl"
 ENTROPY = "entropy"
+ENTROPY_SELECTED_FRAC = "entropy/selected_frac"  # share of tokens with a policy loss (entropy_top_fraction)
 CLIP_FRAC_LOW = "clip_frac/low"
 CLIP_FRAC_HIGH = "clip_frac/high"
 RATIO_MEAN = "ratio/mean"
+POLICY_LOSS_PREFIX = "policy_loss/"  # a loss's own metrics (e.g. policy_loss/dual_clipped), token means
 RATIO_FIRST_EPOCH_MAX_DEV = "ratio/first_epoch_max_dev"  # 0 when the first epoch is on-policy
 GRAD_NORM = "grad_norm"  # before clipping
 LR = "lr"
@@ -119,3 +121,8 @@ def status_count(status: str) -> str:
 def eval_reward_component(component: str) -> str:
     """`eval/reward/<component>`: the eval mean of one named reward component."""
     return EVAL_REWARD_PREFIX + component
+
+
+def policy_loss_metric(name: str) -> str:
+    """policy_loss/<name>: a metric a policy loss returns beyond ratio and the clip flags (token mean)."""
+    return POLICY_LOSS_PREFIX + name

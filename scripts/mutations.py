@@ -836,4 +836,138 @@ FIRST_MINUTES = [
     ),
 ]
 
-MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA + FIRST_MINUTES
+# ----------------------------------------------------------------------------- 2025-26 losses and estimators
+
+NEW_LOSSES = [
+    mutation(
+        "cispo_weight_not_detached", "rlvr/core/surrogate_losses.py",
+        "CISPO's clipped weight carries a gradient, so its gradient is no longer -w A per token",
+        ("    weight = ratio.clamp(1.0 - clip_low, 1.0 + upper).detach()  # [B, T]",
+         "    weight = ratio.clamp(1.0 - clip_low, 1.0 + upper)  # [B, T]"),
+        tests=("tests/core/test_new_policy_losses.py", "tests/core/test_trl_conformance_more.py"),
+    ),
+    mutation(
+        "sapo_temperatures_swapped", "rlvr/core/surrogate_losses.py",
+        "SAPO uses tau_neg for positive advantages and tau_pos for the others",
+        ("    tau = torch.where(advantages > 0, positive, negative)  # [B, 1] or [B, T]",
+         "    tau = torch.where(advantages > 0, negative, positive)  # [B, 1] or [B, T]"),
+        tests=("tests/core/test_new_policy_losses.py", "tests/core/test_trl_conformance_more.py"),
+    ),
+    mutation(
+        "gmpo_clips_both_sides", "rlvr/core/surrogate_losses.py",
+        "GMPO clips every log-ratio instead of only the pessimistic side (sgn(A) min)",
+        ("    pessimistic = sign * torch.minimum(sign * log_ratio, sign * clipped_log_ratio)  # [B, T]",
+         "    pessimistic = clipped_log_ratio  # [B, T]"),
+        tests=("tests/core/test_new_policy_losses.py",),
+    ),
+    mutation(
+        "dual_clip_bounds_positive_advantages", "rlvr/core/surrogate_losses.py",
+        "the dual-clip bound -A * c is applied whatever the advantage's sign",
+        ("    loss = torch.where(negative, torch.minimum(loss, bound), loss)  # [B, T]",
+         "    loss = torch.minimum(loss, bound)  # [B, T]"),
+        tests=("tests/core/test_new_policy_losses.py",),
+    ),
+    mutation(
+        "clip_cov_draws_ppo_clipped_tokens", "rlvr/core/covariance_losses.py",
+        "Clip-Cov's candidates include tokens PPO's clip already handles",
+        ("    candidates = valid & ~clipped_by_ppo & (covariance > clip_cov_lb)",
+         "    candidates = valid & (covariance > clip_cov_lb)"),
+        tests=("tests/core/test_new_policy_losses.py",),
+    ),
+    mutation(
+        "kl_cov_penalizes_the_lowest_covariance", "rlvr/core/covariance_losses.py",
+        "KL-Cov penalizes the tokens with the smallest covariance instead of the largest",
+        ("torch.topk(covariance, count).indices", "torch.topk(covariance, count, largest=False).indices"),
+        tests=("tests/core/test_new_policy_losses.py",),
+    ),
+    mutation(
+        "token_covariance_uncentred_logprob", "rlvr/core/covariance_losses.py",
+        "the token covariance forgets to centre the log-probs",
+        ("(logprobs - masked_mean(logprobs, mask))  # [B, T]", "logprobs  # [B, T]"),
+        tests=("tests/core/test_new_policy_losses.py",),
+    ),
+    mutation(
+        "top_entropy_keeps_the_lowest", "rlvr/core/masks.py",
+        "the top-entropy selection takes the fraction quantile instead of 1 - fraction (keeps the bottom share)",
+        ("        threshold = torch.quantile(values, 1.0 - fraction)", "        threshold = torch.quantile(values, fraction)"),
+        tests=("tests/core/test_trl_conformance_more.py",),
+    ),
+    mutation(
+        "reinforce_pp_whitens_per_sequence", "rlvr/core/outcome_advantages.py",
+        "REINFORCE++ whitens over completions instead of over tokens (each completion counted once)",
+        ("    return masked_mean_per_row(masked_whiten(token_values, completion_mask), completion_mask)  # [N]",
+         "    return masked_whiten(values, torch.ones_like(values))  # [N]"),
+        tests=("tests/core/test_outcome_advantages.py",),
+    ),
+    mutation(
+        "reinforce_pp_baseline_no_group_mean", "rlvr/core/outcome_advantages.py",
+        "REINFORCE++-baseline skips the group-mean baseline",
+        ('    centred = torch.where(degenerate, torch.zeros_like(rewards), rewards - stats["means"][index])  # [N]',
+         '    centred = torch.where(degenerate, torch.zeros_like(rewards), rewards)  # [N]'),
+        tests=("tests/core/test_outcome_advantages.py",),
+    ),
+    mutation(
+        "remax_baseline_sign", "rlvr/core/outcome_advantages.py",
+        "ReMax subtracts the sampled reward from the greedy one",
+        ("    return rewards - baselines.to(rewards.dtype)  # [N]", "    return baselines.to(rewards.dtype) - rewards  # [N]"),
+        tests=("tests/core/test_outcome_advantages.py",
+               "tests/test_advantage_stage.py::test_remax_baselines_reach_the_estimator_and_an_unjudged_one_zeroes_its_row"),
+    ),
+    mutation(
+        "opo_unweighted_baseline", "rlvr/core/outcome_advantages.py",
+        "OPO's baseline is the plain group mean, not the length-weighted one",
+        ('    baseline = torch.where(tokens > 0, weighted / tokens.clamp(min=1), stats["means"])  # [G]',
+         '    baseline = stats["means"]  # [G]'),
+        tests=("tests/core/test_outcome_advantages.py",),
+    ),
+    mutation(
+        "passk_population_std_always", "rlvr/core/outcome_advantages.py",
+        "pass@k divides by the population std even when the sample std is asked for",
+        ("        degrees = rows.numel() - 1 if sample_std else rows.numel()", "        degrees = rows.numel()"),
+        tests=("tests/core/test_outcome_advantages.py",),
+    ),
+    mutation(
+        "gpg_without_alpha", "rlvr/core/outcome_advantages.py",
+        "GPG drops its N / (non-zero rewards) scale",
+        ("    alpha = rewards.shape[0] / (rewards != 0).sum().clamp(min=1).to(rewards.dtype)  # scalar",
+         "    alpha = 1.0  # scalar"),
+        tests=("tests/core/test_outcome_advantages.py",),
+    ),
+    mutation(
+        "loss_metrics_whitelisted", "rlvr/train/update.py",
+        "the update logs only the loss metrics it knows by name, so a new loss's own metrics vanish",
+        ("    for key, value in loss_metrics.items():\n        name =",
+         "    for key, value in loss_metrics.items():\n        if key not in LOSS_METRIC_NAMES:\n            continue\n        name ="),
+        tests=("tests/test_update_metrics.py",),
+    ),
+    mutation(
+        "top_entropy_selection_ignored", "rlvr/train/update.py",
+        "entropy_top_fraction is read but every token keeps its policy loss",
+        ("        per_token = torch.where(selected, per_token, torch.zeros_like(per_token))  # [b, L-1]",
+         "        per_token = per_token  # [b, L-1]"),
+        tests=("tests/test_update_metrics.py",),
+    ),
+    mutation(
+        "token_generator_fixed_seed", "rlvr/train/update.py",
+        "Clip-Cov's generator gets the same seed every update, so every iteration detaches the same positions",
+        ("    seed = int(torch.randint(0, 2**62, (1,)))", "    seed = 0"),
+        tests=("tests/test_update_metrics.py",),
+    ),
+    mutation(
+        "remax_baseline_sampled", "rlvr/train/collect.py",
+        "ReMax's baseline completion is sampled instead of decoded greedily",
+        ("    greedy = dataclasses.replace(settings, do_sample=False)", "    greedy = settings"),
+        tests=("tests/test_collect.py::test_greedy_baselines_decode_one_greedy_completion_per_kept_prompt",
+               "tests/test_collect.py::test_greedy_baselines_keep_the_rollout_settings_otherwise"),
+    ),
+    mutation(
+        "remax_unjudged_baseline_kept", "rlvr/train/advantages.py",
+        "a greedy completion that could not be judged still serves as a baseline",
+        ("        scorable = scorable & torch.isfinite(reward_baselines)  # [N]", "        scorable = scorable  # [N]"),
+        tests=("tests/test_advantage_stage.py::test_remax_baselines_reach_the_estimator_and_an_unjudged_one_zeroes_its_row",
+               "tests/test_advantage_stage.py::test_remax_with_no_judged_baseline_learns_nothing"),
+    ),
+]
+
+MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
+             + FIRST_MINUTES + NEW_LOSSES)

@@ -112,3 +112,31 @@ def test_dynamic_sampling_statistics_and_advantages_agree_on_borderline_groups()
     absolute = [float(torch.tensor(g, dtype=torch.float32).nan_to_num(nan=g[0]).max()
                       - torch.tensor(g, dtype=torch.float32).nan_to_num(nan=g[0]).min()) >= 1e-6 for g, _ in GROUPS[:2]]
     assert absolute == [True, True]
+
+
+def test_remax_baselines_reach_the_estimator_and_an_unjudged_one_zeroes_its_row():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.5])
+    group_ids = torch.tensor([0, 0, 1, 1])
+    baselines = torch.tensor([0.25, 0.25, NAN, NAN])  # prompt 1's greedy completion could not be judged
+    advantages = compute_advantages(rewards, group_ids, _algo("remax"), reward_baselines=baselines)
+    assert advantages.tolist() == [0.75, -0.25, 0.0, 0.0]
+
+
+def test_token_weighted_estimators_leave_unscorable_rows_out_of_their_statistics():
+    rewards = torch.tensor([1.0, 0.0, NAN, 0.5])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 1], [1, 1, 0]])
+    advantages = compute_advantages(rewards, torch.arange(4), _algo("reinforce_plus_plus"), completion_mask=mask)
+    # The tokens of the scorable rows: 1, 1, 1, 0, 0.5, 0.5 (mean 2/3), z-scored with the population std.
+    tokens = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.5, 0.5])
+    mean, std = tokens.mean(), (tokens - tokens.mean()).square().mean().sqrt()
+    expected = [(1 - mean) / std, (0 - mean) / std, 0.0, (0.5 - mean) / std]
+    assert torch.allclose(advantages, torch.tensor(expected), atol=1e-6)
+    # Counting the unscorable row as three tokens of reward 0 would move the mean to 4/9.
+    assert abs(mean.item() - 4 / 9) > 0.1
+
+
+def test_remax_with_no_judged_baseline_learns_nothing():
+    rewards = torch.tensor([1.0, 0.0])
+    advantages = compute_advantages(rewards, torch.tensor([0, 0]), _algo("remax"),
+                                    reward_baselines=torch.tensor([NAN, NAN]))
+    assert advantages.tolist() == [0.0, 0.0]

@@ -138,3 +138,13 @@ def test_mechanism_fails_when_the_loss_has_the_wrong_sign(tiny_model_dir):
     _, rows = run_mechanism_check(config)
     separation = next(r for r in rows if r.name == "policy separation")
     assert separation.result == "FAIL" and float(separation.value) < 0
+
+
+def test_mechanism_check_runs_the_token_weighted_estimators_and_refuses_remax(tiny_model_dir, capsys):
+    for preset in ("reinforce_plus_plus_baseline", "opo"):
+        _, rows = run_mechanism_check(load_config(None, _overrides(
+            tiny_model_dir, **{"algorithm.name": preset, "task.name": "format_copy"})))
+        results = _results(rows)
+        assert results["all-equal group advantages"] == "PASS" and results["updates applied"] == "PASS", preset
+    assert main(["check", "--mechanism", *_overrides(tiny_model_dir, **{"algorithm.name": "remax"})]) == 2
+    assert "needs a greedy completion per prompt" in capsys.readouterr().err

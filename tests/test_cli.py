@@ -51,7 +51,7 @@ def test_config_show_prints_value_type_default_and_help(tmp_path, capsys):
     assert "optim.weight_decay = 0.0   (float in [0, 100], default 0.0)" in lines  # unchanged: no star
     # A key the preset sets shows the preset's value as its default (what runs when it is unset): no star.
     assert "algorithm.clip_high = 0.28   (float in [0, 100], default 0.28 from preset dapo)" in lines
-    assert "algorithm.clip_low = 0.2   (float in [0, 1), default 0.2 from preset dapo)" in lines
+    assert "algorithm.clip_low = 0.2   (float in [0, 1], default 0.2 from preset dapo)" in lines
     assert "algorithm.std = population   (str in {population, sample}, default population)" in lines
     assert ("train.loggers = []   (list[str] of {aim, mlflow, tensorboard, wandb}, default [])") in lines
     assert "train.eval_max_new_tokens = null   (int in [1, 1048576] or null, default null)" in lines

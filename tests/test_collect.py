@@ -137,3 +137,51 @@ def test_two_ranks_log_the_global_round_and_group_counts(two_ranks):
     assert stats["dynamic_sampling/rounds"] == 3
     assert stats["dynamic_sampling/sampled_groups"] == 8 and stats["dynamic_sampling/filled_degenerate"] == 0
     assert stats["num_sequences"] == 8 and stats["frac_zero_variance_groups"] == 0.0
+
+
+class GreedyAwareBackend(ScriptedBackend):
+    """Answers "1" when decoding greedily and "0" when sampling, and records the calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def generate(self, prompts, group_size, settings):
+        self.calls.append((len(prompts), group_size, settings.do_sample))
+        rows = len(prompts) * group_size
+        ones = torch.ones(rows, 2, dtype=torch.long)
+        texts = ["1" if not settings.do_sample else "0"] * rows
+        return Generation(input_ids=ones, attention_mask=ones, prompt_len=1, completion_texts=texts,
+                          completion_lengths=torch.ones(rows, dtype=torch.long),
+                          truncated=torch.zeros(rows, dtype=torch.bool))
+
+
+def test_greedy_baselines_decode_one_greedy_completion_per_kept_prompt():
+    from rlvr.rollout import SamplingSettings
+    from rlvr.train.collect import greedy_baselines
+
+    config = _config(dynamic_sampling=False)
+    collected = _collect(config)
+    backend = GreedyAwareBackend()
+    baselines = greedy_baselines(backend, ScriptedTask(), SamplingSettings(max_new_tokens=4), collected, config)
+    assert backend.calls == [(4, 1, False)]  # the 4 kept prompts, once each, greedily
+    assert baselines.rewards.tolist() == [1.0] * 4 * GROUP  # repeated over each group, prompt-major
+
+
+def test_greedy_baselines_keep_the_rollout_settings_otherwise():
+    from rlvr.rollout import SamplingSettings
+    from rlvr.train.collect import greedy_baselines
+
+    seen = []
+
+    class Recording(GreedyAwareBackend):
+        def generate(self, prompts, group_size, settings):
+            seen.append(settings)
+            return super().generate(prompts, group_size, settings)
+
+    config = _config(dynamic_sampling=False)
+    settings = SamplingSettings(max_new_tokens=3, temperature=0.7, stop_strings=("</a>",))
+    greedy_baselines(Recording(), ScriptedTask(), settings, _collect(config), config)
+    (used,) = seen
+    assert (used.do_sample, used.max_new_tokens, used.stop_strings) == (False, 3, ("</a>",))
+    assert settings.do_sample  # the rollout's own settings are left as they were

@@ -49,9 +49,16 @@ def test_every_preset_resolves():
         (["optim.lr=fast"], "optim.lr: expected a number"),
         (["rollout.group_size=2.5"], "rollout.group_size: expected an integer"),
         (["model.lora=maybe"], "model.lora: expected true or false"),
-        (["algorithm.name=ppo2"], "algorithm.name: unknown choice 'ppo2' (did you mean 'ppo'?); valid choices: dapo, "
-                                  "dr_grpo, gr_reinforce, grpo"),
+        (["algorithm.name=ppo2"], "algorithm.name: unknown choice 'ppo2' (did you mean 'ppo'?); valid choices: cispo, "
+                                  "clip_cov, dapo, dr_grpo, dual_clip, gmpo, gpg, gr_reinforce, grpo"),
         (["algorithm.policy_loss=bogus"], "algorithm.policy_loss: unknown choice 'bogus'; valid choices:"),
+        (["algorithm.name=gmpo", "algorithm.entropy_top_fraction=0.2"],
+         "algorithm.entropy_top_fraction=0.2 selects tokens, and algorithm.policy_loss='geo_mean' gives every token"),
+        (["algorithm.entropy_top_fraction=0"], "algorithm.entropy_top_fraction must be a finite number in (0, 1]"),
+        (["algorithm.clip_ratio_c=1.0"], "algorithm.clip_ratio_c must be a finite number in (1, 1000000]"),
+        (["algorithm.tau_neg=0"], "algorithm.tau_neg must be a finite number in (0, 1000]"),
+        (["algorithm.clip_cov_lb=5", "algorithm.clip_cov_ub=5"], "algorithm.clip_cov_lb=5.0 must be below"),
+        (["algorithm.name=grpo_passk", "rollout.group_size=1"], "algorithm.advantage_estimator='grpo_passk' compares"),
         (["algorithm.loss_aggregation=mean"], "valid choices: seq_mean_token_mean, seq_mean_token_sum_norm, token_mean"),
         (["task.name=chess"], "task.name: unknown task 'chess'; valid choices: "),
         (["optim.minibatch_size=5", "optim.grad_accum_steps=2"], "must equal rollout.batch_size * rollout.group_size = 32"),
@@ -237,8 +244,9 @@ def test_group_baseline_estimators_are_exactly_those_that_zero_a_group_of_one():
     from rlvr.core.advantages import GROUP_BASELINE_ESTIMATORS, VALUE_BASELINE_ESTIMATORS
 
     rewards = torch.tensor([0.0, 1.0, 0.3, 2.0])  # different rewards: a baseline-free estimator keeps them
+    extra = dict(completion_mask=torch.ones(4, 2), reward_baselines=torch.zeros(4))  # what the loop passes
     zeroed = {name for name in set(ADVANTAGE_ESTIMATORS.names()) - VALUE_BASELINE_ESTIMATORS
-              if torch.count_nonzero(ADVANTAGE_ESTIMATORS.get(name)(rewards, group_size=1)) == 0}
+              if torch.count_nonzero(ADVANTAGE_ESTIMATORS.get(name)(rewards, group_size=1, **extra)) == 0}
     assert zeroed == set(GROUP_BASELINE_ESTIMATORS)
     assert "none" not in zeroed
     # The value-based estimators take per-token rewards and a value; a group of one is all they need.
@@ -341,7 +349,7 @@ def test_a_section_given_as_its_dataclass_sets_the_fields_that_differ_from_their
 
 @pytest.mark.parametrize("override, expected", [
     ("algorithm.advantage_estimator=grp", "algorithm.advantage_estimator: unknown choice 'grp' (did you mean "
-                                          "'grpo'?); valid choices: dr_grpo, gae, grpo"),
+                                          "'grpo'?); valid choices: dr_grpo, gae, gpg, grpo"),
     ("algorithm.kl_estimator=kk3", "algorithm.kl_estimator: unknown choice 'kk3' (did you mean 'k3'?); valid "
                                    "choices: k1, k2, k3"),
     ("algorithm.kl_estimator=k9", "algorithm.kl_estimator: unknown choice 'k9'; valid choices: k1, k2, k3"),

@@ -25,12 +25,13 @@ PRODUCERS = ("rlvr/train/rollout_stats.py", "rlvr/train/update.py", "rlvr/train/
              "rlvr/train/session.py", "rlvr/train/resume_policy.py")
 READERS = ("rlvr/train/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py", "rlvr/check.py",
            "rlvr/check_mechanism.py", "rlvr/train/sinks.py", "rlvr/train/metrics.py", "rlvr/train/run_folder.py",
-           "rlvr/train/console.py", "rlvr/report/health.py")
+           "rlvr/train/console.py", "rlvr/report/health.py", "rlvr/train/run_numbers.py")
 # Family builders: a producer calling one writes names that start with its prefix.
 FAMILIES = {"reward_component": metric_names.REWARD_PREFIX, "status_count": metric_names.STATUS_PREFIX,
-            "eval_reward_component": metric_names.EVAL_REWARD_PREFIX}
+            "eval_reward_component": metric_names.EVAL_REWARD_PREFIX,
+            "policy_loss_metric": metric_names.POLICY_LOSS_PREFIX}
 PREFIXES = {metric_names.REWARD_PREFIX, metric_names.STATUS_PREFIX, metric_names.EVAL_REWARD_PREFIX,
-            metric_names.TIME_PREFIX}
+            metric_names.TIME_PREFIX, metric_names.POLICY_LOSS_PREFIX}
 # Literals equal to a metric name that are something else there.
 NOT_METRICS = {
     ("rlvr/report/figures.py", "kl"): "figure file stem",

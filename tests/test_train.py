@@ -69,6 +69,10 @@ RESUME_CASES = {
     "ppo": {"algorithm.name": "ppo", "rollout.batch_size": 4, "rollout.group_size": 2},
     "ppo_separate": {"algorithm.name": "ppo", "algorithm.value_model": "separate", "algorithm.kl_in_reward": 0.05,
                      "algorithm.value_warmup_iterations": 1},
+    # Clip-Cov draws the tokens it detaches with a generator seeded from the checkpointed RNG; a wide
+    # covariance window and a 10% budget make the draw change the update.
+    "clip_cov": {"algorithm.name": "clip_cov", "algorithm.clip_cov_ratio": 0.1, "algorithm.clip_cov_lb": -100,
+                 "algorithm.clip_cov_ub": 100},
 }
 
 
@@ -114,6 +118,8 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, case):
             assert torch.equal(full_v[key], part_v[key]), key
         assert full_v["weight"].abs().max() > 0  # the head learned (it starts at zero)
         assert full_records[-1]["value/explained_variance"] == part_records[-1]["value/explained_variance"]
+    if case == "clip_cov":
+        assert all(record["policy_loss/cov_clipped"] > 0 for record in full_records)
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path, capsys):

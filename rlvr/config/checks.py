@@ -83,6 +83,7 @@ def _derive_batch(config) -> None:
 def validate(config) -> None:
     """Cross-field invariants (a key's own range and names are declared with its field); messages name the keys."""
     from rlvr.core.advantages import GROUP_BASELINE_ESTIMATORS
+    from rlvr.core.policy_losses import SEQUENCE_LEVEL_LOSSES
     from rlvr.tasks import check_task_name
 
     r, a, o, t = config.rollout, config.algorithm, config.optim, config.train
@@ -102,6 +103,16 @@ def validate(config) -> None:
         )
     if a.dynamic_sampling and r.group_size < 2:
         raise ConfigError("algorithm.dynamic_sampling needs rollout.group_size >= 2")
+    if a.entropy_top_fraction < 1 and a.policy_loss in SEQUENCE_LEVEL_LOSSES:
+        raise ConfigError(
+            f"algorithm.entropy_top_fraction={a.entropy_top_fraction} selects tokens, and "
+            f"algorithm.policy_loss={a.policy_loss!r} gives every token of a sequence the same sequence-level "
+            f"loss; use a token-level loss (not {', '.join(sorted(SEQUENCE_LEVEL_LOSSES))}) or set "
+            "entropy_top_fraction=1"
+        )
+    if a.clip_cov_lb >= a.clip_cov_ub:
+        raise ConfigError(f"algorithm.clip_cov_lb={a.clip_cov_lb} must be below algorithm.clip_cov_ub="
+                          f"{a.clip_cov_ub}: no covariance lies in between")
     if a.advantage_estimator in GROUP_BASELINE_ESTIMATORS and r.group_size < 2:
         raise ConfigError(
             f"algorithm.advantage_estimator={a.advantage_estimator!r} compares each completion with the rest of "

@@ -186,9 +186,11 @@ class AlgorithmConfig:
     name: str = option("grpo", "a preset from `rlvr algorithms`: its settings replace the defaults below (a key set in "
                        "the file or an override still wins)", choices=_algorithms)
     advantage_estimator: str = option("grpo", "advantage estimator: grpo (group z-score), dr_grpo (group mean), "
-                                      "rloo (leave-one-out), gae (learned value), none", choices=_advantage_estimators)
+                                      "rloo (leave-one-out), gae (learned value), none, or one of verl's "
+                                      "(reinforce_plus_plus, remax, opo, grpo_passk, gpg, ...)", choices=_advantage_estimators)
     policy_loss: str = option("grpo_clip", "policy loss: grpo_clip or ppo_clip (clipped ratio), gr_reinforce, gspo "
-                              "(sequence-level ratio), reinforce", choices=_policy_losses)
+                              "(sequence-level ratio), reinforce, or one of verl's (cispo, sapo, geo_mean, "
+                              "dual_clip, gpg, clip_cov, kl_cov)", choices=_policy_losses)
     # seq_mean_token_mean weighs each completion equally (a length bias: a long wrong answer's tokens
     # weigh less each); token_mean weighs each token; seq_mean_token_sum_norm divides by max_new_tokens.
     loss_aggregation: str = option("seq_mean_token_mean", "how per-token losses become one number: "
@@ -196,7 +198,7 @@ class AlgorithmConfig:
                                    choices=_loss_aggregations)
     ppo_epochs: int = option(2, "optimizer steps (passes) per rollout batch", bounds=count(1, 1000))
     clip_low: float = option(0.2, "ratio clip below 1 (1 - clip_low)",
-                             bounds=Bounds(0.0, 1.0, high_open=True, note="the ratio's lower clip is 1 - clip_low"))
+                             bounds=Bounds(0.0, 1.0, note="the ratio's lower clip is 1 - clip_low; 1: none (CISPO)"))
     clip_high: float = option(0.2, "ratio clip above 1 (1 + clip_high; DAPO's clip-higher)", bounds=(0, 100))
     # Off by default: the reference forward pass costs about 10% of a CPU step and format_copy learns
     # faster without the anchor (TRL's default beta is 0 too); DeepSeekMath's GRPO used 0.04 with k3.
@@ -217,6 +219,26 @@ class AlgorithmConfig:
                                      bounds=(0, MAX_COEF))
     entropy_coef: float = option(0.0, "entropy bonus weight; 0 logs entropy without optimising it",
                                  bounds=Bounds(0, MAX_COEF, note="0 logs entropy without optimising it"))
+    entropy_top_fraction: float = option(1.0, "share of each minibatch's completion tokens, those of highest entropy, "
+                                         "that carry the policy loss (TRL's top_entropy_quantile; 0.2 as Wang et al. "
+                                         "2025); 1 keeps all",
+                                         bounds=Bounds(0.0, 1.0, low_open=True, note="1 keeps every token"))
+    # Options of single losses, named and defaulted as verl names them (each loss reads only its own).
+    clip_ratio_c: float = option(3.0, "dual_clip: for A < 0 the loss is at most -A * clip_ratio_c (> 1)",
+                                 bounds=above(1.0, 1e6, "dual-clip's bound -A * clip_ratio_c must lie above the PPO clip"))
+    tau_pos: float = option(1.0, "sapo: gate temperature for positive advantages",
+                            bounds=above(0, 1e3, "the SAPO gate is sigmoid(tau * (ratio - 1)) * 4 / tau"))
+    tau_neg: float = option(1.05, "sapo: gate temperature for negative advantages (larger: the gradient fades "
+                            "faster off-policy)",
+                            bounds=above(0, 1e3, "the SAPO gate is sigmoid(tau * (ratio - 1)) * 4 / tau"))
+    clip_cov_ratio: float = option(2e-4, "clip_cov: share of completion tokens detached",
+                                   bounds=Bounds(0.0, 1.0, low_open=True, note="a share of the completion tokens"))
+    clip_cov_lb: float = option(1.0, "clip_cov: covariance above which a token may be detached", bounds=(-1e6, 1e6))
+    clip_cov_ub: float = option(5.0, "clip_cov: covariance below which a token may be detached", bounds=(-1e6, 1e6))
+    kl_cov_ratio: float = option(2e-4, "kl_cov: share of completion tokens (highest covariance) that get the "
+                                 "|log ratio| penalty",
+                                 bounds=Bounds(0.0, 1.0, low_open=True, note="a share of the completion tokens"))
+    ppo_kl_coef: float = option(0.1, "kl_cov: weight of the |log ratio| penalty", bounds=(0, MAX_COEF))
     # PPO (algorithm.name=ppo): a learned value function instead of a group baseline; the group
     # presets keep value_model none and ignore the value keys.
     value_model: str = option("none", "none (group baselines), shared (a value head on the policy's backbone, one "

@@ -14,6 +14,7 @@ from rlvr.core.advantages import (
     get_advantage_estimator,
     maybe_normalize_advantages,
 )
+import rlvr.core.outcome_advantages  # noqa: F401  (registers more estimators)
 from rlvr.core.aggregation import LOSS_AGGREGATIONS, aggregate_loss
 from rlvr.core.batch import RolloutBatch, iter_minibatches
 from rlvr.core.groups import DEGENERATE_EPS, degenerate_groups, degenerate_rows, no_contrast
@@ -33,13 +34,19 @@ from rlvr.core.masks import (
     masked_mean_per_row,
     masked_normalize,
     tokenize_prompt_and_output,
+    top_entropy_mask,
 )
 from rlvr.core.policy_losses import (
+    LOSS_OPTIONS,
     POLICY_LOSSES,
+    draws_tokens_at_random,
     get_policy_loss,
     grpo_clip_loss,
+    loss_options,
     reinforce_per_token,
 )
+import rlvr.core.covariance_losses  # noqa: F401,E402  (registers clip_cov, kl_cov)
+import rlvr.core.surrogate_losses  # noqa: F401,E402  (registers cispo, sapo, geo_mean, dual_clip, gpg)
 from rlvr.core.value import (
     explained_variance,
     explained_variance_from_sums,
@@ -52,6 +59,10 @@ from rlvr.core.value import (
 )
 
 __all__ = [
+    "LOSS_OPTIONS",
+    "draws_tokens_at_random",
+    "loss_options",
+    "top_entropy_mask",
     "ADVANTAGE_ESTIMATORS",
     "DEGENERATE_EPS",
     "KL_ESTIMATORS",

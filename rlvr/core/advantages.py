@@ -6,6 +6,7 @@ A group is the set of completions sampled for the same prompt. Groups are given 
 integer `group_ids` in any order. Every estimator in `ADVANTAGE_ESTIMATORS` has the signature
 `fn(rewards [N], group_size=None, group_ids=None, **options) -> advantages [N]`.
 
+More outcome estimators (REINFORCE++, ReMax, OPO, pass@k, GPG) are in `outcome_advantages.py`.
 The token-level estimator `gae` takes rewards [N, T] with `completion_mask` and `values` [N, T]
 and returns [N, T] (`rlvr.core.value.gae_advantages`); it ignores groups.
 
@@ -156,7 +157,7 @@ def compute_rloo_advantages(
 # The group estimators are sequence-level: rewards [N] -> advantages [N]. A token-level one (GAE)
 # takes per-token rewards [N, T] with `completion_mask` [N, T] (and `values`, `gamma`, `lam`) and
 # returns [N, T]; the training loop and the losses accept either shape.
-COMMON_OPTIONS = ("std", "eps", "completion_mask", "values", "gamma", "lam")
+COMMON_OPTIONS = ("std", "eps", "completion_mask", "values", "gamma", "lam", "reward_baselines")
 
 
 def _check_options(name: str, options: dict[str, Any]) -> None:
@@ -165,13 +166,18 @@ def _check_options(name: str, options: dict[str, Any]) -> None:
         raise TypeError(f"advantage estimator {name!r} got unknown options {unknown}; valid: {list(COMMON_OPTIONS)}")
 
 
+def _std_and_eps(options: dict[str, Any]) -> dict[str, Any]:
+    """The options the group z-score reads (the rest mean nothing to it)."""
+    return {key: options[key] for key in ("std", "eps") if key in options}
+
+
 @ADVANTAGE_ESTIMATORS.register("grpo")
 def grpo_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
     """(r - mean_g) / (std_g + eps). Options: std ("population" | "sample"), eps."""
     _check_options("grpo", options)
-    return compute_group_advantages(rewards, group_size, group_ids, scale="std", **options)
+    return compute_group_advantages(rewards, group_size, group_ids, scale="std", **_std_and_eps(options))
 
 
 @ADVANTAGE_ESTIMATORS.register("dr_grpo")
@@ -180,7 +186,7 @@ def dr_grpo_advantages(
 ) -> torch.Tensor:
     """r - mean_g (Dr. GRPO: no std division). Options: eps (the zero-spread tolerance); std is ignored."""
     _check_options("dr_grpo", options)
-    return compute_group_advantages(rewards, group_size, group_ids, scale="none", **options)
+    return compute_group_advantages(rewards, group_size, group_ids, scale="none", **_std_and_eps(options))
 
 
 @ADVANTAGE_ESTIMATORS.register("rloo")
@@ -223,9 +229,13 @@ def gae_estimator(
 
 # The estimators whose baseline comes from the other members of the group: a group of one
 # (group_size 1) gives every completion advantage 0, so a run with them could never learn.
-GROUP_BASELINE_ESTIMATORS = frozenset({"grpo", "dr_grpo", "rloo"})
+GROUP_BASELINE_ESTIMATORS = frozenset({"grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "opo",
+                                       "grpo_passk", "gpg"})
 # The estimators whose baseline is a learned value: they need a value model and per-token rewards.
 VALUE_BASELINE_ESTIMATORS = frozenset({"gae"})
+# The estimators whose baseline is the reward of one more, greedy, completion per prompt (ReMax):
+# the training loop decodes and scores it and passes `reward_baselines` [N].
+GREEDY_BASELINE_ESTIMATORS = frozenset({"remax"})
 
 
 def get_advantage_estimator(name: str) -> AdvantageFn:

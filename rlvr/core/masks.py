@@ -104,3 +104,33 @@ def tokenize_prompt_and_output(
         "labels": full_ids[:, 1:],  # [B, M-1]
         "response_mask": is_output[:, 1:],  # [B, M-1]
     }
+
+
+QUANTILE_MAX_ELEMENTS = 2**24  # torch.quantile refuses larger inputs; above it the same value comes from a sort
+
+
+def top_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, fraction: float) -> torch.Tensor:
+    """The highest-entropy share of the masked tokens (Wang et al. 2025, arXiv 2506.01939). [B, T] -> bool [B, T].
+
+    As TRL's `top_entropy_quantile`: the threshold is the (1 - fraction) quantile (linear
+    interpolation) of the masked tokens' entropies, and a masked token is kept when its entropy is
+    >= the threshold, so ties at the threshold are all kept. fraction=1 keeps every masked token;
+    an all-zero mask keeps none. The entropy is read detached.
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    if entropy.shape != mask.shape:
+        raise ValueError(f"entropy {tuple(entropy.shape)} and mask {tuple(mask.shape)} differ in shape")
+    valid = mask != 0  # [B, T]
+    if fraction >= 1.0 or not bool(valid.any()):
+        return valid
+    values = entropy.detach()[valid]  # [n]
+    if values.numel() <= QUANTILE_MAX_ELEMENTS:
+        threshold = torch.quantile(values, 1.0 - fraction)
+    else:
+        ordered = values.sort().values  # [n]
+        position = (1.0 - fraction) * (ordered.numel() - 1)
+        below = int(position)
+        above = min(below + 1, ordered.numel() - 1)
+        threshold = torch.lerp(ordered[below], ordered[above], position - below)
+    return valid & (entropy.detach() >= threshold)  # [B, T]

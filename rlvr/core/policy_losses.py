@@ -6,12 +6,17 @@ Every registered loss has one signature,
 and returns the loss per token, unreduced: aggregation (`rlvr.core.aggregation`) is a separate
 choice. `metrics` holds detached [B, T] tensors `ratio`, `clipped_low`, `clipped_high`, `clipped`
 (float 0/1 flags), so the caller computes clip fractions with its own mask.
+A loss may declare more keyword options (`LOSS_OPTIONS`: verl's config names, e.g. `clip_ratio_c`,
+`tau_pos`) and a `generator` when it draws tokens at random; the caller passes it only the ones it
+declares (`loss_options`). Losses beyond the GRPO family live in `surrogate_losses.py`
+(CISPO, SAPO, GMPO, dual-clip, GPG) and `covariance_losses.py` (Clip-Cov, KL-Cov).
 CS336 assignment 5's function names and signatures for these losses are in `rlvr.compat.cs336`.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import inspect
+from typing import Any, Callable
 
 import torch
 
@@ -23,6 +28,28 @@ Metrics = dict[str, torch.Tensor]
 PolicyLossFn = Callable[..., tuple[torch.Tensor, Metrics]]
 
 POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
+
+# Keyword options beyond clip_low / clip_high that some losses declare, named as verl's config names
+# them; the defaults are in each loss's signature and in the `algorithm` config section
+# (`rlvr/config/schema.py`; a test keeps the two equal). `generator` is the torch.Generator of a loss that picks tokens at random.
+LOSS_OPTIONS = ("clip_ratio_c", "tau_pos", "tau_neg", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub",
+                "kl_cov_ratio", "ppo_kl_coef")
+
+
+# Losses whose every token of a row carries the same sequence-level value: selecting tokens
+# (algorithm.entropy_top_fraction) would only rescale a sequence, so the config refuses it.
+SEQUENCE_LEVEL_LOSSES = frozenset({"gspo", "geo_mean"})
+
+
+def loss_options(loss_fn: PolicyLossFn, values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `values` that `loss_fn` declares as keyword parameters (the rest mean nothing to it)."""
+    declared = inspect.signature(loss_fn).parameters
+    return {name: value for name, value in values.items() if name in declared}
+
+
+def draws_tokens_at_random(loss_fn: PolicyLossFn) -> bool:
+    """Whether `loss_fn` takes a `generator` (it selects tokens at random, e.g. clip_cov)."""
+    return "generator" in inspect.signature(loss_fn).parameters
 
 
 def _as_column(advantages: torch.Tensor) -> torch.Tensor:

@@ -29,16 +29,21 @@ from rlvr.core import (
 from rlvr.train.distributed import SINGLE, Dist, normalize_advantages_global
 
 
-def with_advantages(batch: RolloutBatch, rewards: torch.Tensor, algo, dist: Dist = SINGLE) -> RolloutBatch:
+def with_advantages(batch: RolloutBatch, rewards: torch.Tensor, algo, dist: Dist = SINGLE,
+                    reward_baselines: torch.Tensor | None = None) -> RolloutBatch:
     """A copy of `batch` with its advantages; with PPO's old values also the returns. rewards [N], NaN: unscorable.
 
-    Without old values: one advantage per sequence from `rewards` and the groups. With them: the
+    Without old values: one advantage per sequence from `rewards`, the groups and the completion
+    mask (token-weighted estimators), and `reward_baselines` [N] for ReMax (the greedy completion's
+    reward, NaN where it could not be judged: that row gets 0). With them: the
     per-token rewards go through GAE against the old values; returns [N, T] = GAE advantages +
     old values before any normalization, and an unscorable row keeps its old values as targets
     (no value error to learn from).
     """
     if batch.old_values is None:
-        return batch.replace(advantages=compute_advantages(rewards, batch.group_ids, algo, dist))
+        return batch.replace(advantages=compute_advantages(rewards, batch.group_ids, algo, dist,
+                                                           completion_mask=batch.completion_mask,
+                                                           reward_baselines=reward_baselines))
     mask = batch.completion_mask  # [N, T]
     token_rewards = per_token_rewards(rewards, mask, kl_coef=algo.kl_in_reward, logprobs=batch.old_logprobs,
                                       ref_logprobs=batch.ref_logprobs)  # [N, T], NaN on an unscorable row's last token
@@ -53,25 +58,34 @@ def with_advantages(batch: RolloutBatch, rewards: torch.Tensor, algo, dist: Dist
 
 def compute_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, algo, dist: Dist = SINGLE,
                        completion_mask: torch.Tensor | None = None,
-                       values: torch.Tensor | None = None) -> torch.Tensor:
+                       values: torch.Tensor | None = None,
+                       reward_baselines: torch.Tensor | None = None) -> torch.Tensor:
     """rewards [N] (NaN: unscorable) or [N, T], group_ids [N] -> advantages shaped like rewards.
 
     `algo` is the config's algorithm section; `completion_mask` [N, T] is needed for per-token
-    rewards (normalization runs over the masked tokens, and the estimator receives it); `values`
-    [N, T] are a value model's, for GAE (with `algo.gae_gamma` and `algo.gae_lambda`).
+    rewards (normalization runs over the masked tokens, and the estimator receives it) and for the
+    token-weighted sequence estimators (REINFORCE++, OPO; unscorable rows are left out of it);
+    `values` [N, T] are a value model's, for GAE (with `algo.gae_gamma` and `algo.gae_lambda`);
+    `reward_baselines` [N] ReMax's greedy rewards (a NaN makes its row unscorable).
     Data-parallel (`dist`): groups never straddle ranks; only the normalization is global.
     """
     per_token = rewards.dim() == 2
     if per_token and (completion_mask is None or completion_mask.shape != rewards.shape):
         raise ValueError(f"per-token rewards {tuple(rewards.shape)} need a completion_mask of the same shape")
     scorable = torch.isfinite(rewards).all(-1) if per_token else torch.isfinite(rewards)  # [N]
+    if reward_baselines is not None:
+        scorable = scorable & torch.isfinite(reward_baselines)  # [N]
     row_scorable = scorable[:, None] if per_token else scorable  # broadcasts over tokens
     unscorable_rows = (~scorable).nonzero().flatten()
     first_free_id = int(group_ids.max()) + 1 if group_ids.numel() else 0
     own_groups = group_ids.clone()  # [N]
     own_groups[unscorable_rows] = first_free_id + torch.arange(unscorable_rows.numel())
     safe_rewards = torch.where(row_scorable, rewards, torch.zeros_like(rewards))
-    options = {"std": algo.std} if completion_mask is None else {"std": algo.std, "completion_mask": completion_mask}
+    options = {"std": algo.std}
+    if completion_mask is not None:
+        options["completion_mask"] = completion_mask if per_token else completion_mask * scorable[:, None]
+    if reward_baselines is not None:
+        options["reward_baselines"] = torch.where(scorable, reward_baselines, torch.zeros_like(reward_baselines))
     if values is not None:
         options.update(values=values, gamma=algo.gae_gamma, lam=algo.gae_lambda)
     estimator = get_advantage_estimator(algo.advantage_estimator)

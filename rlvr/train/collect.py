@@ -8,11 +8,13 @@ advantages and the statistics use) are set aside and more rounds are sampled unt
 kept (at most `dynamic_sampling_max_rounds`; a shortfall is filled with set-aside groups and
 counted). Data-parallel, each rank samples its share of every round. `rollout_batch` then lays
 the kept groups out as one `RolloutBatch` (the later stages add reference log-probs, PPO's old
-values, and the advantages).
+values, and the advantages). `greedy_baselines` decodes one more, greedy, completion per kept
+prompt and scores it: ReMax's baseline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -147,6 +149,28 @@ def collect_groups(backend: RolloutBackend, task: Task, settings: SamplingSettin
                            filled_degenerate=filled, rounds=rounds,
                            generation_seconds=time.perf_counter() - started - scoring_seconds,
                            scoring_seconds=scoring_seconds)
+
+
+@dataclass(frozen=True)
+class GreedyBaselines:
+    """ReMax's baseline: the reward of one greedy completion per kept prompt, repeated over its group."""
+
+    rewards: torch.Tensor  # [N] float32, NaN where the greedy completion could not be judged
+    seconds: float
+
+
+def greedy_baselines(backend: RolloutBackend, task: Task, settings: SamplingSettings, collected: CollectedGroups,
+                     config) -> GreedyBaselines:
+    """Decode one greedy completion for each kept group's prompt and score it as the group's completions are."""
+    started = time.perf_counter()
+    examples = [group.example for group in collected.groups]
+    greedy = dataclasses.replace(settings, do_sample=False)
+    scored = sample_and_score(backend, task, examples, group_size=1, settings=greedy,
+                              use_chat_template=config.task.use_chat_template)
+    rewards = group_rewards(scored.verdicts, scored.generation.completion_lengths, config.algorithm,
+                            config.rollout.max_new_tokens)  # [B]
+    return GreedyBaselines(rewards=rewards.repeat_interleave(collected.group_size),  # [N], prompt-major
+                           seconds=time.perf_counter() - started)
 
 
 def _pad_left_right(tensors: list[torch.Tensor], prompt_lens: list[int], fill: int) -> tuple[torch.Tensor, int]:

@@ -2,7 +2,8 @@
 
 Each iteration runs named stages, each a function with a small typed result: sample B prompts x G
 completions and judge them (`collect_groups`, prompt-major groups), lay them out as one batch
-(`rollout_batch`), add reference log-probs when a KL term needs them (`with_reference_logprobs`),
+(`rollout_batch`), ReMax only: score one greedy completion per prompt as the baseline
+(`greedy_baselines`), add reference log-probs when a KL term needs them (`with_reference_logprobs`),
 PPO only: the value model's values at sampling time (`with_old_values`), then turn the rewards
 into advantages (`with_advantages`: group-relative, or GAE against the values) and run
 `ppo_epochs` optimizer steps over the batch (`update_policy`); then log one line of metrics,
@@ -50,7 +51,8 @@ from rlvr.rollout import SamplingSettings
 from rlvr.tasks.base import primary_component
 import rlvr.train.console as console
 from rlvr.train.advantages import with_advantages
-from rlvr.train.collect import collect_groups, rollout_batch
+from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
+from rlvr.train.collect import collect_groups, greedy_baselines, rollout_batch
 from rlvr.train.distributed import check_divisible, init_distributed
 from rlvr.train.health import HealthMonitor
 from rlvr.train.optim import make_optimizer, make_scheduler
@@ -100,6 +102,11 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             collected = collect_groups(backend, task, settings, config, iteration, dist)
             timings = {TIME_GENERATION: collected.generation_seconds, TIME_SCORING: collected.scoring_seconds}
             batch = rollout_batch(collected, tokenizer, task.name)  # [N, L] ids and masks
+            reward_baselines = None
+            if algo.advantage_estimator in GREEDY_BASELINE_ESTIMATORS:  # ReMax: one greedy completion per prompt
+                baselines = greedy_baselines(backend, task, settings, collected, config)
+                reward_baselines = baselines.rewards  # [N]
+                timings[TIME_GENERATION] += baselines.seconds
             # 3. Reference log-probs, only for a KL term (in the loss, or PPO's in the reward).
             if needs_reference_logprobs(algo):
                 started = time.perf_counter()
@@ -113,7 +120,8 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
                 timings[TIME_VALUES] = time.perf_counter() - started
             # 5. Advantages: each prompt's group against itself, or GAE against the values (then also the
             #    returns); unscorable rows and groups without contrast get 0.
-            batch = with_advantages(batch, collected.rewards, algo, dist)  # advantages [N] or [N, L-1]
+            batch = with_advantages(batch, collected.rewards, algo, dist,
+                                    reward_baselines=reward_baselines)  # advantages [N] or [N, L-1]
             rows = gather_rollout(collected, batch, dist)  # every rank's rows, for the statistics
             # 6. Update: ppo_epochs optimizer steps over the whole batch (moved to the model one minibatch at a
             #    time); the first value_warmup_iterations train only the value model.

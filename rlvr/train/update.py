@@ -9,6 +9,9 @@ those). Microbatch losses use the global sequence / token counts of the batch, s
 the full-batch loss for every aggregation mode. With a value model (PPO) the loss adds
 `vf_coef` times the clipped value loss, aggregated the same way; during the value warm-up it is
 the value loss alone (with a shared backbone only the head learns, so the policy stays put).
+With `algorithm.entropy_top_fraction` < 1 only the highest-entropy share of each minibatch's
+completion tokens carries the policy loss (the KL term stays on every token). Every metric the
+loss returns is logged: its known ones under their names, any other as `policy_loss/<name>`.
 """
 
 from __future__ import annotations
@@ -19,17 +22,22 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.core import (
+    LOSS_OPTIONS,
     POLICY_LOSSES,
     RolloutBatch,
     aggregate_loss,
+    draws_tokens_at_random,
     iter_minibatches,
     kl_per_token,
+    loss_options,
+    top_entropy_mask,
     value_loss,
 )
 from rlvr.metric_names import (
     CLIP_FRAC_HIGH,
     CLIP_FRAC_LOW,
     ENTROPY,
+    ENTROPY_SELECTED_FRAC,
     GRAD_NORM,
     KL,
     LOSS,
@@ -39,6 +47,7 @@ from rlvr.metric_names import (
     RATIO_MEAN,
     VALUE_CLIP_FRAC,
     VALUE_LOSS_PER_TOKEN,
+    policy_loss_metric,
 )
 from rlvr.models.value_model import ValueModel
 from rlvr.train.distributed import SINGLE, reduce_metric_sums
@@ -83,6 +92,7 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     first_epoch_ratio_dev = 0.0  # max |ratio - 1| in the on-policy epoch: 0 unless something is off
     epoch_batch = batch  # from the second epoch on: a copy that holds the first epoch's log-probs as old
     device = next(policy.parameters()).device
+    generator = token_generator(algo)  # None unless the loss draws tokens at random
     counts["num_tokens"] = num_tokens.to(device)
     # Dropout is off (see rlvr.models), so train mode is deterministic; it is what gradient
     # checkpointing needs, and checkpointing cannot share one prompt's cache across the group.
@@ -95,7 +105,8 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
         for minibatch in iter_minibatches(epoch_batch, config.optim.minibatch_size, shuffle=False, device=device):
             mask = minibatch.completion_mask  # [b, L-1]
             scores = score_minibatch(policy, value_model, minibatch, config, with_logprobs=not value_warmup,
-                                     with_entropy=epoch == 0, detach_value_input=value_warmup)  # [b, L-1] each
+                                     with_entropy=epoch == 0 or needs_entropy_every_epoch(algo),
+                                     detach_value_input=value_warmup)  # [b, L-1] each
             loss = torch.zeros((), device=device)
             if not value_warmup:
                 if epoch_batch.old_logprobs is None:
@@ -103,7 +114,8 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
                     collected_old.append(minibatch_old.to(batch.completion_mask.device))
                 else:
                     minibatch_old = minibatch.old_logprobs
-                per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums)  # [b, L-1]
+                per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums,
+                                                     generator)  # [b, L-1]
                 first_epoch_ratio_dev = max(first_epoch_ratio_dev, ratio_dev)
                 loss = aggregate_loss(per_token, mask, algo.loss_aggregation, **counts)
             if value_model is not None:
@@ -145,14 +157,55 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     return UpdateResult(metrics=metrics, optimizer_steps=optimizer_steps, skipped_nonfinite_updates=skipped)
 
 
+# Loss metrics with a name of their own; any other metric a loss returns is `policy_loss/<its key>`.
+LOSS_METRIC_NAMES = {"ratio": RATIO_MEAN, "clipped_low": CLIP_FRAC_LOW, "clipped_high": CLIP_FRAC_HIGH}
+
+
+def needs_entropy_every_epoch(algo) -> bool:
+    """Whether later epochs need the entropies too (the bonus, or the top-entropy token selection)."""
+    return algo.entropy_coef > 0 or algo.entropy_top_fraction < 1
+
+
+def token_generator(algo) -> torch.Generator | None:
+    """A CPU generator for a loss that selects tokens at random, seeded from torch's global RNG.
+
+    The global RNG state is saved in every checkpoint, so a resumed run draws the same seeds; a
+    loss that draws nothing leaves the global RNG untouched.
+    """
+    if not draws_tokens_at_random(POLICY_LOSSES.get(algo.policy_loss)):
+        return None
+    seed = int(torch.randint(0, 2**62, (1,)))
+    return torch.Generator().manual_seed(seed)
+
+
+def log_loss_metrics(sums: MetricSums, loss_metrics: dict[str, torch.Tensor], mask: torch.Tensor) -> None:
+    """Every metric a loss returns: [b, T] tensors as token means over `mask`, scalars as they are."""
+    for key, value in loss_metrics.items():
+        name = LOSS_METRIC_NAMES.get(key, policy_loss_metric(key))
+        if value.dim() == 0:
+            sums.add(name, value)
+        else:
+            sums.add_masked(name, value, mask)
+
+
 def _policy_terms(scores, old_logprobs: torch.Tensor, minibatch: RolloutBatch, algo, epoch: int,
-                  sums: MetricSums) -> tuple[torch.Tensor, float]:
+                  sums: MetricSums, generator: torch.Generator | None = None) -> tuple[torch.Tensor, float]:
     """The per-token policy loss plus the KL and entropy terms, [b, L-1], and max |ratio - 1| in the
     first epoch; adds the policy metrics to `sums`."""
     mask = minibatch.completion_mask  # [b, L-1]
-    per_token, loss_metrics = POLICY_LOSSES.get(algo.policy_loss)(
+    loss_fn = POLICY_LOSSES.get(algo.policy_loss)
+    options = loss_options(loss_fn, {name: getattr(algo, name) for name in LOSS_OPTIONS})
+    if generator is not None:
+        options["generator"] = generator
+    per_token, loss_metrics = loss_fn(
         scores.logprobs, old_logprobs, minibatch.advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
+        **options,
     )  # [b, L-1]
+    if algo.entropy_top_fraction < 1:
+        selected = top_entropy_mask(scores.entropy, mask, algo.entropy_top_fraction)  # [b, L-1] bool
+        per_token = torch.where(selected, per_token, torch.zeros_like(per_token))  # [b, L-1]
+        if epoch == 0:
+            sums.add_masked(ENTROPY_SELECTED_FRAC, selected.float(), mask)
     sums.add_masked(POLICY_LOSS_PER_TOKEN, per_token, mask)
     if algo.kl_coef > 0:
         kl = kl_per_token(scores.logprobs, minibatch.ref_logprobs, estimator=algo.kl_estimator)  # [b, L-1]
@@ -163,12 +216,8 @@ def _policy_terms(scores, old_logprobs: torch.Tensor, minibatch: RolloutBatch, a
         per_token = per_token - algo.entropy_coef * scores.entropy
     if epoch == 0:
         sums.add_masked(ENTROPY, scores.entropy, mask)
-    for flag, name in (("clipped_low", CLIP_FRAC_LOW), ("clipped_high", CLIP_FRAC_HIGH)):
-        if flag in loss_metrics:
-            sums.add_masked(name, loss_metrics[flag], mask)
+    log_loss_metrics(sums, loss_metrics, mask)
     ratio_dev = 0.0
-    if "ratio" in loss_metrics:
-        sums.add_masked(RATIO_MEAN, loss_metrics["ratio"], mask)
-        if epoch == 0:
-            ratio_dev = float(((loss_metrics["ratio"].detach() - 1).abs() * mask).max())
+    if "ratio" in loss_metrics and epoch == 0:
+        ratio_dev = float(((loss_metrics["ratio"].detach() - 1).abs() * mask).max())
     return per_token, ratio_dev

@@ -143,19 +143,23 @@ def test_bad_grouping_arguments_raise():
 
 
 def test_registry_and_no_baseline():
-    assert set(ADVANTAGE_ESTIMATORS.names()) == {"grpo", "dr_grpo", "rloo", "none", "no_baseline", "gae"}
+    assert set(ADVANTAGE_ESTIMATORS.names()) == {"grpo", "dr_grpo", "rloo", "none", "no_baseline", "gae",
+                                                 "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax",
+                                                 "opo", "grpo_passk", "gpg"}
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.5])
     assert torch.equal(get_advantage_estimator("none")(rewards, group_size=2), rewards)
     assert torch.equal(get_advantage_estimator("no_baseline")(rewards), rewards)
     grpo = get_advantage_estimator("grpo")(rewards, group_size=2, std="sample")
     assert torch.allclose(grpo, compute_group_advantages(rewards, group_size=2, std="sample"))
-    with pytest.raises(KeyError, match="dr_grpo, gae, grpo, no_baseline, none, rloo"):
+    with pytest.raises(KeyError, match="dr_grpo, gae, gpg, grpo, grpo_passk, no_baseline, none, opo"):
         get_advantage_estimator("ppo")
     # One call works for every sequence-level estimator (gae, token-level: tests/core/test_value.py);
     # unknown options are refused.
+    # The token-weighted ones read the completion mask, ReMax its greedy rewards (the loop passes both).
     group_ids = torch.tensor([0, 0, 1, 1])
+    extra = dict(completion_mask=torch.ones(4, 3), reward_baselines=torch.zeros(4))
     for name in sorted(set(ADVANTAGE_ESTIMATORS.names()) - VALUE_BASELINE_ESTIMATORS):
-        advantages = ADVANTAGE_ESTIMATORS.get(name)(rewards, group_ids=group_ids, std="sample", eps=1e-6)
+        advantages = ADVANTAGE_ESTIMATORS.get(name)(rewards, group_ids=group_ids, std="sample", eps=1e-6, **extra)
         assert advantages.shape == (4,) and torch.isfinite(advantages).all()
         with pytest.raises(TypeError, match="scale_by"):
             ADVANTAGE_ESTIMATORS.get(name)(rewards, group_ids=group_ids, scale_by="std")

@@ -172,7 +172,8 @@ def test_gspo_token_form_gradient_equals_sequence_objective():
 
 
 def test_registered_losses_share_one_signature():
-    assert set(POLICY_LOSSES.names()) == {"grpo_clip", "ppo_clip", "grpo_no_clip", "gspo", "gr_reinforce", "reinforce"}
+    assert set(POLICY_LOSSES.names()) == {"grpo_clip", "ppo_clip", "grpo_no_clip", "gspo", "gr_reinforce", "reinforce",
+                                          "cispo", "sapo", "geo_mean", "gpg", "clip_cov", "kl_cov", "dual_clip"}
     assert POLICY_LOSSES.get("ppo_clip") is POLICY_LOSSES.get("grpo_clip")  # one clipped surrogate, two names
     generator = torch.Generator().manual_seed(5)
     logprobs = -torch.rand(3, 4, generator=generator)
@@ -185,7 +186,7 @@ def test_registered_losses_share_one_signature():
             for key in ("ratio", "clipped_low", "clipped_high", "clipped"):
                 assert metrics[key].shape == (3, 4), (name, key)
                 assert not metrics[key].requires_grad
-    with pytest.raises(KeyError, match="gr_reinforce, grpo_clip, grpo_no_clip, gspo, ppo_clip, reinforce"):
+    with pytest.raises(KeyError, match="gr_reinforce, grpo_clip, grpo_no_clip, gspo, kl_cov, ppo_clip, reinforce"):
         get_policy_loss("ppo")
 
 
