@@ -448,7 +448,7 @@ VERIFIER = [
         tests=("tests/test_integer_task.py",),
     ),
     mutation(
-        "reasoning_gym_containment_credit", "rlvr/tasks/reasoning_gym_tasks.py",
+        "reasoning_gym_containment_credit", "rlvr/tasks/reasoning_gym_answers.py",
         "reasoning_gym keeps the default scorer's partial credit for an answer that contains the oracle",
         ("    if 0 < score < 1 and oracle and oracle in answer and answer.strip() != oracle:",
          "    if 0 < score < 1 and oracle and oracle == answer and answer.strip() != oracle:"),
@@ -721,4 +721,29 @@ CHECKPOINT_FILES = [
     ),
 ]
 
-MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING
+REWARD_AUDIT = [
+    mutation(
+        "countdown_flat_credit_paid", "rlvr/tasks/reasoning_gym_answers.py",
+        "countdown keeps the scorer's 0.05 for any parsable expression as `answer` reward",
+        ('    return 1.0 if score >= 1.0 else 0.0\n', '    return score\n'),
+        tests=("tests/test_tasks_reasoning_gym.py::test_countdown_pays_a_wrong_expression_nothing",
+               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+    ),
+    mutation(
+        "spell_backward_case_ignored", "rlvr/tasks/reasoning_gym_answers.py",
+        "spell_backward pays the reversed word in another case (the scorer compares lowercased text)",
+        ("score >= 1.0 and answer.strip() == str(oracle).strip() else",
+         "score >= 1.0 and answer.strip().lower() == str(oracle).strip().lower() else"),
+        tests=("tests/test_tasks_reasoning_gym.py::test_spell_backward_pays_only_the_exact_reversed_word",
+               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+    ),
+    mutation(
+        "spell_backward_similarity_paid", "rlvr/tasks/reasoning_gym_answers.py",
+        "spell_backward falls back to the default rule and keeps the scorer's per-letter credit",
+        ('    "spell_backward": (exact_oracle_only,', '    "spell_backward": (without_containment_credit,'),
+        tests=("tests/test_tasks_reasoning_gym.py::test_spell_backward_pays_only_the_exact_reversed_word",
+               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+    ),
+]
+
+MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + REWARD_AUDIT
