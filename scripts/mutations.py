@@ -744,6 +744,44 @@ REWARD_AUDIT = [
         tests=("tests/test_tasks_reasoning_gym.py::test_spell_backward_pays_only_the_exact_reversed_word",
                "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
     ),
+    mutation(
+        "neighbour_doubles_closing_brace", "rlvr/reward_kinds.py",
+        "the text neighbour doubles the last character: `\\boxed{5\\sqrt{2}}}` still holds the truth",
+        ("        last = max((i for i, c in enumerate(text) if c.isalnum()), default=len(text) - 1)\n",
+         "        last = len(text) - 1\n"),
+        tests=("tests/test_check_reward.py::test_neighbours_differ_from_the_truth_in_value",
+               "tests/test_check_reward.py::test_math_question_only_audit_answers_in_boxed"),
+    ),
+    mutation(
+        "unasked_format_ignored", "rlvr/reward_kinds.py",
+        "the condition inverted: the task's own answer format replaces the one the prompt asks for",
+        ('    if found.name != "plain":\n', '    if found.name == "plain":\n'),
+        tests=("tests/test_check_reward.py::test_answer_format_read_from_the_instruction",
+               "tests/test_check_reward.py::test_math_question_only_audit_answers_in_boxed"),
+    ),
+    mutation(
+        "own_format_allowances_dropped", "rlvr/check_reward.py",
+        "a task's own `format_allowances` are not read: its declared shaping fails the audit",
+        ("    allowances = {**FORMAT_ALLOWANCES.get(family, {}), **(own_allowances or {})}",
+         "    allowances = {**FORMAT_ALLOWANCES.get(family, {})}"),
+        tests=("tests/test_check_reward.py::test_own_allowances_join_the_family_ones",
+               "tests/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
+    ),
+    mutation(
+        "reverse_words_any_tag_pair", "examples/reverse_words.py",
+        "the example task pays `tag` for any tag pair: the echoed prompt's empty `<answer></answer>` earns it",
+        ('"tag": float(word)}', '"tag": float(match is not None)}'),
+        tests=("tests/test_external_tasks.py::test_example_task_file_builds_and_scores",
+               "tests/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
+    ),
+    mutation(
+        "reverse_words_case_folded", "examples/reverse_words.py",
+        "the example task lowercases the answer: the case-swapped word earns `answer`",
+        ("        answer = match.group(1).strip() if match else None",
+         "        answer = match.group(1).strip().lower() if match else None"),
+        tests=("tests/test_external_tasks.py::test_example_task_file_builds_and_scores",
+               "tests/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
+    ),
 ]
 
 MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + REWARD_AUDIT
