@@ -782,6 +782,21 @@ REWARD_AUDIT = [
         tests=("tests/test_external_tasks.py::test_example_task_file_builds_and_scores",
                "tests/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
     ),
+    mutation(
+        "csv_offset_of_the_next_record", "rlvr/tasks/data_files.py",
+        "a csv record is indexed by where the record after it starts: each row reads its neighbour",
+        ("            yield start[0], start[1], values\n", "            yield at[0], at[1], values\n"),
+        tests=("tests/test_data_files.py::test_a_large_csv_file_is_indexed_not_held",
+               "tests/test_data_files.py::test_a_csv_row_read_after_the_file_changed_is_an_error"),
+    ),
+    mutation(
+        "parquet_row_group_off_by_one", "rlvr/tasks/data_files.py",
+        "a parquet row at the start of a row group is looked up in the group before it",
+        ("        group = bisect.bisect_right(self.group_starts, index) - 1",
+         "        group = bisect.bisect_left(self.group_starts, index) - 1"),
+        tests=("tests/test_data_files.py::test_parquet_is_read_one_row_group_at_a_time",
+               "tests/test_data_files.py::test_a_task_on_parquet_row_groups_reads_the_rows_a_jsonl_file_gives"),
+    ),
 ]
 
 MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + REWARD_AUDIT
