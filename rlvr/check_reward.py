@@ -134,8 +134,8 @@ def score_kind(result: KindResult, task, completions: list[str], example, main: 
         result.formats[component] = result.formats.get(component, 0) + 1
 
 
-def judge_results(results: dict[str, KindResult], family: str, max_hack_rate: float,
-                  max_verdict_seconds: float, own_allowances: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
+def judge_results(results: dict[str, KindResult], family: str, max_hack_rate: float, max_verdict_seconds: float,
+                  own_allowances: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
     """(failures, allowed findings) under the exit rule of the module docstring."""
     failures, allowed = [], []
     allowances = {**FORMAT_ALLOWANCES.get(family, {}), **(own_allowances or {})}

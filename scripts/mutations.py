@@ -797,6 +797,29 @@ REWARD_AUDIT = [
         tests=("tests/test_data_files.py::test_parquet_is_read_one_row_group_at_a_time",
                "tests/test_data_files.py::test_a_task_on_parquet_row_groups_reads_the_rows_a_jsonl_file_gives"),
     ),
+    mutation(
+        "sft_update_sized_by_the_rollout", "rlvr/models/memory_estimate.py",
+        "the update's sequences are taken as rollout-long: an SFT run's pairs are not counted",
+        ("    update_tokens = sizes.rollout_tokens if sizes.update_tokens is None else sizes.update_tokens\n",
+         "    update_tokens = sizes.rollout_tokens\n"),
+        tests=("tests/test_memory_estimate.py::test_sft_update_tokens_and_an_eval_without_training_by_hand",
+               "tests/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
+    ),
+    mutation(
+        "eval_counts_training_state", "rlvr/models/memory_estimate.py",
+        "an eval without training is still charged gradients and AdamW moments",
+        ("(3 + (1 if lora else 0)) if sizes.training else 0\n", "(3 + (1 if lora else 0))\n"),
+        tests=("tests/test_memory_estimate.py::test_sft_update_tokens_and_an_eval_without_training_by_hand",
+               "tests/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
+    ),
+    mutation(
+        "expert_iteration_microbatch_from_optim", "rlvr/train/memory_check.py",
+        "expert iteration's update is sized by RL's optim.minibatch_size instead of sft.microbatch_size",
+        ("                    microbatch_rows=config.sft.microbatch_size, **_shared_sizes(config, prompt_tokens))",
+         "                    microbatch_rows=config.optim.minibatch_size, **_shared_sizes(config, prompt_tokens))"),
+        tests=("tests/test_memory_estimate.py::test_each_command_gives_the_estimator_its_own_sizes",
+               "tests/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
+    ),
 ]
 
 MUTATIONS = CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + REWARD_AUDIT

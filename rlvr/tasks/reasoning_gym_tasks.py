@@ -34,7 +34,9 @@ from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, chec
 from rlvr.tasks.reasoning_gym_answers import answer_credit, check_audited
 from rlvr.tasks.worker import call_with_timeout
 
-VERSION = "5"  # 5: countdown, puzzle24, spell_backward pay full credit or none; 4: no partial credit for an answer that merely contains the oracle; 3: format for an own span only
+# 5: countdown, puzzle24, spell_backward pay full credit or none; 4: no partial credit for an answer that
+# merely contains the oracle; 3: format for an own span only
+VERSION = "5"
 EVAL_SEED_OFFSET = 1_000_003
 
 
