@@ -230,6 +230,7 @@ def test_neighbours_differ_from_the_truth_in_value():
     # LaTeX: the last digit, not the closing brace (a doubled brace leaves the boxed answer unchanged)
     assert neighbours("5\\sqrt{2}")[:2] == ["5\\sqrt{}", "5\\sqrt{22}"]
     assert neighbours("(1, 2)")[:2] == ["(1, )", "(1, 22)"]
+    assert "2*8 + 5 + 3" not in neighbours("3 + 5 + 8*2")  # an expression reversed can be the same answer
 
 
 @pytest.mark.parametrize("prompt, form", [

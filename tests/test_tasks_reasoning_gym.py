@@ -205,11 +205,16 @@ def test_spell_backward_pays_only_the_exact_reversed_word():
         assert task.score(formatted(truth), example).components == {"answer": 1.0, "format": 1.0, "binary": 1.0}
 
 
-@pytest.mark.parametrize("dataset, score, answer, oracle, expected", [
+PUZZLE = {"answer": "4*(4 + 2)*1", "metadata": {"numbers": [1, 4, 2, 4]}}
+
+
+@pytest.mark.parametrize("dataset, score, text, oracle, expected", [
     ("countdown", 0.05, "1 + 2", "3*4 - 5", 0.0),  # any parsable expression
     ("countdown", 0.01, "", "3*4 - 5", 0.0),
     ("countdown", 1.0, "4*3 - 5", "3*4 - 5", 1.0),  # another right expression: the scorer decides
-    ("puzzle24", 0.01, "1 + 1", "4*6*1*1", 0.0),
+    ("puzzle24", 0.01, "1 + 1", PUZZLE, 0.0),
+    ("puzzle24", 1.0, "6*4*1*1", PUZZLE, 0.0),  # 24 from numbers in range, not the puzzle's: the scorer pays 1
+    ("puzzle24", 1.0, "(2 + 4)*4*1", PUZZLE, 1.0),
     ("spell_backward", 0.6, "olleq", "olleh", 0.0),  # letters in place
     ("spell_backward", 0.8, "ollehx", "olleh", 0.0),  # the word, then more letters
     ("spell_backward", 1.0, "OLLEH", "olleh", 0.0),  # the scorer compares lowercased text
@@ -217,7 +222,24 @@ def test_spell_backward_pays_only_the_exact_reversed_word():
     ("basic_arithmetic", 0.25, "-45 1 2", "-45", 0.0),  # no rule of its own: containment credit only
     ("knights_knaves", 0.65, "Zoey is a knight", "Zoey is a knave", 0.65),  # its partial credit is kept
 ])
-def test_answer_credit_rules(dataset, score, answer, oracle, expected):
+def test_answer_credit_rules(dataset, score, text, oracle, expected):
     from rlvr.tasks.reasoning_gym_answers import answer_credit
 
-    assert answer_credit(dataset, score, answer, oracle) == expected
+    entry = oracle if isinstance(oracle, dict) else {"answer": oracle, "metadata": {}}
+    assert answer_credit(dataset, score, text, entry) == expected
+
+
+def test_puzzle24_pays_only_an_expression_of_the_puzzles_numbers():
+    """puzzle24's scorer checks that four numbers in range make 24, not that they are the puzzle's: one
+    constant answer solved every puzzle."""
+    task = build_task("reasoning_gym:puzzle24", options={"eval_size": 6, "size": 10}, use_chat_template=False)
+    for example in task.iter_eval():
+        numbers = sorted(example.metadata["entry"]["metadata"]["numbers"])
+        for constant in ("6*4*1*1", "8*3*1*1"):
+            if sorted([int(n) for n in constant.split("*")]) == numbers:
+                continue
+            assert raw_score(task, constant, example) == 1.0  # what the scorer pays
+            verdict = task.score(formatted(constant), example)
+            assert verdict.components["answer"] == 0.0 and not verdict.correct, (numbers, verdict)
+        right = task.score(formatted(str(example.ground_truth)), example)
+        assert right.components == {"answer": 1.0, "format": 1.0, "binary": 1.0}, right

@@ -175,29 +175,43 @@ def without_containment_credit(score: float, answer: str, oracle) -> float:
     return score
 
 
-def full_credit_only(score: float, answer: str, oracle) -> float:
+# A credit rule: (the scorer's score, the text it scored, the entry) -> the `answer` reward.
+Credit = Callable[[float, str, dict], float]
+
+
+def containment_rule(score: float, text: str, entry: dict) -> float:
+    return without_containment_credit(score, text, entry["answer"])
+
+
+def full_credit_only(score: float, text: str, entry: dict) -> float:
     """1 when the scorer pays full credit, else 0: its lower scores are paid for a wrong answer."""
     return 1.0 if score >= 1.0 else 0.0
 
 
-def exact_oracle_only(score: float, answer: str, oracle) -> float:
+def exact_oracle_only(score: float, text: str, entry: dict) -> float:
     """1 when the scorer pays full credit and the answer is the oracle as written, else 0."""
-    return 1.0 if score >= 1.0 and answer.strip() == str(oracle).strip() else 0.0
+    return 1.0 if score >= 1.0 and text.strip() == str(entry["answer"]).strip() else 0.0
 
 
-Credit = Callable[[float, str, object], float]
+def given_numbers_only(score: float, text: str, entry: dict) -> float:
+    """1 when the scorer pays full credit and the expression uses the puzzle's numbers, each once."""
+    used = sorted(int(n) for n in re.findall(r"[0-9]+", text))
+    return 1.0 if score >= 1.0 and used == sorted(int(n) for n in entry["metadata"]["numbers"]) else 0.0
+
+
 # Datasets whose scores below 1 say nothing about correctness, with what they pay for (read in
 # reasoning-gym 0.1.25). Any other dataset keeps its partial credit, less containment credit.
 ANSWER_CREDIT: dict[str, tuple[Credit, str]] = {
     "countdown": (full_credit_only, "0.05 for any parsable expression, right numbers or not, "
                                     "0.01 for anything else"),
-    "puzzle24": (full_credit_only, "0.01 for any answer"),
+    "puzzle24": (given_numbers_only, "0.01 for any answer, and 1 for any four numbers in range that make "
+                                     "24 (`6*4*1*1` solved every puzzle), the puzzle's numbers or not"),
     "spell_backward": (exact_oracle_only, "1/len(word) for each letter in its place, 0.8 for the word "
                                           "followed by more letters, 1 for the word in another case"),
 }
 
 
-def answer_credit(dataset: str, score: float, answer: str, oracle) -> float:
-    """The `answer` reward for the score `dataset`'s scorer gave `answer` (oracle: the entry's answer)."""
-    credit = ANSWER_CREDIT.get(dataset, (without_containment_credit, ""))[0]
-    return credit(score, answer, oracle)
+def answer_credit(dataset: str, score: float, text: str, entry: dict) -> float:
+    """The `answer` reward for the score `dataset`'s scorer gave `text` (what it saw: `scorer_text`)."""
+    credit = ANSWER_CREDIT.get(dataset, (containment_rule, ""))[0]
+    return credit(score, text, entry)

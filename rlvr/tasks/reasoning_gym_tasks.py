@@ -34,8 +34,8 @@ from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, chec
 from rlvr.tasks.reasoning_gym_answers import answer_credit, check_audited
 from rlvr.tasks.worker import call_with_timeout
 
-# 5: countdown, puzzle24, spell_backward pay full credit or none; 4: no partial credit for an answer that
-# merely contains the oracle; 3: format for an own span only
+# 5: countdown, puzzle24 (with the puzzle's numbers), spell_backward pay full credit or none;
+# 4: no partial credit for an answer that merely contains the oracle; 3: format for an own span only
 VERSION = "5"
 EVAL_SEED_OFFSET = 1_000_003
 
@@ -147,10 +147,11 @@ class ReasoningGymTask:
                 detail = f"refused: {result.value['refused']}" if refused else result.detail
                 correct = False
             else:
-                value = answer_credit(name, float(result.value["score"]), answer, example.ground_truth)
+                value = answer_credit(name, float(result.value["score"]), result.value["text"],
+                                      example.metadata["entry"])
                 correct = value >= 1.0
                 components = {"answer": value, "format": format_score,
                               "binary": float(correct and format_score == 1.0)}
-                status, detail = "ok", f"answer={result.value['text']!r}"
+                status, detail = "ok", f"answer={result.value['text'][:200]!r}"
         return Verdict(components=components, total=weighted_total(components, self.weights), status=status,
                        verifier=verifier, version=VERSION, correct=correct, detail=detail)

@@ -6,7 +6,8 @@ cache: nothing is loaded or converted), and, for a training run or `rlvr eval`, 
 peak memory fits (`rlvr.train.memory_check`, on that command's sizes). `rlvr train`, `sft`,
 `expert-iter`, `check`, `sweep` and `eval` call it before they create any folder, so a bad config,
 task, data file or model name fails in seconds with a message that names it, and leaves nothing
-behind. `load_run_model` then loads the policy (and `set_up_value_model` PPO's value model) and `rollout_backend` sets up sampling on it.
+behind. `load_run_model` then loads the policy (and `set_up_value_model` PPO's value model) and
+`rollout_backend` sets up sampling on it.
 """
 
 from __future__ import annotations
