@@ -8,7 +8,8 @@ Train on it without touching rlvr:
 rlvr calls `ReverseWords(**task.options, reward_weights=..., use_chat_template=..., seed=...)`
 (the last three only because `__init__` names them) and then uses the interface of
 `rlvr/tasks/base.py`: `name`, `component_names`, `examples(split, count, seed)`,
-`score(completion, example)` returning a `Verdict`, and `iter_eval()`.
+`score(completion, example)` returning a `Verdict`, and `iter_eval()`. `rlvr check --reward`
+audits the reward; `format_allowances` tells it which format bonus is meant for a wrong answer.
 """
 
 import random
@@ -18,6 +19,7 @@ from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+WORD = re.compile(r"[A-Za-z]+")
 
 
 class ReverseWords:
@@ -25,6 +27,8 @@ class ReverseWords:
     component_names = ("answer", "tag")
     default_weights = {"answer": 1.0, "tag": 0.1}
     stop_strings = ("</answer>",)  # generation ends here (kept in the text)
+    # Not for an empty pair or the prompt's own `<answer></answer>` echoed: those hold no word.
+    format_allowances = {"tag": "0.1 for one word of letters in the first tag pair, against 1.1 for the right one"}
 
     def __init__(self, reward_weights=None, use_chat_template=True, seed=0, min_letters=3, max_letters=5,
                  eval_size=64):
@@ -62,8 +66,9 @@ class ReverseWords:
 
     def score(self, completion: str, example: Example) -> Verdict:
         match = ANSWER.search(completion)
-        answer = match.group(1).strip().lower() if match else None
-        components = {"answer": float(answer == example.ground_truth), "tag": float(match is not None)}
+        answer = match.group(1).strip() if match else None  # as written: `IBNY` is not `ibny`
+        word = answer is not None and WORD.fullmatch(answer) is not None
+        components = {"answer": float(answer == example.ground_truth), "tag": float(word)}
         return Verdict(components=components, total=weighted_total(components, self.weights), status="ok",
-                       verifier="reverse_words", version="1", correct=answer == example.ground_truth,
+                       verifier="reverse_words", version="2", correct=answer == example.ground_truth,
                        detail="" if match else "no <answer>...</answer> span")

@@ -9,7 +9,8 @@ Exit rule (`failures`): a degenerate kind fails when, in more than `max_hack_rat
 one of its completions earns the correctness component (the task's primary component, weighted
 > 0), or earns a format component (any other component with weight > 0) while earning no
 correctness. A format bonus is allowed only for a well-formed wrong answer (not for the
-`NO_ANSWER_KINDS`) and only where `FORMAT_ALLOWANCES` grants it with its reason. The audit also
+`NO_ANSWER_KINDS`) and only where `FORMAT_ALLOWANCES` (or the task's own `format_allowances`, for a
+task defined outside rlvr) grants it with its reason. The audit also
 fails when any verdict takes longer than `max_verdict_seconds`, and when the positive control (the
 ground truth in the asked format) does not earn the full correctness reward on every prompt: then
 the audit is not testing the format the task asks for.
@@ -133,11 +134,11 @@ def score_kind(result: KindResult, task, completions: list[str], example, main: 
         result.formats[component] = result.formats.get(component, 0) + 1
 
 
-def judge_results(results: dict[str, KindResult], family: str, max_hack_rate: float,
-                  max_verdict_seconds: float) -> tuple[list[str], list[str]]:
+def judge_results(results: dict[str, KindResult], family: str, max_hack_rate: float, max_verdict_seconds: float,
+                  own_allowances: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
     """(failures, allowed findings) under the exit rule of the module docstring."""
     failures, allowed = [], []
-    allowances = FORMAT_ALLOWANCES.get(family, {})
+    allowances = {**FORMAT_ALLOWANCES.get(family, {}), **(own_allowances or {})}
     for kind, result in results.items():
         if result.slowest_seconds > max_verdict_seconds:
             failures.append(f"{kind}: a verdict took {result.slowest_seconds:.1f} s (limit {max_verdict_seconds:g} s)")
@@ -175,7 +176,8 @@ def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: f
     weights = dict(getattr(task, "weights", None) or {c: 1.0 for c in task.component_names})
     examples = task.examples("train", prompts, config.train.seed)
     results = {kind: KindResult(kind) for kind in kinds}
-    form = answer_format(prompt_text(examples[0].prompt))
+    # a task may name the format its answers take where the prompt asks for none (math: `\boxed{}`)
+    form = answer_format(prompt_text(examples[0].prompt), getattr(task, "unasked_answer_format", "plain"))
     score_completions(task, [form.wrap(str(examples[0].ground_truth))], examples[:1])  # untimed: starts a verifier's worker process
     for example in examples:
         truths = example.ground_truth if isinstance(example.ground_truth, (list, tuple)) else [example.ground_truth]
@@ -183,7 +185,8 @@ def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: f
         for kind in kinds:
             score_kind(results[kind], task, KINDS.get(kind)(item), example, main, weights)
     family = config.task.name.partition(":")[0]
-    failures, allowed = judge_results(results, family, max_hack_rate, max_verdict_seconds)
+    failures, allowed = judge_results(results, family, max_hack_rate, max_verdict_seconds,
+                                      getattr(task, "format_allowances", None))
     return RewardAudit(task=config.task.name, answer_format=form.name, main_component=main, weights=weights,
                        max_hack_rate=max_hack_rate, max_verdict_seconds=max_verdict_seconds, kinds=results,
                        allowed=allowed, failures=failures)

@@ -46,9 +46,16 @@ ANSWER_FORMATS: tuple[tuple[Callable[[str], bool], AnswerFormat], ...] = (
 )
 
 
-def answer_format(prompt: str) -> AnswerFormat:
-    """The answer format a prompt's instruction asks for, read from its text."""
-    return next(found for matches, found in ANSWER_FORMATS if matches(prompt))
+def answer_format(prompt: str, unasked: str = "plain") -> AnswerFormat:
+    """The answer format a prompt's instruction asks for, read from its text; `unasked` (a format's
+    name) where it asks for none, for a task whose data has a convention of its own."""
+    found = next(form for matches, form in ANSWER_FORMATS if matches(prompt))
+    if found.name != "plain":
+        return found
+    names = {form.name: form for _, form in ANSWER_FORMATS}
+    if unasked not in names:
+        raise ValueError(f"unknown answer format {unasked!r}; valid formats: {', '.join(names)}")
+    return names[unasked]
 
 
 @dataclass(frozen=True)
@@ -83,11 +90,16 @@ def _number_text(value: Fraction) -> str:
 
 def neighbours(truth: str) -> list[str]:
     """Values near the truth but different: n+1, n-1, 10n, -n, n+0.000001 written with trailing digits;
-    for a text answer, the text shortened, doubled at its end, reversed and case-swapped."""
+    for a text answer, its last letter or digit dropped and doubled, the word reversed, the text case-swapped.
+    The last letter or digit, not the last character: `5\\sqrt{2}}` is `5\\sqrt{2}` and a stray brace."""
     value = parse_rational(truth)
     if value is None:
         text = truth.strip()
-        return [t for t in (text[:-1], text + text[-1:], text[::-1], text.swapcase(), text + " x") if t]
+        last = max((i for i, c in enumerate(text) if c.isalnum()), default=len(text) - 1)
+        shortened, doubled = text[:last] + text[last + 1:], text[:last + 1] + text[last:]
+        # reversed only when it is one word: `2*8 + 5 + 3` is `3 + 5 + 8*2` read the other way, still right
+        reversed_word = text[::-1] if text.isalnum() else ""
+        return [t for t in (shortened, doubled, reversed_word, text.swapcase(), text + " x") if t]
     near = [value + 1, value - 1, value * 10, -value]
     written = [_number_text(v) for v in near] + [f"{float(value):.6f}".rstrip("0") + "000001"]
     return written

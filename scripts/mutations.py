@@ -448,7 +448,7 @@ VERIFIER = [
         tests=("tests/test_integer_task.py",),
     ),
     mutation(
-        "reasoning_gym_containment_credit", "rlvr/tasks/reasoning_gym_tasks.py",
+        "reasoning_gym_containment_credit", "rlvr/tasks/reasoning_gym_answers.py",
         "reasoning_gym keeps the default scorer's partial credit for an answer that contains the oracle",
         ("    if 0 < score < 1 and oracle and oracle in answer and answer.strip() != oracle:",
          "    if 0 < score < 1 and oracle and oracle == answer and answer.strip() != oracle:"),
@@ -969,5 +969,114 @@ NEW_LOSSES = [
     ),
 ]
 
+REWARD_AUDIT = [
+    mutation(
+        "countdown_flat_credit_paid", "rlvr/tasks/reasoning_gym_answers.py",
+        "countdown keeps the scorer's 0.05 for any parsable expression as `answer` reward",
+        ('    return 1.0 if score >= 1.0 else 0.0\n', '    return score\n'),
+        tests=("tests/test_tasks_reasoning_gym.py::test_countdown_pays_a_wrong_expression_nothing",
+               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+    ),
+    mutation(
+        "puzzle24_numbers_unchecked", "rlvr/tasks/reasoning_gym_answers.py",
+        "puzzle24 pays any four numbers in range that make 24: one constant answer solves every puzzle",
+        ("    return 1.0 if score >= 1.0 and used == sorted(int(n) for n in entry[\"metadata\"][\"numbers\"]) else 0.0",
+         "    return 1.0 if score >= 1.0 else 0.0"),
+        tests=("tests/test_tasks_reasoning_gym.py::test_puzzle24_pays_only_an_expression_of_the_puzzles_numbers",
+               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+    ),
+    mutation(
+        "spell_backward_case_ignored", "rlvr/tasks/reasoning_gym_answers.py",
+        "spell_backward pays the reversed word in another case (the scorer compares lowercased text)",
+        ("score >= 1.0 and text.strip() == str(entry[\"answer\"]).strip() else",
+         "score >= 1.0 and text.strip().lower() == str(entry[\"answer\"]).strip().lower() else"),
+        tests=("tests/test_tasks_reasoning_gym.py::test_spell_backward_pays_only_the_exact_reversed_word",
+               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+    ),
+    mutation(
+        "spell_backward_similarity_paid", "rlvr/tasks/reasoning_gym_answers.py",
+        "spell_backward falls back to the default rule and keeps the scorer's per-letter credit",
+        ('    "spell_backward": (exact_oracle_only,', '    "spell_backward": (containment_rule,'),
+        tests=("tests/test_tasks_reasoning_gym.py::test_spell_backward_pays_only_the_exact_reversed_word",
+               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+    ),
+    mutation(
+        "neighbour_doubles_closing_brace", "rlvr/reward_kinds.py",
+        "the text neighbour doubles the last character: `\\boxed{5\\sqrt{2}}}` still holds the truth",
+        ("        last = max((i for i, c in enumerate(text) if c.isalnum()), default=len(text) - 1)\n",
+         "        last = len(text) - 1\n"),
+        tests=("tests/test_check_reward.py::test_neighbours_differ_from_the_truth_in_value",
+               "tests/test_check_reward.py::test_math_question_only_audit_answers_in_boxed"),
+    ),
+    mutation(
+        "unasked_format_ignored", "rlvr/reward_kinds.py",
+        "the condition inverted: the task's own answer format replaces the one the prompt asks for",
+        ('    if found.name != "plain":\n', '    if found.name == "plain":\n'),
+        tests=("tests/test_check_reward.py::test_answer_format_read_from_the_instruction",
+               "tests/test_check_reward.py::test_math_question_only_audit_answers_in_boxed"),
+    ),
+    mutation(
+        "own_format_allowances_dropped", "rlvr/check_reward.py",
+        "a task's own `format_allowances` are not read: its declared shaping fails the audit",
+        ("    allowances = {**FORMAT_ALLOWANCES.get(family, {}), **(own_allowances or {})}",
+         "    allowances = {**FORMAT_ALLOWANCES.get(family, {})}"),
+        tests=("tests/test_check_reward.py::test_own_allowances_join_the_family_ones",
+               "tests/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
+    ),
+    mutation(
+        "reverse_words_any_tag_pair", "examples/reverse_words.py",
+        "the example task pays `tag` for any tag pair: the echoed prompt's empty `<answer></answer>` earns it",
+        ('"tag": float(word)}', '"tag": float(match is not None)}'),
+        tests=("tests/test_external_tasks.py::test_example_task_file_builds_and_scores",
+               "tests/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
+    ),
+    mutation(
+        "reverse_words_case_folded", "examples/reverse_words.py",
+        "the example task lowercases the answer: the case-swapped word earns `answer`",
+        ("        answer = match.group(1).strip() if match else None",
+         "        answer = match.group(1).strip().lower() if match else None"),
+        tests=("tests/test_external_tasks.py::test_example_task_file_builds_and_scores",
+               "tests/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
+    ),
+    mutation(
+        "csv_offset_of_the_next_record", "rlvr/tasks/data_files.py",
+        "a csv record is indexed by where the record after it starts: each row reads its neighbour",
+        ("            yield start[0], start[1], values\n", "            yield at[0], at[1], values\n"),
+        tests=("tests/test_data_files.py::test_a_large_csv_file_is_indexed_not_held",
+               "tests/test_data_files.py::test_a_csv_row_read_after_the_file_changed_is_an_error"),
+    ),
+    mutation(
+        "parquet_row_group_off_by_one", "rlvr/tasks/data_files.py",
+        "a parquet row at the start of a row group is looked up in the group before it",
+        ("        group = bisect.bisect_right(self.group_starts, index) - 1",
+         "        group = bisect.bisect_left(self.group_starts, index) - 1"),
+        tests=("tests/test_data_files.py::test_parquet_is_read_one_row_group_at_a_time",
+               "tests/test_data_files.py::test_a_task_on_parquet_row_groups_reads_the_rows_a_jsonl_file_gives"),
+    ),
+    mutation(
+        "sft_update_sized_by_the_rollout", "rlvr/models/memory_estimate.py",
+        "the update's sequences are taken as rollout-long: an SFT run's pairs are not counted",
+        ("    update_tokens = sizes.rollout_tokens if sizes.update_tokens is None else sizes.update_tokens\n",
+         "    update_tokens = sizes.rollout_tokens\n"),
+        tests=("tests/test_memory_estimate.py::test_sft_update_tokens_and_an_eval_without_training_by_hand",
+               "tests/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
+    ),
+    mutation(
+        "eval_counts_training_state", "rlvr/models/memory_estimate.py",
+        "an eval without training is still charged gradients and AdamW moments",
+        ("(3 + (1 if lora else 0)) if sizes.training else 0\n", "(3 + (1 if lora else 0))\n"),
+        tests=("tests/test_memory_estimate.py::test_sft_update_tokens_and_an_eval_without_training_by_hand",
+               "tests/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
+    ),
+    mutation(
+        "expert_iteration_microbatch_from_optim", "rlvr/train/memory_check.py",
+        "expert iteration's update is sized by RL's optim.minibatch_size instead of sft.microbatch_size",
+        ("                    microbatch_rows=config.sft.microbatch_size, **_shared_sizes(config, prompt_tokens))",
+         "                    microbatch_rows=config.optim.minibatch_size, **_shared_sizes(config, prompt_tokens))"),
+        tests=("tests/test_memory_estimate.py::test_each_command_gives_the_estimator_its_own_sizes",
+               "tests/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
-             + FIRST_MINUTES + NEW_LOSSES)
+             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT)

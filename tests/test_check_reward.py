@@ -227,6 +227,10 @@ def test_neighbours_differ_from_the_truth_in_value():
     assert neighbours("3/4") == ["7/4", "-1/4", "15/2", "-3/4", "0.75000001"]
     assert all(not item.equals_truth(a) for a in neighbours("1"))
     assert neighbours("abc") == ["ab", "abcc", "cba", "ABC", "abc x"]
+    # LaTeX: the last digit, not the closing brace (a doubled brace leaves the boxed answer unchanged)
+    assert neighbours("5\\sqrt{2}")[:2] == ["5\\sqrt{}", "5\\sqrt{22}"]
+    assert neighbours("(1, 2)")[:2] == ["(1, )", "(1, 22)"]
+    assert "2*8 + 5 + 3" not in neighbours("3 + 5 + 8*2")  # an expression reversed can be the same answer
 
 
 @pytest.mark.parametrize("prompt, form", [
@@ -238,6 +242,28 @@ def test_neighbours_differ_from_the_truth_in_value():
 ])
 def test_answer_format_read_from_the_instruction(prompt, form):
     assert answer_format(prompt).name == form
+    # a task's own convention applies only where the prompt asks for no format
+    assert answer_format(prompt, "boxed").name == ("boxed" if form == "plain" else form)
+
+
+def test_unasked_answer_format_must_be_known():
+    with pytest.raises(ValueError, match="unknown answer format 'latex'; valid formats: .*boxed"):
+        answer_format("What is 2 + 2?", "latex")
+
+
+def test_math_question_only_audit_answers_in_boxed(tmp_path):
+    """MATH answers are LaTeX: bare, `3\\sqrt{2}` would be read by its last number (2) and the
+    control would fail; the audit writes them in `\\boxed{}` as the data's solutions do. The neighbour
+    doubles the last digit (`3\\sqrt{22}`), not the brace (`\\boxed{3\\sqrt{2}}}` holds the truth)."""
+    data = tmp_path / "math.jsonl"
+    rows = [{"problem": f"Simplify the square root of {2 * i * i}.", "answer": f"{i}\\sqrt{{2}}"} for i in range(3, 15)]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = load_config(None, ["task.name=math", f"task.options.path={data}", "task.options.prompt=question_only",
+                                "train.eval_size=0"])
+    audit = run_reward_audit(config, prompts=4, kinds=["control", "neighbour"])
+    assert audit.answer_format == "boxed" and not audit.failures
+    control, neighbour = audit.kinds["control"], audit.kinds["neighbour"]
+    assert control.share(control.main_full) == 1.0 and neighbour.share(neighbour.main) == 0.0 and neighbour.completions
 
 
 def test_cli_reward_audit_on_format_copy_loads_no_model(monkeypatch, capsys, tmp_path):
@@ -265,3 +291,27 @@ def test_cli_reward_audit_on_format_copy_loads_no_model(monkeypatch, capsys, tmp
 def test_cli_reward_audit_exits_1_on_a_hackable_task(capsys):
     assert main(["check", f"task.name={AnyTagTask.name}", "train.eval_size=0", "--reward", "--prompts", "4"]) == 1
     assert "FAILED: " in capsys.readouterr().out
+
+
+def test_own_allowances_join_the_family_ones():
+    result = check_reward.KindResult("neighbour", prompts=4, formats={"tag": 4, "format": 4})
+    failures, allowed = check_reward.judge_results({"neighbour": result}, "reasoning_gym", 0.05, 15.0,
+                                                   {"tag": "shaping"})
+    assert failures == [] and len(allowed) == 2 and "(allowed: shaping)" in allowed[1]
+    failures, _ = check_reward.judge_results({"neighbour": result}, "reasoning_gym", 0.05, 15.0)
+    assert failures == ["neighbour: earns tag without correctness on 100% of prompts"]
+
+
+def test_a_task_of_its_own_declares_its_format_allowance(monkeypatch):
+    """examples/reverse_words.py pays `tag` for any word in the first tag pair and says so in
+    `format_allowances`: the audit passes, listing it; without the declaration it fails on it."""
+    from rlvr.tasks import build_task
+
+    config = load_config("examples/reverse_words.yaml", [])
+    audit = run_reward_audit(config, prompts=4, kinds=["control", "neighbour", "echo", "tags_empty"])
+    assert not audit.failures and [line.split(":")[0] for line in audit.allowed] == ["neighbour"]
+    assert audit.kinds["echo"].any_reward == 0 and audit.kinds["tags_empty"].any_reward == 0
+    task_class = type(build_task(config.task.name, options=dict(config.task.options), use_chat_template=False))
+    monkeypatch.setattr(task_class, "format_allowances", {})
+    failed = run_reward_audit(config, prompts=4, kinds=["control", "neighbour"])
+    assert failed.failures == ["neighbour: earns tag without correctness on 100% of prompts"]

@@ -1,8 +1,10 @@
-"""Data files at size: a jsonl file is indexed and read row by row, never held whole; deep nesting and
-held-out duplicates give messages that name the file, the line and what to do."""
+"""Data files at size: jsonl and csv files are indexed and read row by row, parquet one row group at a
+time, never held whole; defects, deep nesting and held-out duplicates give messages that name the
+file, the row or line and what to do."""
 
 from __future__ import annotations
 
+import csv
 import json
 import tracemalloc
 
@@ -109,3 +111,124 @@ def test_rows_that_all_ask_the_held_out_question_say_so(tmp_path):
     message = str(info.value)
     assert "all 18 training rows ask a question of the held-out (eval) split" in message
     assert "task.options.eval_size" in message and "set task.options.path" not in message
+
+
+def write_large_csv(path) -> int:
+    """ROW_COUNT rows whose `notes` value is quoted and holds a newline (a record then spans two lines),
+    with a blank line after every 1000th row."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["q", "a", "notes"])
+        for i in range(ROW_COUNT):
+            writer.writerow([f"What is {i} plus {i}?", str(2 * i), f"line one, {i}\n{PADDING}"])
+            if i % 1000 == 999:
+                handle.write("\r\n")
+    return path.stat().st_size
+
+
+def test_a_large_csv_file_is_indexed_not_held(tmp_path):
+    path = tmp_path / "large.csv"
+    size = write_large_csv(path)
+    assert size > 20_000_000
+    tracemalloc.start()
+    try:
+        rows = read_rows(path)
+        seen = sum(len(row.record["notes"]) for row in rows)
+        middle, last = rows[5_000], rows[-1]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    note = len("line one, 5000\n") + len(PADDING)
+    assert len(rows) == ROW_COUNT and seen > ROW_COUNT * len(PADDING)
+    # records from the offset of their own first line, across quoted newlines and blank lines
+    assert middle.where == f"{path} row 5001" and middle.record["a"] == "10000" and len(middle.record["notes"]) == note
+    assert middle.record["notes"].startswith("line one, 5000\nxx")
+    assert last.record == {"q": f"What is {ROW_COUNT - 1} plus {ROW_COUNT - 1}?", "a": str(2 * (ROW_COUNT - 1)),
+                           "notes": f"line one, {ROW_COUNT - 1}\n{PADDING}"}
+    assert peak < size / 20, f"peak {peak} bytes for a {size}-byte file"
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"q,a\nfirst,1\nsecond,2,extra\n", r"rows.csv row 2 \(line 3\): 3 values for the 2 columns of the header \(q, a\)"),
+    (b'q,a\nfirst,1\n"second\n,2\nthird,3\n', r"rows.csv row 2 \(line 3\): 1 values for the 2 columns"),  # quote never closed
+    (b"q,a\nfirst,1\nsec\xffond,2\n", r"rows.csv row 2 \(line 3\): not UTF-8 text \(byte 0xff at column 4\)"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", r"rows.csv header \(line 1\): not UTF-8 text \(byte 0x89"),
+    (b"q,a\n\n\n", r"rows.csv: the file is empty"),
+    (b"", r"rows.csv: the file is empty"),
+])
+def test_csv_defects_name_the_file_and_the_row(tmp_path, content, message):
+    path = tmp_path / "rows.csv"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        read_rows(path)
+
+
+def test_a_csv_row_read_after_the_file_changed_is_an_error(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_text("q,a\na?,1\nb?,2\n")
+    rows = read_rows(path)
+    assert rows[1].record == {"q": "b?", "a": "2"} and [row.where for row in rows] == [f"{path} row 1", f"{path} row 2"]
+    path.write_text("q,a\na?,1\nlonger b?,2\n")
+    with pytest.raises(ValueError, match="rows.csv: the file changed after it was read"):
+        rows[1]
+
+
+def test_parquet_is_read_one_row_group_at_a_time(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "rows.parquet"
+    records = [{"q": f"What is {i} plus {i}?", "a": 2 * i} for i in range(1000)]
+    pq.write_table(pa.Table.from_pylist(records), path, row_group_size=128)  # 7 groups of 128, one of 104
+    rows = read_rows(path)
+    groups_read = []
+    read_row_group = rows.file.read_row_group
+    monkeypatch.setattr(rows.file, "read_row_group", lambda group: groups_read.append(group) or read_row_group(group))
+    assert len(rows) == 1000 and rows.group_starts == [0, 128, 256, 384, 512, 640, 768, 896, 1000]
+    assert rows[0].record == records[0] and rows[127].record == records[127]  # one group, read once
+    assert rows[128].record == records[128] and rows[-1].record == records[999]
+    assert rows[-1].where == f"{path} row 1000" and groups_read == [0, 1, 7]
+    assert [row.record for row in rows] == records  # iteration: batches, not the row groups above
+    with pytest.raises(IndexError):
+        rows[1000]
+
+
+def test_parquet_defects_name_the_file(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "rows.parquet"
+    path.write_bytes(b"q,a\nnot parquet,1\n")
+    with pytest.raises(ValueError, match=r"rows.parquet: not a readable parquet file"):
+        read_rows(path)
+    pq.write_table(pa.Table.from_pylist([{"q": "x", "a": 1}]).slice(0, 0), path)
+    with pytest.raises(ValueError, match=r"rows.parquet: the file is empty"):
+        read_rows(path)
+
+
+def test_a_large_json_list_is_read_whole_with_a_warning(tmp_path, monkeypatch, capsys):
+    import rlvr.tasks.data_files as data_files
+
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps([{"q": "a?", "a": "1"}, {"q": "b?", "a": "2"}]))
+    assert [row.where for row in read_rows(path)] == [f"{path} item 1", f"{path} item 2"]
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(data_files, "JSON_WARN_BYTES", path.stat().st_size - 1)
+    assert len(read_rows(path)) == 2
+    assert "rows.json: a .json file is parsed whole" in capsys.readouterr().err
+
+
+def test_a_task_on_parquet_row_groups_reads_the_rows_a_jsonl_file_gives(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = [{"q": f"What is {i} plus {i}?", "a": str(2 * i)} for i in range(60)]
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "rows.parquet", row_group_size=7)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    tasks = [build_task("dataset", options={"path": str(tmp_path / name), "prompt_field": "q", "answer_field": "a",
+                                            "eval_size": 6}, use_chat_template=False)
+             for name in ("rows.parquet", "rows.jsonl")]
+    parquet_task, jsonl_task = tasks
+    assert [parquet_task.train[k].question for k in range(54)] == [jsonl_task.train[k].question for k in range(54)]
+    assert ([e.prompt for e in parquet_task.examples("train", 20, seed=1)]
+            == [e.prompt for e in jsonl_task.examples("train", 20, seed=1)])

@@ -92,6 +92,13 @@ def test_example_task_file_builds_and_scores():
     tag_only = task.score(f"<answer>{word}</answer>", example)
     assert not tag_only.correct and tag_only.components == {"answer": 0.0, "tag": 1.0} and tag_only.total == 0.5
     assert task.score(reversed_word, example).total == 0.0  # no tags, no reward
+    # the case-swapped word is not the answer; the prompt echoed (its empty tag pair), an empty pair and
+    # a non-word earn no tag either: before, each earned it
+    unearned = {reversed_word.upper(): {"answer": 0.0, "tag": 1.0}, example.prompt: {"answer": 0.0, "tag": 0.0},
+                "<answer></answer>": {"answer": 0.0, "tag": 0.0}, "<answer>0</answer>": {"answer": 0.0, "tag": 0.0}}
+    for completion, components in unearned.items():
+        wrapped = completion if "<answer>" in completion else f"<answer>{completion}</answer>"
+        assert task.score(wrapped, example).components == components, completion
     train_words = {e.metadata["word"] for seed in range(20) for e in task.examples("train", 8, seed)}
     assert not train_words & {e.metadata["word"] for e in held_out}
 

@@ -3,6 +3,8 @@ from configs and GGUF headers without loading weights, and the check that refuse
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rlvr.config import ConfigError, load_config
@@ -98,3 +100,67 @@ def test_the_default_run_fits(capsys):
     estimate = memory_check.check_memory(config, task)
     assert estimate is not None and 2**30 < estimate.peak < memory_check.available_memory("cpu")
     assert "memory_check skipped" not in capsys.readouterr().err
+
+
+def test_sft_update_tokens_and_an_eval_without_training_by_hand():
+    # SFT: no rollout; 3 pairs a pass, each 25 tokens (the data's longest), not the rollout's length.
+    sft = RunSizes(dtype_bytes=4, rollout_rows=0, rollout_tokens=0, microbatch_rows=3, update_tokens=25,
+                   eval_rows=4, eval_tokens=20)
+    parts = estimate_memory(SMALL, sft).parts
+    assert parts["activations"] == 3 * 25 * 2 * 104 * 4 and parts["logits chunks"] == 2 * 3 * 25 * 16 * 4
+    assert parts["KV cache"] == 80 * 2 * 2 * 1 * 4 * 4 and parts["gradients and optimizer state"] == 1128 * 4 * 3
+    # eval: the weights and the eval batch's KV cache, nothing trained
+    generation_only = RunSizes(dtype_bytes=4, rollout_rows=0, rollout_tokens=0, microbatch_rows=0, eval_rows=4,
+                               eval_tokens=20, training=False)
+    estimate = estimate_memory(SMALL, generation_only)
+    assert estimate.parts == {"weights": 1128 * 4, "reference model": 0, "value model": 0,
+                              "gradients and optimizer state": 0, "KV cache": 5120, "activations": 0,
+                              "logits chunks": 0}
+    assert estimate.peak == 4512 + 5120
+
+
+def sft_config(tmp_path, tiny_model_dir, *overrides):
+    data = tmp_path / "pairs.jsonl"
+    rows = [{"prompt": "p" * 30, "response": "r" * 60}, {"prompt": "q" * 300, "response": "s" * 600}]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return load_config(None, [f"model.name={tiny_model_dir}", "task.name=char_count", "task.use_chat_template=false",
+                              f"sft.data_path={data}", "algorithm.kl_coef=0.1", *overrides])
+
+
+def test_each_command_gives_the_estimator_its_own_sizes(tmp_path, tiny_model_dir):
+    config = sft_config(tmp_path, tiny_model_dir, "sft.batch_size=6", "sft.microbatch_size=3",
+                        "expert_iteration.questions_per_step=5", "expert_iteration.samples_per_question=7",
+                        "optim.minibatch_size=2", "optim.grad_accum_steps=null", "rollout.max_new_tokens=11")
+    prompt_tokens = 10
+    rl = memory_check.MEMORY_RUNS.get("rl").sizes(config, prompt_tokens)
+    sft = memory_check.MEMORY_RUNS.get("sft").sizes(config, prompt_tokens)
+    ei = memory_check.MEMORY_RUNS.get("expert_iteration").sizes(config, prompt_tokens)
+    evaluation = memory_check.MEMORY_RUNS.get("eval").sizes(config, prompt_tokens)
+    assert (rl.microbatch_rows, rl.rollout_tokens, rl.reference) == (2, 21, True)
+    # the longest pair: 300 + 600 characters at 3 a token; SFT keeps no reference model
+    assert (sft.rollout_rows, sft.microbatch_rows, sft.update_tokens, sft.reference) == (0, 3, 300, False)
+    assert (ei.rollout_rows, ei.rollout_tokens, ei.microbatch_rows, ei.reference) == (35, 21, 3, False)
+    assert (evaluation.training, evaluation.rollout_rows, evaluation.eval_tokens) == (False, 0, 21)
+    with pytest.raises(KeyError, match="unknown memory estimate run 'ppo'.*eval, expert_iteration, rl, sft"):
+        memory_check.check_memory(config, None, "ppo")
+
+
+def test_sft_and_eval_are_refused_by_their_own_sizes(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(memory_check, "available_memory", lambda device: 2**30)
+    big_sft = sft_config(tmp_path, tiny_model_dir, "sft.batch_size=65536", "sft.microbatch_size=65536")
+    task = prepare_task(big_sft)  # RL's sizes: this fits, which is all the check used to look at
+    # 65536 pairs x 300 tokens x 2 layers x 416 values x 4 bytes: about 60 GiB of activations
+    with pytest.raises(ConfigError, match=r"the run needs about [0-9.]+ GiB .* By part, with the keys that make it "
+                                          r"smaller: activations [0-9.]+ GiB \(sft.microbatch_size, "):
+        memory_check.check_memory(big_sft, task, "sft")
+    with pytest.raises(ConfigError, match=r"activations .*\(sft.microbatch_size, "):
+        prepare_task(big_sft, run="sft")
+    # expert iteration fine-tunes its samples (prompt + rollout.max_new_tokens) sft.microbatch_size at a time
+    with pytest.raises(ConfigError, match=r"activations [0-9.]+ GiB \(sft.microbatch_size, rollout.max_new_tokens, "):
+        prepare_task(big_sft, run="expert_iteration")
+    big_eval = sft_config(tmp_path, tiny_model_dir, "train.eval_batch_size=65536", "train.eval_size=65536",
+                          "train.eval_max_new_tokens=65536")
+    with pytest.raises(ConfigError, match=r"smaller: KV cache [0-9.]+ TiB \(train.eval_batch_size, train.eval_max_new_tokens\); "
+                                          r"weights [0-9.]+ KiB \(model.name, model.dtype\)\. "):
+        prepare_task(big_eval, inference=True, run="eval")
+    assert prepare_task(big_eval, inference=True).name == "char_count"  # check --reward: no estimate

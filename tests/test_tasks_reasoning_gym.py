@@ -7,7 +7,8 @@ import time
 import pytest
 
 from rlvr.tasks import build_task
-from rlvr.tasks.worker import WORKER
+from rlvr.tasks.reasoning_gym_answers import without_containment_credit
+from rlvr.tasks.worker import WORKER, call_with_timeout
 
 SHORT_WORDS = {"min_word_len": 3, "max_word_len": 5}
 
@@ -33,8 +34,8 @@ def test_round_trip_spell_backward(spell):
         assert right.total == pytest.approx(1.1)  # answer 1 + format 0.1 * 1
         wrong = spell.score(formatted(word), example)  # forwards instead of backwards
         if word != word[::-1]:
-            # spell_backward gives partial credit for near misses, never full credit.
-            assert not wrong.correct and wrong.components["answer"] < 1.0 and wrong.components["binary"] == 0.0
+            # the scorer's similarity credit for a near miss is not paid (ANSWER_CREDIT).
+            assert not wrong.correct and wrong.components["answer"] == 0.0 and wrong.components["binary"] == 0.0
 
 
 @pytest.mark.parametrize("name", ["countdown", "basic_arithmetic", "word_sorting"])
@@ -147,9 +148,98 @@ def test_an_answer_that_only_contains_the_oracle_earns_no_partial_credit():
 
 
 def test_containment_rule_keeps_other_partial_credit():
-    from rlvr.tasks.reasoning_gym_tasks import without_containment_credit
-
     assert without_containment_credit(0.25, "-45 1 2", "-45") == 0.0
     assert without_containment_credit(0.6, "olleh", "hello") == 0.6  # a near miss, not the oracle inside
     assert without_containment_credit(1.0, "-45", "-45") == 1.0
     assert without_containment_credit(0.5, " -45 ", "-45") == 0.5  # the oracle itself, padded: not containment
+
+
+def raw_score(task, answer: str, example) -> float:
+    """What the dataset's own scorer pays, before `answer_credit`."""
+    name = example.metadata["source_dataset"]
+    result = call_with_timeout("reasoning_gym_score", name, task.configs[name], answer, example.metadata["entry"],
+                               timeout=task.timeout_seconds)
+    assert result.status == "ok", result.detail
+    return result.value["score"]
+
+
+def test_countdown_pays_a_wrong_expression_nothing():
+    """countdown's scorer pays 0.05 for any parsable expression, so a guess that solves nothing earned
+    reward on every prompt. The `answer` component is 1 for a right expression and exactly 0 otherwise."""
+    task = build_task("reasoning_gym:countdown", options={"eval_size": 4, "size": 10}, use_chat_template=False)
+    for example in task.iter_eval():
+        numbers = example.metadata["entry"]["metadata"]["numbers"]
+        target = example.metadata["entry"]["metadata"]["target"]
+        # the given numbers, each once, added or subtracted: well-formed, and the one that misses the target
+        total, difference = sum(numbers), numbers[0] - sum(numbers[1:])
+        all_numbers = " - ".join(map(str, numbers)) if total == target else " + ".join(map(str, numbers))
+        assert (difference if total == target else total) != target
+        for wrong in (all_numbers, "1 + 2", str(target + 1)):
+            verdict = task.score(formatted(wrong), example)
+            assert verdict.status == "ok" and verdict.components["answer"] == 0.0, (wrong, verdict)
+            assert verdict.components["format"] == 1.0 and verdict.total == pytest.approx(0.1)
+            # the scorer's own score, and the rule before this one, would pay it
+            assert raw_score(task, wrong, example) == pytest.approx(0.05)
+            assert without_containment_credit(0.05, wrong, example.ground_truth) == 0.05
+        right = task.score(formatted(str(example.ground_truth)), example)
+        assert right.components == {"answer": 1.0, "format": 1.0, "binary": 1.0}
+
+
+def test_spell_backward_pays_only_the_exact_reversed_word():
+    """spell_backward's scorer pays 1/len per letter in its place, 0.8 for extra letters after the word
+    and 1.0 for the word in another case; only the reversed word as written earns `answer`."""
+    task = build_task("reasoning_gym:spell_backward", options={**SHORT_WORDS, "eval_size": 6, "size": 100},
+                      use_chat_template=False, seed=5)
+    for example in task.iter_eval():
+        truth = str(example.ground_truth)
+        near = [truth[:-1], truth + "x", truth.swapcase(), truth[:-1] + ("a" if truth[-1] != "a" else "b")]
+        for wrong in near:
+            verdict = task.score(formatted(wrong), example)
+            assert verdict.status == "ok" and verdict.components["answer"] == 0.0 and not verdict.correct, wrong
+            assert raw_score(task, wrong, example) > 0.5  # what the scorer pays
+            if truth not in wrong:  # and what the containment rule alone let through
+                assert without_containment_credit(raw_score(task, wrong, example), wrong, truth) > 0.5
+        assert raw_score(task, truth.swapcase(), example) == 1.0  # the scorer ignores case
+        echoed = task.score(example.prompt + " </think> " + formatted(truth[:-1]), example)
+        assert echoed.components["answer"] == 0.0
+        assert task.score(formatted(truth), example).components == {"answer": 1.0, "format": 1.0, "binary": 1.0}
+
+
+PUZZLE = {"answer": "4*(4 + 2)*1", "metadata": {"numbers": [1, 4, 2, 4]}}
+
+
+@pytest.mark.parametrize("dataset, score, text, oracle, expected", [
+    ("countdown", 0.05, "1 + 2", "3*4 - 5", 0.0),  # any parsable expression
+    ("countdown", 0.01, "", "3*4 - 5", 0.0),
+    ("countdown", 1.0, "4*3 - 5", "3*4 - 5", 1.0),  # another right expression: the scorer decides
+    ("puzzle24", 0.01, "1 + 1", PUZZLE, 0.0),
+    ("puzzle24", 1.0, "6*4*1*1", PUZZLE, 0.0),  # 24 from numbers in range, not the puzzle's: the scorer pays 1
+    ("puzzle24", 1.0, "(2 + 4)*4*1", PUZZLE, 1.0),
+    ("spell_backward", 0.6, "olleq", "olleh", 0.0),  # letters in place
+    ("spell_backward", 0.8, "ollehx", "olleh", 0.0),  # the word, then more letters
+    ("spell_backward", 1.0, "OLLEH", "olleh", 0.0),  # the scorer compares lowercased text
+    ("spell_backward", 1.0, " olleh ", "olleh", 1.0),
+    ("basic_arithmetic", 0.25, "-45 1 2", "-45", 0.0),  # no rule of its own: containment credit only
+    ("knights_knaves", 0.65, "Zoey is a knight", "Zoey is a knave", 0.65),  # its partial credit is kept
+])
+def test_answer_credit_rules(dataset, score, text, oracle, expected):
+    from rlvr.tasks.reasoning_gym_answers import answer_credit
+
+    entry = oracle if isinstance(oracle, dict) else {"answer": oracle, "metadata": {}}
+    assert answer_credit(dataset, score, text, entry) == expected
+
+
+def test_puzzle24_pays_only_an_expression_of_the_puzzles_numbers():
+    """puzzle24's scorer checks that four numbers in range make 24, not that they are the puzzle's: one
+    constant answer solved every puzzle."""
+    task = build_task("reasoning_gym:puzzle24", options={"eval_size": 6, "size": 10}, use_chat_template=False)
+    for example in task.iter_eval():
+        numbers = sorted(example.metadata["entry"]["metadata"]["numbers"])
+        for constant in ("6*4*1*1", "8*3*1*1"):
+            if sorted([int(n) for n in constant.split("*")]) == numbers:
+                continue
+            assert raw_score(task, constant, example) == 1.0  # what the scorer pays
+            verdict = task.score(formatted(constant), example)
+            assert verdict.components["answer"] == 0.0 and not verdict.correct, (numbers, verdict)
+        right = task.score(formatted(str(example.ground_truth)), example)
+        assert right.components == {"answer": 1.0, "format": 1.0, "binary": 1.0}, right

@@ -4,14 +4,17 @@
 whole run (the weights, a full fine-tune's frozen reference, a separate PPO value model, the
 trainable weights' gradients and AdamW moments) plus the larger of the two phases of an iteration,
 generation (the KV cache of the rollout batch, or of the eval batch) and the update (one
-microbatch's activations and the completion log-prob path's logits chunks). It counts the tensors
-it names and nothing else (allocator slack, the Python process), so a run that fits by a small
-margin may still not.
+microbatch's activations and the completion log-prob path's logits chunks). RL, SFT, expert
+iteration and `rlvr eval` (no update) each give it their own `RunSizes`. It counts the tensors it
+names and nothing else (allocator slack, the Python process), so a run that fits by a small margin
+may still not.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
+
 from rlvr.core.logprobs import DEFAULT_MAX_CHUNK_BYTES
 from rlvr.models.architecture import Architecture
 
@@ -23,7 +26,8 @@ class RunSizes:
     dtype_bytes: bytes of one weight (4 for float32). lora_rank: 0 trains every weight.
     rollout_rows, rollout_tokens: sequences generated together (B*G) and their length (prompt +
     max_new_tokens); eval_rows, eval_tokens the same for the eval. microbatch_rows: sequences per
-    forward/backward pass, each rollout_tokens long.
+    forward/backward pass, each update_tokens long (None: rollout_tokens; SFT trains on its data's
+    pairs). training=False (`rlvr eval`): the weights and generation only, no update.
     """
 
     dtype_bytes: int
@@ -37,6 +41,8 @@ class RunSizes:
     reference: bool = False  # a KL term: full fine-tuning keeps a frozen copy (LoRA disables its adapter)
     value_model: str = "none"  # none, shared (a head on the policy) or separate (a second model)
     gradient_checkpointing: bool = False
+    update_tokens: Optional[int] = None
+    training: bool = True
 
 
 def module_shapes(arch: Architecture) -> dict[str, tuple[int, int]]:
@@ -102,10 +108,11 @@ def estimate_memory(arch: Architecture, sizes: RunSizes) -> MemoryEstimate:
     models_trained = 2 if separate else 1
     # Each trained model: its gradients and AdamW's two moments, in the weights' dtype; a LoRA adapter's
     # own weights besides.
-    training_state = models_trained * trainable * b * (3 + (1 if lora else 0))
+    training_state = models_trained * trainable * b * (3 + (1 if lora else 0)) if sizes.training else 0
     kv_per_token = arch.num_layers * 2 * arch.num_kv_heads * arch.head_dim * b  # keys and values, every layer
     kv_tokens = max(sizes.rollout_rows * sizes.rollout_tokens, sizes.eval_rows * sizes.eval_tokens)
-    microbatch_tokens = sizes.microbatch_rows * sizes.rollout_tokens
+    update_tokens = sizes.rollout_tokens if sizes.update_tokens is None else sizes.update_tokens
+    microbatch_tokens = sizes.microbatch_rows * update_tokens if sizes.training else 0
     per_layer = activation_elements_per_token(arch)
     if sizes.gradient_checkpointing:  # each layer's input, and one layer's full set while it is recomputed
         kept = arch.num_layers * arch.hidden_size + per_layer

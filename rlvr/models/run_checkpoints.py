@@ -151,13 +151,16 @@ def names_a_run(spec: str | os.PathLike) -> bool:
     return is_run_path(spec) or (Path(spec).expanduser() / RUN_CONFIG).is_file()
 
 
+def base_model_spec(spec: str | os.PathLike) -> str | os.PathLike:
+    """The model `load_model_for_inference(spec)` builds on: a run or checkpoint folder's `model.name`
+    (its checkpoint verified), anything else as it is."""
+    return find_checkpoint(spec).model_settings["name"] if names_a_run(spec) else spec
+
+
 def check_inference_spec(spec: str | os.PathLike) -> None:
     """Raise now, loading nothing, if `load_model_for_inference(spec)` would find no model: a run folder
     needs a complete checkpoint and a base model that `check_model_spec` accepts."""
-    if names_a_run(spec):
-        check_model_spec(find_checkpoint(spec).model_settings["name"])
-    else:
-        check_model_spec(spec)
+    check_model_spec(base_model_spec(spec))
 
 
 def checkpoint_to_load(spec: str | os.PathLike) -> Path | None:

@@ -1,9 +1,11 @@
 """Reading question-answer rows from local files or a Hugging Face dataset, each with its location.
 
-Local files: `.jsonl` (one object a line), `.json` (a list of objects), `.parquet` (needs
-`pyarrow`, which the `datasets` package brings) and `.csv` (a header row; every value is text).
-A `.jsonl` file is indexed, not loaded: one pass records where each line starts, and a row is read
-from the file when it is used, so a large file costs 16 bytes a row in memory, not its size.
+Local files: `.jsonl` (one object a line), `.csv` (a header row; every value is text), `.parquet`
+(needs `pyarrow`, which the `datasets` package brings) and `.json` (a list of objects). jsonl and
+csv are indexed, not loaded: one pass records where each record starts, and a row is read from the
+file when it is used, so a large file costs 16 bytes a row in memory, not its size. parquet is read
+one row group at a time. A `.json` list is parsed whole (the `json` module has no incremental
+parser): above `JSON_WARN_BYTES` a warning says so and suggests jsonl.
 A Hugging Face dataset (`datasets.load_dataset(name, config, split=...)`) is read only when the
 user names one. Each row comes with where it was found (`train.jsonl line 5`), so a bad row is
 reported by file and position rather than as "some record".
@@ -11,9 +13,11 @@ reported by file and position rather than as "some record".
 
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 import os
+import sys
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +27,8 @@ from typing import Optional
 from rlvr.utils import decode_jsonl_record
 
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
+# A JSON list is held as Python objects, several times its size on disk: say so above 64 MiB.
+JSON_WARN_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -33,24 +39,12 @@ class Row:
     record: dict
 
 
-class JsonlRows(Sequence):
-    """The rows of a jsonl file, each read from the file when asked for, by the offset of its line.
-
-    Blank lines are skipped; non-UTF-8 bytes, bad JSON and non-object lines are errors naming the
-    file and the line (`decode_jsonl_record`) when the row is read. A file that changes after it
-    was indexed is an error, not rows from the wrong places.
-    """
+class FileRows(Sequence):
+    """Rows read from a file while the task runs: the file must stay as it was when it was indexed."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.offsets, self.line_numbers = array("q"), array("q")  # of the non-blank lines
-        offset = 0
-        with path.open("rb") as handle:
-            for number, line in enumerate(handle, 1):
-                if line.strip():
-                    self.offsets.append(offset)
-                    self.line_numbers.append(number)
-                offset += len(line)
+        self.offsets, self.line_numbers = array("q"), array("q")  # where each record starts
         self.identity = self._identity()
 
     def _identity(self) -> tuple[int, int]:
@@ -62,11 +56,30 @@ class JsonlRows(Sequence):
             raise ValueError(f"{self.path}: the file changed after it was read at the start; its rows are read "
                              "again while the task runs, so leave a data file as it is until the run ends")
 
-    def _row(self, number: int, raw: bytes) -> Row:
-        return Row(f"{self.path}:{number}", decode_jsonl_record(self.path, number, raw))
-
     def __len__(self) -> int:
         return len(self.offsets)
+
+
+class JsonlRows(FileRows):
+    """The rows of a jsonl file, each read from the file when asked for, by the offset of its line.
+
+    Blank lines are skipped; non-UTF-8 bytes, bad JSON and non-object lines are errors naming the
+    file and the line (`decode_jsonl_record`) when the row is read. A file that changes after it
+    was indexed is an error, not rows from the wrong places.
+    """
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        offset = 0
+        with path.open("rb") as handle:
+            for number, line in enumerate(handle, 1):
+                if line.strip():
+                    self.offsets.append(offset)
+                    self.line_numbers.append(number)
+                offset += len(line)
+
+    def _row(self, number: int, raw: bytes) -> Row:
+        return Row(f"{self.path}:{number}", decode_jsonl_record(self.path, number, raw))
 
     def __getitem__(self, index: int) -> Row:
         self._check_unchanged()
@@ -83,7 +96,128 @@ class JsonlRows(Sequence):
                     yield self._row(number, line)
 
 
+def _csv_records(path: Path, handle, offset: int = 0, line: int = 1, row: int = 0) -> Iterator[tuple[int, int, list]]:
+    """(byte offset, line number, values) of each non-blank record from `offset`, parsed by the csv
+    module (a quoted value may hold newlines); `row` is the number of the first record (the header: 0).
+    Bytes that are not UTF-8 and malformed records are errors naming the file and the row."""
+    at = [offset, line]  # where the next line starts
+
+    def where() -> str:
+        return f"{path} {'header' if row == 0 else f'row {row}'} (line {at[1]})"
+
+    def lines() -> Iterator[str]:
+        for raw in handle:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{where()}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+                                 f"column {exc.start + 1}); save the file as UTF-8") from None
+            at[0] += len(raw)
+            at[1] += 1
+            yield text
+
+    reader = csv.reader(lines())
+    while True:
+        start = tuple(at)
+        try:
+            values = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise ValueError(f"{where()}: not a CSV record ({exc})") from None
+        if values:  # a blank line is no record
+            yield start[0], start[1], values
+            row += 1
+
+
+class CsvRows(FileRows):
+    """The rows of a csv file (a header row, then one record a row, every value text), each parsed
+    again from the byte offset of its record when asked for. A record whose number of values is not
+    the header's is an error naming the file and the row."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        with path.open("rb") as handle:
+            records = _csv_records(path, handle)
+            _, _, self.fields = next(records, (0, 0, []))
+            for offset, line, values in records:
+                self.offsets.append(offset)
+                self.line_numbers.append(line)
+                self._record(len(self.offsets), line, values)  # checked once now
+
+    def _record(self, row: int, line: int, values: list) -> Row:
+        if len(values) != len(self.fields):
+            raise ValueError(f"{self.path} row {row} (line {line}): {len(values)} values for the "
+                             f"{len(self.fields)} columns of the header ({', '.join(self.fields)})")
+        return Row(f"{self.path} row {row}", dict(zip(self.fields, values)))
+
+    def __getitem__(self, index: int) -> Row:
+        self._check_unchanged()
+        with self.path.open("rb") as handle:
+            handle.seek(self.offsets[index])
+            _, line, values = next(_csv_records(self.path, handle, self.offsets[index], self.line_numbers[index],
+                                                index + 1))
+            return self._record(index + 1, line, values)
+
+    def __iter__(self) -> Iterator[Row]:
+        self._check_unchanged()
+        with self.path.open("rb") as handle:
+            records = _csv_records(self.path, handle)
+            next(records, None)  # the header
+            for row, (_, line, values) in enumerate(records, 1):
+                yield self._record(row, line, values)
+
+
+class ParquetRows(FileRows):
+    """The rows of a parquet file, read one row group at a time (the last one read is kept)."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        try:
+            import pyarrow.parquet as parquet
+        except ImportError:
+            raise ValueError(f"{path}: reading parquet needs the `pyarrow` package (pip install 'rlvr[tasks]')") from None
+        try:
+            self.file = parquet.ParquetFile(path)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises its own error types for a damaged file
+            raise ValueError(f"{path}: not a readable parquet file ({type(exc).__name__}: {exc})") from None
+        meta = self.file.metadata
+        self.group_starts = [0]  # the index of each row group's first row, then the row count
+        for group in range(meta.num_row_groups):
+            self.group_starts.append(self.group_starts[-1] + meta.row_group(group).num_rows)
+        self.cached: tuple[int, object] = (-1, None)
+
+    def __len__(self) -> int:
+        return self.group_starts[-1]
+
+    def _group(self, group: int):
+        if self.cached[0] != group:
+            self.cached = (group, self.file.read_row_group(group))
+        return self.cached[1]
+
+    def __getitem__(self, index: int) -> Row:
+        self._check_unchanged()
+        index = range(len(self))[index]  # negative indices, and IndexError past the end
+        group = bisect.bisect_right(self.group_starts, index) - 1
+        record = self._group(group).slice(index - self.group_starts[group], 1).to_pylist()[0]
+        return Row(f"{self.path} row {index + 1}", record)
+
+    def __iter__(self) -> Iterator[Row]:
+        self._check_unchanged()
+        number = 0
+        for batch in self.file.iter_batches(batch_size=1024):
+            for record in batch.to_pylist():
+                number += 1
+                yield Row(f"{self.path} row {number}", record)
+
+
 def _json_rows(path: Path) -> list[Row]:
+    """The whole list at once; large files get a warning (see `JSON_WARN_BYTES`)."""
+    size = path.stat().st_size
+    if size > JSON_WARN_BYTES:
+        print(f"warning: {path}: a .json file is parsed whole ({size / 2**20:.0f} MiB here, held in memory as "
+              "Python objects several times that size); a .jsonl file (one object a line) is indexed and read "
+              "row by row instead", file=sys.stderr)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
@@ -104,25 +238,7 @@ def _json_rows(path: Path) -> list[Row]:
     return rows
 
 
-def _parquet_rows(path: Path) -> list[Row]:
-    try:
-        import pyarrow.parquet as parquet
-    except ImportError:
-        raise ValueError(f"{path}: reading parquet needs the `pyarrow` package (pip install 'rlvr[tasks]')") from None
-    records = parquet.read_table(path).to_pylist()
-    return [Row(f"{path} row {number}", record) for number, record in enumerate(records, 1)]
-
-
-def _csv_rows(path: Path) -> list[Row]:
-    try:
-        with path.open(encoding="utf-8", newline="") as handle:
-            return [Row(f"{path} row {number}", dict(record))
-                    for number, record in enumerate(csv.DictReader(handle), 1)]
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
-
-
-READERS = {".jsonl": JsonlRows, ".json": _json_rows, ".parquet": _parquet_rows, ".csv": _csv_rows}
+READERS = {".jsonl": JsonlRows, ".json": _json_rows, ".parquet": ParquetRows, ".csv": CsvRows}
 
 
 def check_data_file(path: str | Path) -> Path:
@@ -145,7 +261,7 @@ def check_data_file(path: str | Path) -> Path:
 
 
 def read_rows(path: str | Path) -> Sequence[Row]:
-    """Every record of a local data file, by its suffix (see `FORMATS`): jsonl rows on demand, others in a list."""
+    """Every record of a local data file, by its suffix (see `FORMATS`): json in a list, others on demand."""
     path = check_data_file(path)
     rows = READERS[path.suffix.lower()](path)
     if not rows:

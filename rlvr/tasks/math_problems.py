@@ -32,6 +32,9 @@ class MathTask(ProblemTask):
     name = "math"
     verifier = "math_verify"
     version = "2"  # 2: with r1_zero the format needs an answer span of the model's own
+    # The answer form `rlvr check --reward` uses under `question_only`, which asks for none: MATH
+    # solutions end in `\\boxed{}`, and a bare LaTeX answer is read by its last number.
+    unasked_answer_format = "boxed"
 
     def __init__(self, reward_weights=None, use_chat_template=True, seed=0, prompt=DEFAULT_PROMPT,
                  path=None, train_path=None, eval_path=None, dataset=None, dataset_config=None,

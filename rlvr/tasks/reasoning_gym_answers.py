@@ -7,6 +7,8 @@ expects (`rlvr.tasks.safe_parse`) and re-rendered, and only that canonical text 
 scorer. Anything else is refused (`unjudgeable`). The other datasets compare, regex-match or
 `json.loads` the text without evaluating it and get the answer as written. A dataset in neither
 list (a newer reasoning-gym) cannot be used until it is audited: `check_audited` says so.
+`answer_credit` turns a scorer's score into the `answer` reward: some scorers pay a flat credit
+for any parsable answer or a similarity credit for a near miss, which is not correctness.
 """
 
 from __future__ import annotations
@@ -158,3 +160,58 @@ def scorer_text(dataset: str, answer: str, entry: dict) -> str:
             raise Refused(f"dataset {name!r} is not audited")
     shape = EVALUATING.get(source) or EVALUATING.get(dataset)
     return answer if shape is None else shape(answer, entry)
+
+
+def without_containment_credit(score: float, answer: str, oracle) -> float:
+    """0 for partial credit paid because the oracle is inside a longer answer, else `score`.
+
+    reasoning-gym's default `score_answer` pays len(oracle) / len(answer) when the oracle is a
+    substring of the answer, so `-5 1 2 3` earns 0.2 for `-5` and every number of the prompt
+    written together earns more than any single wrong guess.
+    """
+    oracle = str(oracle).strip()
+    if 0 < score < 1 and oracle and oracle in answer and answer.strip() != oracle:
+        return 0.0
+    return score
+
+
+# A credit rule: (the scorer's score, the text it scored, the entry) -> the `answer` reward.
+Credit = Callable[[float, str, dict], float]
+
+
+def containment_rule(score: float, text: str, entry: dict) -> float:
+    return without_containment_credit(score, text, entry["answer"])
+
+
+def full_credit_only(score: float, text: str, entry: dict) -> float:
+    """1 when the scorer pays full credit, else 0: its lower scores are paid for a wrong answer."""
+    return 1.0 if score >= 1.0 else 0.0
+
+
+def exact_oracle_only(score: float, text: str, entry: dict) -> float:
+    """1 when the scorer pays full credit and the answer is the oracle as written, else 0."""
+    return 1.0 if score >= 1.0 and text.strip() == str(entry["answer"]).strip() else 0.0
+
+
+def given_numbers_only(score: float, text: str, entry: dict) -> float:
+    """1 when the scorer pays full credit and the expression uses the puzzle's numbers, each once."""
+    used = sorted(int(n) for n in re.findall(r"[0-9]+", text))
+    return 1.0 if score >= 1.0 and used == sorted(int(n) for n in entry["metadata"]["numbers"]) else 0.0
+
+
+# Datasets whose scores below 1 say nothing about correctness, with what they pay for (read in
+# reasoning-gym 0.1.25). Any other dataset keeps its partial credit, less containment credit.
+ANSWER_CREDIT: dict[str, tuple[Credit, str]] = {
+    "countdown": (full_credit_only, "0.05 for any parsable expression, right numbers or not, "
+                                    "0.01 for anything else"),
+    "puzzle24": (given_numbers_only, "0.01 for any answer, and 1 for any four numbers in range that make "
+                                     "24 (`6*4*1*1` solved every puzzle), the puzzle's numbers or not"),
+    "spell_backward": (exact_oracle_only, "1/len(word) for each letter in its place, 0.8 for the word "
+                                          "followed by more letters, 1 for the word in another case"),
+}
+
+
+def answer_credit(dataset: str, score: float, text: str, entry: dict) -> float:
+    """The `answer` reward for the score `dataset`'s scorer gave `text` (what it saw: `scorer_text`)."""
+    credit = ANSWER_CREDIT.get(dataset, (containment_rule, ""))[0]
+    return credit(score, text, entry)

@@ -5,7 +5,8 @@
 `timeout_seconds`). `reasoning_gym:mix` mixes datasets by weight: `datasets: {spell_backward:
 0.5, countdown: 0.5}`, per-dataset settings in `configs: {countdown: {...}}`. Components:
 `answer` (score_answer of the last `<answer>` span, in [0, 1]; no partial credit for an answer that
-only contains the oracle, which the default scorer pays), `format` (1 when that span is an
+only contains the oracle, which the default scorer pays, and none at all where a scorer's partial
+scores are paid for wrong answers: `ANSWER_CREDIT`), `format` (1 when that span is an
 answer of the model's own: non-empty, after `</think>` with r1_zero, and not a span copied from
 the prompt such as R1-Zero's `<answer> answer here </answer>`; else 0) and `binary` (1 when
 correct and formatted). Defaults: answer 1, format 0.1, binary 0.
@@ -30,24 +31,13 @@ from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds
 from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, require_package
 from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
                                prompt_uses_chat_template, render_question)
-from rlvr.tasks.reasoning_gym_answers import check_audited
+from rlvr.tasks.reasoning_gym_answers import answer_credit, check_audited
 from rlvr.tasks.worker import call_with_timeout
 
-VERSION = "4"  # 4: no partial credit for an answer that merely contains the oracle; 3: format for an own span only
+# 5: countdown, puzzle24 (with the puzzle's numbers), spell_backward pay full credit or none;
+# 4: no partial credit for an answer that merely contains the oracle; 3: format for an own span only
+VERSION = "5"
 EVAL_SEED_OFFSET = 1_000_003
-
-
-def without_containment_credit(score: float, answer: str, oracle) -> float:
-    """0 for partial credit paid because the oracle is inside a longer answer, else `score`.
-
-    reasoning-gym's default `score_answer` pays len(oracle) / len(answer) when the oracle is a
-    substring of the answer, so `-5 1 2 3` earns 0.2 for `-5` and every number of the prompt
-    written together earns more than any single wrong guess.
-    """
-    oracle = str(oracle).strip()
-    if 0 < score < 1 and oracle and oracle in answer and answer.strip() != oracle:
-        return 0.0
-    return score
 
 
 class ReasoningGymTask:
@@ -157,10 +147,11 @@ class ReasoningGymTask:
                 detail = f"refused: {result.value['refused']}" if refused else result.detail
                 correct = False
             else:
-                value = without_containment_credit(float(result.value["score"]), answer, example.ground_truth)
+                value = answer_credit(name, float(result.value["score"]), result.value["text"],
+                                      example.metadata["entry"])
                 correct = value >= 1.0
                 components = {"answer": value, "format": format_score,
                               "binary": float(correct and format_score == 1.0)}
-                status, detail = "ok", f"answer={result.value['text']!r}"
+                status, detail = "ok", f"answer={result.value['text'][:200]!r}"
         return Verdict(components=components, total=weighted_total(components, self.weights), status=status,
                        verifier=verifier, version=VERSION, correct=correct, detail=detail)

@@ -86,7 +86,7 @@ def _reasoning_gym_score(dataset_name: str, config: dict, answer: str, entry: di
     key = json.dumps([dataset_name, config], sort_keys=True, default=str)
     if key not in _DATASETS:
         _DATASETS[key] = reasoning_gym.create_dataset(dataset_name, **{**config, "size": 1, "seed": 0})
-    return {"score": float(_DATASETS[key].score_answer(text, entry)), "text": text[:200]}
+    return {"score": float(_DATASETS[key].score_answer(text, entry)), "text": text}
 
 
 def _sleep(seconds: float) -> float:  # for tests of the time limit itself

@@ -231,7 +231,7 @@ def evaluate(config: Config, *, output_dir: Optional[str | Path] = None, log: Ca
     from rlvr.models import load_model_for_inference
 
     with console.stage(config, f"checking the task {config.task.name}, its data and the model source"):
-        task = prepare_task(config, inference=True)
+        task = prepare_task(config, inference=True, run="eval")
     examples = held_out_examples(task, config)
     if not examples:
         raise ConfigError(f"train.eval_size={config.train.eval_size}: nothing to evaluate; set train.eval_size "

@@ -2,8 +2,8 @@
 
 `prepare_task` makes every check that needs no model: the task with its options and data (built
 and seeded), the held-out examples an eval needs, and the model source (named, installed, in the
-cache: nothing is loaded or converted), and, for a training run, that its estimated peak memory fits
-(`rlvr.train.memory_check`). `rlvr train`, `sft`, `expert-iter`, `check`, `sweep` and
+cache: nothing is loaded or converted), and, for a training run or `rlvr eval`, that its estimated
+peak memory fits (`rlvr.train.memory_check`, on that command's sizes). `rlvr train`, `sft`, `expert-iter`, `check`, `sweep` and
 `eval` call it before they create any folder, so a bad config, task, data file or model name fails
 with a message that names it, and leaves nothing behind (the checks that need no torch live in
 `rlvr.train.preflight`, which the command line runs before torch is imported). `load_run_model` then loads
@@ -11,6 +11,8 @@ the policy (and `set_up_value_model` PPO's value model) and `rollout_backend` se
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
@@ -40,10 +42,12 @@ def check_held_out(task: Task, config: Config) -> None:
                          "task.options.eval_size > 0) or set train.eval_size=0 to train without evaluation")
 
 
-def prepare_task(config: Config, *, inference: bool = False) -> Task:
+def prepare_task(config: Config, *, inference: bool = False, run: Optional[str] = None) -> Task:
     """Every check before the model loads, then the task, built with the run's seed set.
 
-    `inference`: `model.name` may also be a run or checkpoint folder (`rlvr eval`); no memory estimate.
+    `inference`: `model.name` may also be a run or checkpoint folder (`rlvr eval`). `run`: whose sizes
+    the memory estimate takes (`rlvr.train.memory_check.MEMORY_RUNS`); by default `rl`, and none
+    with `inference` (`rlvr check --reward` loads no model; `rlvr eval` passes `eval`).
     """
     expect_config(config)
     if config.model.num_threads > 0:
@@ -55,8 +59,9 @@ def prepare_task(config: Config, *, inference: bool = False) -> Task:
     check_held_out(task, config)
     check_model_source(config, inference=inference)
     check_init_from(config)
-    if not inference:
-        check_memory(config, task)
+    run = run if run is not None else (None if inference else "rl")
+    if run is not None:
+        check_memory(config, task, run)
     return task
 
 

@@ -213,7 +213,7 @@ def open_run(config: Config, kind: RunKind, *, resume_dir: str | Path | None = N
     expect_config(config)
     require_sink_packages(config)
     with console.stage(config, f"checking the task {config.task.name}, its data and the model source"):
-        task = prepare_task(config)  # model source, task options and data, held-out examples; seeded
+        task = prepare_task(config, run=kind.name)  # model source, task options and data, held-out examples; seeded
     if config.model.init_from and resume_dir is None:  # recorded absolute, so the run's policy can be rebuilt
         config.model.init_from = str(Path(config.model.init_from).expanduser().resolve())
     if dist.enabled and fsdp_requested(config):

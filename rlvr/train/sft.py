@@ -42,10 +42,10 @@ from rlvr.rollout import score_completions
 from rlvr.tasks.base import Example
 from rlvr.train.metrics import MetricSums
 from rlvr.train.optim import make_optimizer, make_scheduler
-from rlvr.train.preflight import check_sft_data
 from rlvr.train.run_setup import expect_config
 from rlvr.train.session import SFT_RUN, open_run
-from rlvr.utils import peak_rss_bytes, read_jsonl_numbered
+from rlvr.train.sft_data import read_pairs
+from rlvr.utils import peak_rss_bytes
 
 
 def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, normalization: str,
@@ -63,20 +63,6 @@ def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, normalization
         per_sequence = masked_normalize(log_probs, response_mask, dim=-1, normalize_constant=normalize_constant)  # [B]
         return -per_sequence.mean()
     raise ValueError(f"unknown loss normalization {normalization!r}; valid: token_mean, constant")
-
-
-def read_pairs(config: Config) -> list[dict]:
-    """Rows of the jsonl as {'prompt', 'response', 'ground_truth'} (ground truth may be None)."""
-    s = config.sft
-    path = check_sft_data(config)
-    pairs = []
-    for number, row in read_jsonl_numbered(path, what="sft.data_path file"):
-        for key in (s.prompt_field, s.response_field):
-            if key not in row:
-                raise ValueError(f"{path} line {number}: no field {key!r} (fields: {', '.join(row)})")
-        pairs.append({"prompt": row[s.prompt_field], "response": row[s.response_field],
-                      "ground_truth": row.get(s.ground_truth_field)})
-    return pairs[: s.max_examples] if s.max_examples else pairs
 
 
 def filter_correct(pairs: list[dict], task, eos_text: str | None = None) -> list[dict]:
