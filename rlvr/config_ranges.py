@@ -77,6 +77,7 @@ FIELD_BOUNDS: dict[str, Bounds] = {
     "rollout.top_p": Bounds(0.0, 1.0, low_open=True),
     "rollout.top_k": count(0, 2**24, "0 disables"),
     "rollout.min_p": Bounds(0.0, 1.0, note="0 disables"),
+    "rollout.tis_cap": Bounds(0.0, MAX_COEF, note="0 disables the correction"),
     "algorithm.ppo_epochs": count(1, 1000),
     "algorithm.clip_low": Bounds(0.0, 1.0, high_open=True, note="the ratio's lower clip is 1 - clip_low"),
     "algorithm.clip_high": Bounds(0, 100),

@@ -1,7 +1,7 @@
 """rlvr.core: the math of GRPO-family training as pure tensor functions.
 
 Log-probs and masks, KL estimators, the no-contrast rule for groups, advantage estimators,
-policy losses, loss aggregation, minibatching, and PPO's value side (GAE, whitening, value loss). No config objects, no I/O, no library
+policy losses, loss aggregation, minibatching, the sampler/trainer gap and its TIS correction, and PPO's value side (GAE, whitening, value loss). No config objects, no I/O, no library
 plumbing; named choices live in registries (`ADVANTAGE_ESTIMATORS`, `POLICY_LOSSES`,
 `LOSS_AGGREGATIONS`, `KL_ESTIMATORS`). CS336's versions of some of these, with that course's
 edge cases, are in `rlvr.compat.cs336`.
@@ -40,6 +40,7 @@ from rlvr.core.policy_losses import (
     grpo_clip_loss,
     reinforce_per_token,
 )
+from rlvr.core.sampler_correction import SamplerGap, sampler_gap, tis_weights
 from rlvr.core.value import (
     explained_variance,
     explained_variance_from_sums,
@@ -58,6 +59,9 @@ __all__ = [
     "LOSS_AGGREGATIONS",
     "POLICY_LOSSES",
     "RolloutBatch",
+    "SamplerGap",
+    "sampler_gap",
+    "tis_weights",
     "aggregate_loss",
     "approx_kl",
     "build_completion_mask",

@@ -9,6 +9,9 @@ those). Microbatch losses use the global sequence / token counts of the batch, s
 the full-batch loss for every aggregation mode. With a value model (PPO) the loss adds
 `vf_coef` times the clipped value loss, aggregated the same way; during the value warm-up it is
 the value loss alone (with a shared backbone only the head learns, so the policy stays put).
+When the rollout backend reported its own log-probs (`batch.sampler_logprobs`), the first epoch
+logs their gap to the trainer's, and the policy loss of every token is weighted by truncated
+importance sampling, min(pi_old / pi_sampler, rollout.tis_cap) (off with tis_cap=0).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from rlvr.core import (
     aggregate_loss,
     iter_minibatches,
     kl_per_token,
+    sampler_gap,
+    tis_weights,
     value_loss,
 )
 from rlvr.metric_names import (
@@ -37,6 +42,11 @@ from rlvr.metric_names import (
     POLICY_LOSS_PER_TOKEN,
     RATIO_FIRST_EPOCH_MAX_DEV,
     RATIO_MEAN,
+    SAMPLER_KL,
+    SAMPLER_LOGPROB_ABS_DIFF_MAX,
+    SAMPLER_LOGPROB_ABS_DIFF_MEAN,
+    TIS_CAPPED_FRAC,
+    TIS_WEIGHT_MEAN,
     VALUE_CLIP_FRAC,
     VALUE_LOSS_PER_TOKEN,
 )
@@ -81,6 +91,7 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     sums = MetricSums()
     optimizer_steps = skipped = 0
     first_epoch_ratio_dev = 0.0  # max |ratio - 1| in the on-policy epoch: 0 unless something is off
+    sampler_gap_max = 0.0  # max |logp_sampler - logp_trainer| over the batch's tokens
     epoch_batch = batch  # from the second epoch on: a copy that holds the first epoch's log-probs as old
     device = next(policy.parameters()).device
     counts["num_tokens"] = num_tokens.to(device)
@@ -103,8 +114,11 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
                     collected_old.append(minibatch_old.to(batch.completion_mask.device))
                 else:
                     minibatch_old = minibatch.old_logprobs
-                per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums)  # [b, L-1]
+                per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums,
+                                                     rollout.tis_cap)  # [b, L-1]
                 first_epoch_ratio_dev = max(first_epoch_ratio_dev, ratio_dev)
+                if epoch == 0 and minibatch.sampler_logprobs is not None:
+                    sampler_gap_max = max(sampler_gap_max, _log_sampler_gap(minibatch_old, minibatch, sums))
                 loss = aggregate_loss(per_token, mask, algo.loss_aggregation, **counts)
             if value_model is not None:
                 value_part, value_metrics = value_loss(scores.values, minibatch.old_values, minibatch.returns, mask,
@@ -137,7 +151,10 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     reduce_metric_sums(dist, sums)
     if dist.enabled:
         first_epoch_ratio_dev = dist.max_scalar(first_epoch_ratio_dev)
+        sampler_gap_max = dist.max_scalar(sampler_gap_max)
     metrics = sums.reduce()
+    if batch.sampler_logprobs is not None and not value_warmup:
+        metrics[SAMPLER_LOGPROB_ABS_DIFF_MAX] = sampler_gap_max
     metrics[LR] = scheduler.get_last_lr()[0]
     metrics[RATIO_FIRST_EPOCH_MAX_DEV] = first_epoch_ratio_dev
     if value_model is not None:
@@ -145,14 +162,29 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     return UpdateResult(metrics=metrics, optimizer_steps=optimizer_steps, skipped_nonfinite_updates=skipped)
 
 
+def _log_sampler_gap(trainer_logprobs: torch.Tensor, minibatch: RolloutBatch, sums: MetricSums) -> float:
+    """Adds the mean |logp_sampler - logp_trainer| and the sampler KL to `sums`; returns the largest |gap|."""
+    mask = minibatch.completion_mask  # [b, L-1]
+    gap = sampler_gap(trainer_logprobs, minibatch.sampler_logprobs)  # [b, L-1] each
+    sums.add_masked(SAMPLER_LOGPROB_ABS_DIFF_MEAN, gap.abs_diff, mask)
+    sums.add_masked(SAMPLER_KL, gap.kl, mask)
+    return float((gap.abs_diff * mask).max()) if mask.numel() else 0.0
+
+
 def _policy_terms(scores, old_logprobs: torch.Tensor, minibatch: RolloutBatch, algo, epoch: int,
-                  sums: MetricSums) -> tuple[torch.Tensor, float]:
-    """The per-token policy loss plus the KL and entropy terms, [b, L-1], and max |ratio - 1| in the
-    first epoch; adds the policy metrics to `sums`."""
+                  sums: MetricSums, tis_cap: float = 0.0) -> tuple[torch.Tensor, float]:
+    """The per-token policy loss (TIS-weighted when the sampler's log-probs are there and tis_cap > 0) plus
+    the KL and entropy terms, [b, L-1], and max |ratio - 1| in the first epoch; adds the policy metrics to `sums`."""
     mask = minibatch.completion_mask  # [b, L-1]
     per_token, loss_metrics = POLICY_LOSSES.get(algo.policy_loss)(
         scores.logprobs, old_logprobs, minibatch.advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
     )  # [b, L-1]
+    if minibatch.sampler_logprobs is not None and tis_cap > 0:
+        weights = tis_weights(old_logprobs, minibatch.sampler_logprobs, tis_cap)  # [b, L-1]
+        per_token = per_token * weights
+        if epoch == 0:
+            sums.add_masked(TIS_WEIGHT_MEAN, weights, mask)
+            sums.add_masked(TIS_CAPPED_FRAC, (weights >= tis_cap).float(), mask)
     sums.add_masked(POLICY_LOSS_PER_TOKEN, per_token, mask)
     if algo.kl_coef > 0:
         kl = kl_per_token(scores.logprobs, minibatch.ref_logprobs, estimator=algo.kl_estimator)  # [b, L-1]
