@@ -157,3 +157,25 @@ def test_generation_checks_the_per_token_fields_and_defaults_the_loss_mask():
         Generation(input_ids=ids, attention_mask=ids, prompt_len=2, completion_texts=["", ""],
                    completion_lengths=torch.tensor([3, 1]), truncated=torch.zeros(2, dtype=torch.bool),
                    sampler_logprobs=torch.zeros(2, 5))
+
+
+def test_tis_weights_the_policy_loss_by_the_trainer_over_sampler_ratio(engine_copy_backend, tiny_model_dir, tmp_path):
+    """One epoch at the sampling weights: every token's weight is exp(-shift), so the policy loss scales by it."""
+    from rlvr.train.rl import train
+
+    shift = 0.25
+    records = {}
+    for cap in (2.0, 0.0):
+        run_dir = tmp_path / f"cap{cap}"
+        train(load_config(None, tiny_overrides(tiny_model_dir, run_dir, **{
+            "rollout.backend": NAME, "rollout.backend_options.logprob_shift": shift, "train.iterations": 1,
+            "train.eval_size": 0, "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1, "rollout.tis_cap": cap,
+            "train.seed": 3})))
+        records[cap] = read_jsonl(run_dir / "metrics.jsonl")[0]
+    weighted, plain = records[2.0]["policy_loss_per_token"], records[0.0]["policy_loss_per_token"]
+    assert abs(plain) > 1e-3  # a loss far enough from 0 for the ratio to mean something
+    assert weighted == pytest.approx(math.exp(-shift) * plain, rel=1e-4)
+    assert "rollout/tis_weight_mean" not in records[0.0]  # tis_cap=0: no correction
+    assert records[0.0]["rollout/logprob_abs_diff_mean"] == pytest.approx(shift, abs=1e-4)  # the gap is still logged
+    for record in records.values():
+        assert record["ratio/first_epoch_max_dev"] < 1e-6  # old log-probs: the trainer's, never the sampler's
