@@ -1,10 +1,14 @@
-"""Rollout backends head to head: seconds per W1 rollout (4 prompts x 4 completions, 24 new tokens).
+"""Rollout backends head to head: seconds and generated tokens per second per rollout.
 
 Alternates the backends within one process on the embedded SmolLM2-135M-Instruct (LoRA merged,
-as in training) and prints the median and minimum seconds per rollout of each, and the mean
-completion length (the backends draw from the same distribution; the tokens differ by RNG use).
+as in training; `vllm` gets the merged weights pushed by its `sync`, which is timed too) and
+prints the median and minimum seconds per rollout of each, the generated tokens per second of
+the median rollout, and the mean completion length (the backends draw from the same
+distribution; the tokens differ by RNG use). The default task's rollout is 4 prompts x 8
+completions of at most 24 tokens:
 
-    python benchmarks/rollout_backends.py --repeats 6
+    python benchmarks/rollout_backends.py --repeats 6 --group-size 8
+    python benchmarks/rollout_backends.py --backends decode_loop vllm --group-size 8   # needs the vllm extra
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ def main() -> int:
 
     import torch
 
+    from rlvr.config import load_config
     from rlvr.models import LoraSettings, load_policy
     from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
     from rlvr.tasks.format_copy import FormatCopyTask
@@ -35,10 +40,14 @@ def main() -> int:
     loaded = load_policy("smollm2-135m-instruct", lora=LoraSettings(rank=16, alpha=32))
     task = FormatCopyTask()
     settings = SamplingSettings(max_new_tokens=args.max_new_tokens)
-    backends = {name: ROLLOUT_BACKENDS.get(name)(loaded.policy, loaded.tokenizer, merge_lora=True)
-                for name in args.backends}
+    backends = {}
+    for name in args.backends:
+        options = ["rollout.backend_options.max_model_len=1024"] if name == "vllm" else []
+        rollout = load_config(None, [f"rollout.backend={name}", *options]).rollout
+        backends[name] = ROLLOUT_BACKENDS.get(name).build(loaded, rollout)
     seconds = {name: [] for name in args.backends}
     lengths = {name: [] for name in args.backends}
+    tokens = {name: [] for name in args.backends}
     for repeat in range(args.repeats + 1):
         prompts = render_prompts(loaded.tokenizer, task.examples("train", args.prompts, repeat), True)
         for name in args.backends if repeat % 2 == 0 else reversed(args.backends):
@@ -49,13 +58,17 @@ def main() -> int:
             if repeat > 0:  # the first round warms up
                 seconds[name].append(time.perf_counter() - started)
                 lengths[name].append(float(generation.completion_lengths.float().mean()))
+                tokens[name].append(int(generation.completion_lengths.sum()))
     print(f"{args.prompts} prompts x {args.group_size} completions, {args.max_new_tokens} new tokens, "
           f"{args.threads} threads, {args.repeats} rollouts each")
-    print("| backend | median s | min s | mean completion tokens |")
-    print("|---|---|---|---|")
+    print("| backend | median s | min s | tokens/s | mean completion tokens |")
+    print("|---|---|---|---|---|")
     for name in args.backends:
-        print(f"| {name} | {statistics.median(seconds[name]):.2f} | {min(seconds[name]):.2f} | "
+        rate = sum(tokens[name]) / sum(seconds[name])
+        print(f"| {name} | {statistics.median(seconds[name]):.2f} | {min(seconds[name]):.2f} | {rate:.0f} | "
               f"{statistics.mean(lengths[name]):.1f} |")
+    for backend in backends.values():
+        backend.close()
     return 0
 
 

@@ -38,6 +38,11 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self._items[name] = obj
 
+    def remove(self, name: str) -> None:
+        """Unregister `name` (a KeyError listing the valid names when it is not registered)."""
+        self.get(name)
+        del self._items[name]
+
     def get(self, name: str) -> T:
         try:
             return self._items[name]

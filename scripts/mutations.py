@@ -1078,5 +1078,38 @@ REWARD_AUDIT = [
     ),
 ]
 
+ROLLOUT_CONTRACT_TESTS = ("tests/core/test_sampler_correction.py", "tests/test_backend_contract.py")
+ROLLOUT_CONTRACT = [
+    mutation(
+        "tis_ratio_inverted", "rlvr/core/sampler_correction.py",
+        "TIS weights the loss by pi_sampler / pi_old instead of pi_old / pi_sampler",
+        ("log_ratio = old_logprobs.detach().float() - sampler_logprobs.detach().float()",
+         "log_ratio = sampler_logprobs.detach().float() - old_logprobs.detach().float()"),
+        tests=ROLLOUT_CONTRACT_TESTS,
+    ),
+    mutation(
+        "sampler_kl_reversed", "rlvr/core/sampler_correction.py",
+        "the logged sampler KL estimates KL(trainer || sampler) on the sampler's samples",
+        ('kl = kl_per_token(sampler_logprobs, trainer_logprobs, estimator="k3")',
+         'kl = kl_per_token(trainer_logprobs, sampler_logprobs, estimator="k3")'),
+        tests=ROLLOUT_CONTRACT_TESTS,
+    ),
+    mutation(
+        "sampler_logprobs_one_column_off", "rlvr/train/collect.py",
+        "the backend's loss mask and log-probs land one column left of the log-prob layout",
+        ("return _pad_left_right(full, prompt_lens, 0)[0][:, 1:]  # [N, L-1]",
+         "return _pad_left_right(full, prompt_lens, 0)[0][:, :-1]  # [N, L-1]"),
+        tests=("tests/test_backend_contract.py",),
+    ),
+    mutation(
+        "sampler_logprobs_taken_as_old", "rlvr/train/update.py",
+        "the sampler's log-probs stand in for the trainer's old log-probs (the first epoch is off-policy)",
+        ("minibatch_old = scores.logprobs.detach()  # first epoch: exactly the sampling policy",
+         "minibatch_old = scores.logprobs.detach() if minibatch.sampler_logprobs is None "
+         "else minibatch.sampler_logprobs"),
+        tests=("tests/test_backend_contract.py",),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
-             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT)
+             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT)

@@ -44,11 +44,11 @@ def _base_weight(policy):
 
 
 def test_backends_are_registered_classes_with_a_life_cycle():
-    assert ROLLOUT_BACKENDS.names() == ["decode_loop", "hf_generate"]
+    assert ROLLOUT_BACKENDS.names() == ["decode_loop", "hf_generate", "vllm"]
     for name in ROLLOUT_BACKENDS.names():
         backend_class = ROLLOUT_BACKENDS.get(name)
         assert issubclass(backend_class, RolloutBackend)
-        for method in ("sync", "generate", "close"):
+        for method in ("build", "sync", "synced", "generate", "close"):
             assert callable(getattr(backend_class, method))
 
 
@@ -166,4 +166,5 @@ def test_completions_are_judged_in_exactly_one_place():
 
 
 def test_in_process_backends_share_one_sync():
-    assert all(issubclass(ROLLOUT_BACKENDS.get(n), InProcessBackend) for n in ROLLOUT_BACKENDS.names())
+    assert all(issubclass(ROLLOUT_BACKENDS.get(n), InProcessBackend) for n in ("decode_loop", "hf_generate"))
+    assert not issubclass(ROLLOUT_BACKENDS.get("vllm"), InProcessBackend)  # an engine of its own

@@ -42,7 +42,8 @@ def _inputs(seed=0):
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0], [1, 0, 0, 0, 0]], dtype=torch.float64)
     entropy = torch.rand(4, 5, generator=generator, dtype=torch.float64)
     scores = SimpleNamespace(logprobs=logprobs, entropy=entropy)
-    minibatch = SimpleNamespace(completion_mask=mask, advantages=torch.tensor([1.0, -2.0, 0.5, -1.0]),
+    minibatch = SimpleNamespace(completion_mask=mask, sampler_logprobs=None,
+                                advantages=torch.tensor([1.0, -2.0, 0.5, -1.0]),
                                 ref_logprobs=logprobs + 0.3)
     return scores, old, minibatch
 

@@ -93,6 +93,12 @@ def validate(config) -> None:
             f"= {o.minibatch_size * o.grad_accum_steps} must equal rollout.batch_size * rollout.group_size "
             f"= {config.rollout_size}, so that each epoch is exactly one optimizer step"
         )
+    from rlvr.rollout import ROLLOUT_BACKENDS
+
+    try:
+        ROLLOUT_BACKENDS.get(r.backend).check_options(r.backend_options)
+    except ValueError as exc:
+        raise ConfigError(f"rollout.backend_options: {exc}") from None
     try:  # a task of your own is imported here, so a wrong path fails before any model loads
         check_task_name(config.task.name, options=config.task.options, reward_weights=config.task.reward_weights)
     except (KeyError, ValueError, FileNotFoundError) as exc:

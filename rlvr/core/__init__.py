@@ -1,7 +1,7 @@
 """rlvr.core: the math of GRPO-family training as pure tensor functions.
 
 Log-probs and masks, KL estimators, the no-contrast rule for groups, advantage estimators,
-policy losses, loss aggregation, minibatching, and PPO's value side (GAE, whitening, value loss). No config objects, no I/O, no library
+policy losses, loss aggregation, minibatching, the sampler/trainer gap and its TIS correction, and PPO's value side (GAE, whitening, value loss). No config objects, no I/O, no library
 plumbing; named choices live in registries (`ADVANTAGE_ESTIMATORS`, `POLICY_LOSSES`,
 `LOSS_AGGREGATIONS`, `KL_ESTIMATORS`). CS336's versions of some of these, with that course's
 edge cases, are in `rlvr.compat.cs336`.
@@ -47,6 +47,7 @@ from rlvr.core.policy_losses import (
 )
 import rlvr.core.covariance_losses  # noqa: F401,E402  (registers clip_cov, kl_cov)
 import rlvr.core.surrogate_losses  # noqa: F401,E402  (registers cispo, sapo, geo_mean, dual_clip, gpg)
+from rlvr.core.sampler_correction import SamplerGap, sampler_gap, tis_weights
 from rlvr.core.value import (
     explained_variance,
     explained_variance_from_sums,
@@ -69,6 +70,9 @@ __all__ = [
     "LOSS_AGGREGATIONS",
     "POLICY_LOSSES",
     "RolloutBatch",
+    "SamplerGap",
+    "sampler_gap",
+    "tis_weights",
     "aggregate_loss",
     "approx_kl",
     "build_completion_mask",

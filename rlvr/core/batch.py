@@ -36,7 +36,9 @@ class RolloutBatch:
     sequence) or [N, L-1] (per token, laid out like the log-probs) float, or None until the
     advantage stage has run, group_ids [N] long (which prompt each sample answers), task_names /
     completion_texts: optional lists of N strings, for logging; PPO only: old_values (the value
-    model's values at sampling time) and returns (their GAE targets), [N, L-1] or None.
+    model's values at sampling time) and returns (their GAE targets), [N, L-1] or None;
+    sampler_logprobs [N, L-1] or None: the rollout engine's own log-probs of the sampled tokens, kept
+    apart from old_logprobs (the trainer's) because another engine's numbers differ from them.
     Batches are not changed in place: `replace` makes a new one.
     """
 
@@ -53,6 +55,7 @@ class RolloutBatch:
     completion_texts: list[str] | None = None
     old_values: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    sampler_logprobs: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.input_ids.dim() != 2:
@@ -69,6 +72,7 @@ class RolloutBatch:
             "group_ids": (num_samples,),
             "old_values": (num_samples, seq_len - 1),
             "returns": (num_samples, seq_len - 1),
+            "sampler_logprobs": (num_samples, seq_len - 1),
         }
         for name, shape in expected.items():
             value = getattr(self, name)
@@ -106,6 +110,7 @@ class RolloutBatch:
             completion_texts=None if self.completion_texts is None else list(self.completion_texts),
             old_values=_move(self.old_values, device),
             returns=_move(self.returns, device),
+            sampler_logprobs=_move(self.sampler_logprobs, device),
         )
 
     def select(self, indices: torch.Tensor | Sequence[int]) -> RolloutBatch:
@@ -126,6 +131,7 @@ class RolloutBatch:
             completion_texts=_take_list(self.completion_texts, positions),
             old_values=_take_tensor(self.old_values, index),
             returns=_take_tensor(self.returns, index),
+            sampler_logprobs=_take_tensor(self.sampler_logprobs, index),
         )
 
 

@@ -1,7 +1,8 @@
 """Rollout: turn prompts into scored groups of completions.
 
-`ROLLOUT_BACKENDS` holds the samplers (`decode_loop`, the default, and `hf_generate`), each a
-`RolloutBackend` with an explicit set-up / sync / close life cycle. `sample_and_score` is the one
+`ROLLOUT_BACKENDS` holds the samplers (`decode_loop`, the default, `hf_generate`, and `vllm`, an
+engine of its own that needs the vllm extra), each a `RolloutBackend` built from the loaded model
+and the rollout config, with a sync / generate / close life cycle (the contract: `backend.py`). `sample_and_score` is the one
 path from examples to judged completions, used by training rollouts, expert iteration,
 evaluation and `rlvr check`; `SamplingSettings.for_task` builds its settings from the config's
 rollout section and the task.
@@ -12,6 +13,7 @@ from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, render_
 from rlvr.rollout.decode_loop import DecodeLoopBackend, decode_loop
 from rlvr.rollout.hf_generate import HFGenerateBackend, hf_generate
 from rlvr.rollout.sample import ScoredRollout, sample_and_score, score_completions
+from rlvr.rollout.vllm_backend import VLLMBackend
 
 __all__ = [
     "ROLLOUT_BACKENDS",
@@ -21,6 +23,7 @@ __all__ = [
     "InProcessBackend",
     "RolloutBackend",
     "SamplingSettings",
+    "VLLMBackend",
     "ScoredRollout",
     "cut_at_stop",
     "decode_loop",

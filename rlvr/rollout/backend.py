@@ -1,47 +1,108 @@
-"""The rollout backend interface: set up once, sync before sampling, generate, close.
+"""The rollout backend contract: build from the loaded model, sync, generate, close.
 
-A backend turns rendered prompts into prompt-major groups of completions (`Generation`). Its
-life cycle is explicit, so the callers never merge adapters or copy weights themselves:
+A backend turns rendered prompts into prompt-major groups of completions (`Generation`). The
+trainer talks to every engine through these four steps and nothing else:
 
-    backend = ROLLOUT_BACKENDS.get(name)(policy, tokenizer, merge_lora=True)   # set-up
-    with backend.sync():                     # sample from the policy's weights as they are now
+    backend_class = ROLLOUT_BACKENDS.get(rollout.backend)
+    backend_class.check_options(rollout.backend_options)   # at config load, before any model loads
+    backend = backend_class.build(loaded, rollout)          # a LoadedModel and the config's rollout section
+    with backend.sync():       # from here the engine samples the policy's weights as they are now
         generation = backend.generate(prompts, group_size, settings)
-    backend.close()                          # release what set-up took
+    backend.close()            # release what build took (an engine, its memory)
 
-The built-in backends (`decode_loop`, `hf_generate`) sample with the training model itself
-(`InProcessBackend`): set-up keeps a reference to it, `sync` merges the LoRA adapter into the
-weights for the block (restored bit for bit on exit) or, under FSDP, gathers the sharded layers
-once for the block, and `close` has nothing to release. A backend that samples in another
-engine (vLLM, say) is one new file: set-up starts the engine on the model's weights, `sync`
-copies the policy's current weights into it, `generate` calls it, `close` shuts it down.
+- `OPTIONS` names the keys `rollout.backend_options` may hold (key -> help); `check_options`
+  refuses any other key with the list of valid ones, so a typo fails at config load.
+- `sync()` is entered by the loop before every rollout (training rounds, evaluation, `rlvr
+  check`); blocks may nest, and only the outermost one syncs. For the in-process backends (`decode_loop`, `hf_generate`,
+  `InProcessBackend`) the engine is the training model itself, so there are no weights to push:
+  the block only merges a LoRA adapter into the weights for speed (restored bit for bit on exit)
+  or, under FSDP, gathers the sharded layers once. An engine of its own (`vllm`) copies the
+  policy's current weights into itself when the block is entered.
+- `generate` returns token ids and masks, the texts, lengths and truncation flags, and two
+  per-token fields over the completion columns: `loss_mask` [N, C] (1 where the token is the
+  policy's own and enters the loss) and `sampler_logprobs` [N, C] (the engine's log-probability
+  of each sampled token, or None when it does not report them). The trainer never takes the
+  sampler's log-probs for its own: they travel as a separate field (`RolloutBatch.sampler_logprobs`),
+  the update logs how far they are from the trainer's (`rollout/logprob_abs_diff_*`,
+  `rollout/sampler_kl`) and, when present, corrects for the gap with truncated importance
+  sampling (`rollout.tis_cap`, `rlvr.core.tis_weights`).
+
+A new backend is one file: a `RolloutBackend` subclass registered with
+`@ROLLOUT_BACKENDS.register(name)` that implements `build`, `synced` (what the outermost `sync()`
+block does; `sync` itself counts the nesting) and `generate` (and `close` when build took
+something), imported in `rlvr/rollout/__init__.py`.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
-from typing import Callable, ContextManager, Iterator
+from typing import Any, Callable, ClassVar, ContextManager, Iterator, Mapping
 
 from rlvr.models.merge import merged_adapter
-from rlvr.registry import Registry
+from rlvr.registry import Registry, did_you_mean
 from rlvr.rollout.base import Generation, SamplingSettings
 
-# name -> backend class, called as cls(policy, tokenizer, merge_lora=...).
+# name -> backend class; `cls.build(loaded, rollout)` sets one up.
 ROLLOUT_BACKENDS: Registry[type] = Registry("rollout backend")
 
 
 class RolloutBackend(abc.ABC):
     """Samples completions from a policy. Subclasses register in `ROLLOUT_BACKENDS`."""
 
+    # rollout.backend_options keys this backend accepts -> what each does.
+    OPTIONS: ClassVar[dict[str, str]] = {}
+
     def __init__(self, policy, tokenizer, *, merge_lora: bool = True) -> None:
-        """Set-up: what the backend needs before its first `sync`."""
         self.policy = policy
         self.tokenizer = tokenizer
         self.merge_lora = merge_lora
+        self._sync_depth = 0
 
-    @abc.abstractmethod
-    def sync(self) -> ContextManager[None]:
-        """A block in which `generate` samples from the policy's current weights; nesting is allowed."""
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """A ValueError naming any key of `options` not in `OPTIONS`, with the valid keys."""
+        unknown = [key for key in options if key not in cls.OPTIONS]
+        if unknown:
+            valid = ", ".join(sorted(cls.OPTIONS)) or "(none: this backend takes no options)"
+            raise ValueError(f"unknown option {unknown[0]!r}{did_you_mean(unknown[0], cls.OPTIONS)} for rollout "
+                             f"backend {cls.__name__}; valid options: {valid}")
+
+    @classmethod
+    def build(cls, loaded, rollout) -> "RolloutBackend":
+        """Set-up from a `LoadedModel` and the config's rollout section (`RolloutConfig`)."""
+        raise NotImplementedError(f"{cls.__name__} does not implement build(loaded, rollout)")
+
+    @contextlib.contextmanager
+    def sync(self) -> Iterator[None]:
+        """A block in which `generate` samples from the policy's current weights.
+
+        Blocks nest (the training loop holds one over all rounds of an iteration, and each round's
+        `sample_and_score` opens another): only the outermost one calls `synced`.
+        """
+        if self._sync_depth:
+            self._sync_depth += 1
+            try:
+                yield
+            finally:
+                self._sync_depth -= 1
+            return
+        with self.synced():
+            self._sync_depth = 1
+            try:
+                yield
+            finally:
+                self._sync_depth = 0
+
+    @property
+    def in_sync(self) -> bool:
+        """Whether a `sync()` block is open (generate is allowed)."""
+        return self._sync_depth > 0
+
+    def synced(self) -> ContextManager[None]:
+        """Make the engine sample the policy's current weights (push them, or merge an adapter) for one
+        outermost `sync()` block, and undo what needs undoing when it closes."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement synced()")
 
     @abc.abstractmethod
     def generate(self, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
@@ -58,33 +119,25 @@ class RolloutBackend(abc.ABC):
 
 
 class InProcessBackend(RolloutBackend):
-    """Samples with the training model itself through `sample_fn(model, tokenizer, prompts, G, settings)`."""
+    """Samples with the training model itself through `sample_fn(model, tokenizer, prompts, G, settings, **options)`."""
 
     sample_fn: Callable[..., Generation]
 
-    def __init__(self, policy, tokenizer, *, merge_lora: bool = True) -> None:
+    def __init__(self, policy, tokenizer, *, merge_lora: bool = True, **options) -> None:
         super().__init__(policy, tokenizer, merge_lora=merge_lora)
-        self._sync_depth = 0
+        type(self).check_options(options)
+        self.options = dict(options)
 
-    @contextlib.contextmanager
-    def sync(self) -> Iterator[None]:
-        """Adapter merged (or FSDP layers gathered) once for the outermost block; inner blocks reuse it."""
-        if self._sync_depth:
-            self._sync_depth += 1
-            try:
-                yield
-            finally:
-                self._sync_depth -= 1
-            return
-        with merged_adapter(self.policy, self.merge_lora):
-            self._sync_depth = 1
-            try:
-                yield
-            finally:
-                self._sync_depth = 0
+    @classmethod
+    def build(cls, loaded, rollout) -> "InProcessBackend":
+        return cls(loaded.policy, loaded.tokenizer, merge_lora=rollout.merge_lora, **rollout.backend_options)
+
+    def synced(self) -> ContextManager[None]:
+        """The engine is the policy: nothing to push. The adapter is merged (or FSDP layers gathered) for the block."""
+        return merged_adapter(self.policy, self.merge_lora)
 
     def generate(self, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
-        if not self._sync_depth:
+        if not self.in_sync:
             raise RuntimeError(f"{type(self).__name__}.generate called outside `with backend.sync():`; "
                                "sync first, so the sampled policy is the current one")
-        return type(self).sample_fn(self.policy, self.tokenizer, prompts, group_size, settings)
+        return type(self).sample_fn(self.policy, self.tokenizer, prompts, group_size, settings, **self.options)

@@ -23,6 +23,29 @@ class Generation:
     completion_texts: list[str]  # decoded without special tokens
     completion_lengths: torch.Tensor  # [N] generated tokens counted in the loss (EOS included)
     truncated: torch.Tensor  # [N] bool: hit max_new_tokens without EOS or a stop string
+    # [N, C] long, C = completion columns: 1 where the token is the policy's own and enters the loss.
+    # None: every generated token (the first completion_lengths[i] columns of row i).
+    loss_mask: torch.Tensor | None = None
+    # [N, C] float: the sampler's log-probability of each sampled token (0 where loss_mask is 0), or
+    # None when the backend does not report them. Never used as the trainer's own log-probs.
+    sampler_logprobs: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        num_rows, width = self.input_ids.shape
+        completion_columns = width - self.prompt_len
+        if self.loss_mask is None:
+            self.loss_mask = length_mask(self.completion_lengths, completion_columns)
+        for name in ("loss_mask", "sampler_logprobs"):
+            value = getattr(self, name)
+            if value is not None and tuple(value.shape) != (num_rows, completion_columns):
+                raise ValueError(f"Generation.{name} must be [N, C] = [{num_rows}, {completion_columns}] (the "
+                                 f"completion columns of input_ids), got {tuple(value.shape)}")
+
+
+def length_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """1 on the first lengths[i] columns of row i: lengths [N] -> [N, width] long."""
+    columns = torch.arange(width)  # [C]
+    return (columns[None, :] < lengths.cpu()[:, None]).long()  # [N, C]
 
 
 @dataclass

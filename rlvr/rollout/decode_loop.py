@@ -24,7 +24,7 @@ import torch
 from rlvr.models.hf_cache import cache_argument_name, output_cache
 from rlvr.models.kernels import weight_major_linears
 from rlvr.rollout.backend import ROLLOUT_BACKENDS, InProcessBackend
-from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids
+from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids, length_mask
 from rlvr.rollout.decode_step import DecoderWeights, decode_step
 from rlvr.rollout.stop_strings import StopStringMatcher
 
@@ -258,8 +258,7 @@ def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings:
     lengths, ended = lengths.cpu(), ended.cpu()
     width = int(lengths.max()) if num_rows else 0
     completion_ids = tokens[:, :width].cpu()  # [N, C]
-    columns = torch.arange(width)
-    completion_mask = (columns[None, :] < lengths[:, None]).long()  # [N, C]
+    completion_mask = length_mask(lengths, width)  # [N, C]
     truncated = ~ended & (lengths >= max_new)
     texts = []
     for row in range(num_rows):
@@ -272,11 +271,27 @@ def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings:
         completion_texts=texts,
         completion_lengths=lengths,
         truncated=truncated,
+        loss_mask=completion_mask,
+        sampler_logprobs=None,  # sampled by the training model itself: the trainer's log-probs are these
     )
 
 
 @ROLLOUT_BACKENDS.register("decode_loop")
 class DecodeLoopBackend(InProcessBackend):
     """`decode_loop` on the training model (the default `rollout.backend`)."""
+
+    OPTIONS = {
+        "cache": f"decoding cache: {', '.join(CACHES)} (auto: preallocated where the model supports it)",
+        "compact_fraction": f"share of finished rows that triggers a cache compaction (default {COMPACT_FRACTION})",
+    }
+
+    @classmethod
+    def check_options(cls, options) -> None:
+        super().check_options(options)
+        if "cache" in options and options["cache"] not in CACHES:
+            raise ValueError(f"cache={options['cache']!r} is not one of {', '.join(CACHES)}")
+        fraction = options.get("compact_fraction", COMPACT_FRACTION)
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise ValueError(f"compact_fraction={fraction!r} must be a number in [0, 1]")
 
     sample_fn = staticmethod(decode_loop)

@@ -20,6 +20,7 @@ from rlvr.rollout.base import (
     cut_at_stop,
     eos_token_ids,
     fill_token_id,
+    length_mask,
 )
 
 
@@ -65,8 +66,7 @@ def hf_generate(model, tokenizer, prompts: list[str], group_size: int, settings:
         completion_ids.cpu(), eos_token_ids(tokenizer, model), settings.max_new_tokens,
         tokenizer, settings.stop_strings,
     )
-    columns = torch.arange(completion_ids.shape[1])  # [C]
-    completion_mask = (columns[None, :] < lengths[:, None]).long()  # [N, C]
+    completion_mask = length_mask(lengths, completion_ids.shape[1])  # [N, C]
     attention_mask = torch.cat(
         [prompt_mask.cpu().repeat_interleave(group_size, dim=0), completion_mask], dim=1
     )  # [N, P+C]
@@ -84,6 +84,8 @@ def hf_generate(model, tokenizer, prompts: list[str], group_size: int, settings:
         completion_texts=texts,
         completion_lengths=lengths,
         truncated=truncated,
+        loss_mask=completion_mask,
+        sampler_logprobs=None,  # sampled by the training model itself
     )
 
 

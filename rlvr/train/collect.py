@@ -41,6 +41,8 @@ class SampledGroup:
     lengths: torch.Tensor  # [G] generated tokens
     truncated: torch.Tensor  # [G] bool
     rewards: torch.Tensor  # [G] float32: verdict total + overlong penalty, NaN where unscorable
+    loss_mask: torch.Tensor  # [G, C] long: completion tokens that enter the loss (the backend's loss_mask)
+    sampler_logprobs: torch.Tensor | None  # [G, C] the sampler's own log-probs, None when it gives none
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ def split_groups(scored: ScoredRollout, algo, max_new_tokens: int) -> list[Sampl
             attention_mask=generation.attention_mask[rows], prompt_len=generation.prompt_len,
             texts=generation.completion_texts[rows], verdicts=verdicts, lengths=lengths,
             truncated=generation.truncated[rows], rewards=group_rewards(verdicts, lengths, algo, max_new_tokens),
+            loss_mask=generation.loss_mask[rows],
+            sampler_logprobs=None if generation.sampler_logprobs is None else generation.sampler_logprobs[rows],
         ))
     return groups
 
@@ -185,19 +189,36 @@ def _pad_left_right(tensors: list[torch.Tensor], prompt_lens: list[int], fill: i
     return torch.cat(rows, dim=0), width_prompt
 
 
+def _per_token_layout(per_completion: list[torch.Tensor], prompt_lens: list[int]) -> torch.Tensor:
+    """Per-group [G, C_g] completion values laid out like log-probs, [N, L-1] (column t is token t+1), 0 elsewhere."""
+    full = [torch.cat([values.new_zeros(values.shape[0], p), values], dim=1) for values, p in zip(per_completion, prompt_lens)]
+    return _pad_left_right(full, prompt_lens, 0)[0][:, 1:]  # [N, L-1]
+
+
 def rollout_batch(collected: CollectedGroups, tokenizer, task_name: str) -> RolloutBatch:
-    """The kept groups as one batch (prompt-major); no advantages or reference log-probs yet."""
+    """The kept groups as one batch (prompt-major); no advantages or reference log-probs yet.
+
+    The completion mask is the attention mask's completion tokens and the backend's loss mask; the
+    sampler's log-probs, when the backend gave them, are kept apart in `sampler_logprobs`.
+    """
     fill_id = fill_token_id(tokenizer)
     groups = collected.groups
     prompt_lens = [group.prompt_len for group in groups]
     input_ids, prompt_len = _pad_left_right([group.input_ids for group in groups], prompt_lens, fill_id)  # [N, L]
     attention_mask, _ = _pad_left_right([group.attention_mask for group in groups], prompt_lens, 0)  # [N, L]
+    loss_mask = _per_token_layout([group.loss_mask for group in groups], prompt_lens)  # [N, L-1]
+    reported = [group.sampler_logprobs is not None for group in groups]
+    if any(reported) and not all(reported):
+        raise ValueError("the rollout backend returned sampler log-probs for some rounds and not for others")
+    sampler_logprobs = None
+    if groups and all(reported):
+        sampler_logprobs = _per_token_layout([group.sampler_logprobs.float() for group in groups], prompt_lens)
     rewards = collected.rewards  # [N]
     texts = [text for group in groups for text in group.texts]
     return RolloutBatch(
         input_ids=input_ids, attention_mask=attention_mask, prompt_len=prompt_len,
-        completion_mask=build_completion_mask(input_ids, attention_mask, prompt_len),  # [N, L-1]
-        old_logprobs=None, ref_logprobs=None,
+        completion_mask=build_completion_mask(input_ids, attention_mask, prompt_len) * loss_mask,  # [N, L-1]
+        old_logprobs=None, ref_logprobs=None, sampler_logprobs=sampler_logprobs,
         rewards=torch.where(torch.isfinite(rewards), rewards, torch.zeros_like(rewards)),
         advantages=None, group_ids=collected.group_ids, task_names=[task_name] * len(texts),
         completion_texts=texts,

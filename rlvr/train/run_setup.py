@@ -96,6 +96,5 @@ def load_model_and_task(config: Config, *, need_reference: bool) -> tuple[Loaded
 
 
 def rollout_backend(config: Config, loaded: LoadedModel) -> RolloutBackend:
-    """The configured rollout backend (`rollout.backend`), set up on the loaded policy."""
-    return ROLLOUT_BACKENDS.get(config.rollout.backend)(loaded.policy, loaded.tokenizer,
-                                                       merge_lora=config.rollout.merge_lora)
+    """The configured rollout backend (`rollout.backend`, with `rollout.backend_options`), set up on the loaded policy."""
+    return ROLLOUT_BACKENDS.get(config.rollout.backend).build(loaded, config.rollout)

@@ -12,6 +12,9 @@ the value loss alone (with a shared backbone only the head learns, so the policy
 With `algorithm.entropy_top_fraction` < 1 only the highest-entropy share of each minibatch's
 completion tokens carries the policy loss (the KL term stays on every token). Every metric the
 loss returns is logged: its known ones under their names, any other as `policy_loss/<name>`.
+When the rollout backend reported its own log-probs (`batch.sampler_logprobs`), the first epoch
+logs their gap to the trainer's, and the policy loss of every token is weighted by truncated
+importance sampling, min(pi_old / pi_sampler, rollout.tis_cap) (off with tis_cap=0).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from rlvr.core import (
     kl_per_token,
     loss_options,
     top_entropy_mask,
+    sampler_gap,
+    tis_weights,
     value_loss,
 )
 from rlvr.metric_names import (
@@ -45,6 +50,11 @@ from rlvr.metric_names import (
     POLICY_LOSS_PER_TOKEN,
     RATIO_FIRST_EPOCH_MAX_DEV,
     RATIO_MEAN,
+    SAMPLER_KL,
+    SAMPLER_LOGPROB_ABS_DIFF_MAX,
+    SAMPLER_LOGPROB_ABS_DIFF_MEAN,
+    TIS_CAPPED_FRAC,
+    TIS_WEIGHT_MEAN,
     VALUE_CLIP_FRAC,
     VALUE_LOSS_PER_TOKEN,
     policy_loss_metric,
@@ -90,6 +100,7 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     sums = MetricSums()
     optimizer_steps = skipped = 0
     first_epoch_ratio_dev = 0.0  # max |ratio - 1| in the on-policy epoch: 0 unless something is off
+    sampler_gap_max = 0.0  # max |logp_sampler - logp_trainer| over the batch's tokens
     epoch_batch = batch  # from the second epoch on: a copy that holds the first epoch's log-probs as old
     device = next(policy.parameters()).device
     generator = token_generator(algo)  # None unless the loss draws tokens at random
@@ -115,8 +126,10 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
                 else:
                     minibatch_old = minibatch.old_logprobs
                 per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums,
-                                                     generator)  # [b, L-1]
+                                                     generator, rollout.tis_cap)  # [b, L-1]
                 first_epoch_ratio_dev = max(first_epoch_ratio_dev, ratio_dev)
+                if epoch == 0 and minibatch.sampler_logprobs is not None:
+                    sampler_gap_max = max(sampler_gap_max, _log_sampler_gap(minibatch_old, minibatch, sums))
                 loss = aggregate_loss(per_token, mask, algo.loss_aggregation, **counts)
             if value_model is not None:
                 value_part, value_metrics = value_loss(scores.values, minibatch.old_values, minibatch.returns, mask,
@@ -149,7 +162,10 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     reduce_metric_sums(dist, sums)
     if dist.enabled:
         first_epoch_ratio_dev = dist.max_scalar(first_epoch_ratio_dev)
+        sampler_gap_max = dist.max_scalar(sampler_gap_max)
     metrics = sums.reduce()
+    if batch.sampler_logprobs is not None and not value_warmup:
+        metrics[SAMPLER_LOGPROB_ABS_DIFF_MAX] = sampler_gap_max
     metrics[LR] = scheduler.get_last_lr()[0]
     metrics[RATIO_FIRST_EPOCH_MAX_DEV] = first_epoch_ratio_dev
     if value_model is not None:
@@ -188,10 +204,20 @@ def log_loss_metrics(sums: MetricSums, loss_metrics: dict[str, torch.Tensor], ma
             sums.add_masked(name, value, mask)
 
 
+def _log_sampler_gap(trainer_logprobs: torch.Tensor, minibatch: RolloutBatch, sums: MetricSums) -> float:
+    """Adds the mean |logp_sampler - logp_trainer| and the sampler KL to `sums`; returns the largest |gap|."""
+    mask = minibatch.completion_mask  # [b, L-1]
+    gap = sampler_gap(trainer_logprobs, minibatch.sampler_logprobs)  # [b, L-1] each
+    sums.add_masked(SAMPLER_LOGPROB_ABS_DIFF_MEAN, gap.abs_diff, mask)
+    sums.add_masked(SAMPLER_KL, gap.kl, mask)
+    return float((gap.abs_diff * mask).max()) if mask.numel() else 0.0
+
+
 def _policy_terms(scores, old_logprobs: torch.Tensor, minibatch: RolloutBatch, algo, epoch: int,
-                  sums: MetricSums, generator: torch.Generator | None = None) -> tuple[torch.Tensor, float]:
-    """The per-token policy loss plus the KL and entropy terms, [b, L-1], and max |ratio - 1| in the
-    first epoch; adds the policy metrics to `sums`."""
+                  sums: MetricSums, generator: torch.Generator | None = None,
+                  tis_cap: float = 0.0) -> tuple[torch.Tensor, float]:
+    """The per-token policy loss (TIS-weighted when the sampler's log-probs are there and tis_cap > 0) plus
+    the KL and entropy terms, [b, L-1], and max |ratio - 1| in the first epoch; adds the policy metrics to `sums`."""
     mask = minibatch.completion_mask  # [b, L-1]
     loss_fn = POLICY_LOSSES.get(algo.policy_loss)
     options = loss_options(loss_fn, {name: getattr(algo, name) for name in LOSS_OPTIONS})
@@ -201,6 +227,12 @@ def _policy_terms(scores, old_logprobs: torch.Tensor, minibatch: RolloutBatch, a
         scores.logprobs, old_logprobs, minibatch.advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
         **options,
     )  # [b, L-1]
+    if minibatch.sampler_logprobs is not None and tis_cap > 0:
+        weights = tis_weights(old_logprobs, minibatch.sampler_logprobs, tis_cap)  # [b, L-1]
+        per_token = per_token * weights
+        if epoch == 0:
+            sums.add_masked(TIS_WEIGHT_MEAN, weights, mask)
+            sums.add_masked(TIS_CAPPED_FRAC, (weights >= tis_cap).float(), mask)
     if algo.entropy_top_fraction < 1:
         selected = top_entropy_mask(scores.entropy, mask, algo.entropy_top_fraction)  # [b, L-1] bool
         per_token = torch.where(selected, per_token, torch.zeros_like(per_token))  # [b, L-1]
