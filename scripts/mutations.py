@@ -1076,6 +1076,21 @@ REWARD_AUDIT = [
         tests=("tests/test_memory_estimate.py::test_each_command_gives_the_estimator_its_own_sizes",
                "tests/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
     ),
+    mutation(
+        "geometry_flat_credit_paid", "rlvr/tasks/reasoning_gym_answers.py",
+        "advanced_geometry keeps the scorer's flat 0.05 for any wrong number as `answer` reward",
+        ("    return containment_rule(score, text, entry) if score > 0.1 else 0.0\n",
+         "    return containment_rule(score, text, entry)\n"),
+        tests=("tests/test_tasks_reasoning_gym.py::test_consolation_credit_for_a_wrong_answer_is_not_paid",
+               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+    ),
+    mutation(
+        "calendar_weekday_credit_paid", "rlvr/tasks/reasoning_gym_answers.py",
+        "calendar_arithmetic keeps its 0.1 for any weekday: a constant guess earns 0.23 on average",
+        ('    "calendar_arithmetic": (full_credit_only,', '    "calendar_arithmetic": (containment_rule,'),
+        tests=("tests/test_tasks_reasoning_gym.py::test_consolation_credit_for_a_wrong_answer_is_not_paid",
+               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+    ),
 ]
 
 ROLLOUT_CONTRACT_TESTS = ("tests/core/test_sampler_correction.py", "tests/test_backend_contract.py")

@@ -3,10 +3,11 @@ its own row, and `--mechanism` separates good from bad responses."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 import rlvr.train.advantages as advantages_stage
-import rlvr.train.collect as collect
 from rlvr.check import expected_completion_mask, run_check
 from rlvr.check_mechanism import run_mechanism_check
 from rlvr.cli import main
@@ -73,27 +74,39 @@ def test_every_completion_truncated_fails_with_exit_code_1(tiny_model_dir, capsy
     assert "FAILED: truncated completions" in out and "no completion ended within max_new_tokens 1" in out
 
 
-def test_mask_including_the_prompts_last_token_fails_the_mask_row(tiny_model_dir, monkeypatch):
-    real = collect.build_completion_mask
+def _check_sees_mask(monkeypatch, make_mask):
+    """The batch `rlvr check` inspects gets `make_mask(batch)` as its completion mask (the mask the
+    loss would use: attention mask and the backend's loss mask together, here made wrong)."""
+    import rlvr.check as check_module
 
-    def leaky_mask(input_ids, attention_mask, prompt_len):
-        mask = real(input_ids, attention_mask, prompt_len).clone()
-        mask[:, prompt_len - 2] = 1.0  # column prompt_len-2 scores the prompt's last token
+    real = check_module.rollout_batch
+
+    def with_mask(*args, **kwargs):
+        batch = real(*args, **kwargs)
+        return dataclasses.replace(batch, completion_mask=make_mask(batch))
+
+    monkeypatch.setattr(check_module, "rollout_batch", with_mask)
+
+
+def test_mask_including_the_prompts_last_token_fails_the_mask_row(tiny_model_dir, monkeypatch):
+    def leaky_mask(batch):
+        mask = batch.completion_mask.clone()
+        mask[:, batch.prompt_len - 2] = 1.0  # column prompt_len-2 scores the prompt's last token
         return mask
 
-    monkeypatch.setattr(collect, "build_completion_mask", leaky_mask)
+    _check_sees_mask(monkeypatch, leaky_mask)
     results = _results(run_check(load_config(None, _overrides(tiny_model_dir))))
     assert results["completion mask"] == "FAIL"
     assert results["advantages centred"] == "PASS" and results["model dtype"] == "PASS"
 
 
 def test_mask_covering_padding_fails_the_mask_row(tiny_model_dir, monkeypatch):
-    def padded_mask(input_ids, attention_mask, prompt_len):
-        mask = torch.zeros(input_ids.shape[0], input_ids.shape[1] - 1)
-        mask[:, prompt_len - 1 :] = 1.0  # every column after the prompt, padding included
+    def padded_mask(batch):
+        mask = torch.zeros_like(batch.completion_mask)
+        mask[:, batch.prompt_len - 1 :] = 1.0  # every column after the prompt, padding included
         return mask
 
-    monkeypatch.setattr(collect, "build_completion_mask", padded_mask)
+    _check_sees_mask(monkeypatch, padded_mask)
     results = _results(run_check(load_config(None, _overrides(tiny_model_dir))))  # some rows are right-padded
     assert results["completion mask"] == "FAIL"
 

@@ -71,7 +71,7 @@ def test_a_mistyped_key_fails_in_well_under_a_second_of_cpu_without_torch(argv, 
 @pytest.mark.parametrize("argv, expected", [
     (["train", "task.name=gsm8kk"], "unknown task 'gsm8kk' (did you mean 'gsm8k'?)"),
     (["sft", "algorithm.name=grpoo"], "algorithm.name: unknown choice 'grpoo' (did you mean 'grpo'?); valid choices: "
-                                      "dapo, dr_grpo"),
+                                      "cispo, clip_cov, dapo, dr_grpo"),
     # Names declared as Literal types are checked while the value is read, before any registry loads.
     (["train", "algorithm.std=sampel"], "algorithm.std: unknown choice 'sampel' (did you mean 'sample'?); valid "
                                         "choices: population, sample"),
@@ -131,7 +131,14 @@ def test_config_show_default_is_what_runs_when_the_key_is_unset(tmp_path, capsys
     # The no-config run resolves as it did when its defaults were a separate table (recorded then).
     recorded = json.loads((Path(__file__).parent / "no_config_resolved.json").read_text())
     recorded.pop("train.stop_if_dead_for")  # removed since (train.stop_on); it was 0, off
-    assert load_config().flat() == recorded
+    resolved = load_config().flat()
+    added = {  # keys added since, each at its default
+        "algorithm.entropy_top_fraction": 1.0, "algorithm.clip_ratio_c": 3.0, "algorithm.tau_pos": 1.0,
+        "algorithm.tau_neg": 1.05, "algorithm.clip_cov_ratio": 2e-4, "algorithm.clip_cov_lb": 1.0,
+        "algorithm.clip_cov_ub": 5.0, "algorithm.kl_cov_ratio": 2e-4, "algorithm.ppo_kl_coef": 0.1,
+        "rollout.backend_options": {}, "rollout.tis_cap": 2.0,
+    }
+    assert resolved == {**recorded, **added}
 
 
 def _stopped_main(argv: list[str]):

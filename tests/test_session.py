@@ -40,7 +40,8 @@ def test_run_folders_are_named_per_loop(tiny_model_dir, tmp_path):
     assert stems == {"rl": "reasoning_gym_spell_backward-grpo", "sft": "sft-reasoning_gym_spell_backward",
                      "expert_iteration": "ei-reasoning_gym_spell_backward"}
     # A default-named new run: <stem>-<time>-<suffix>, locked until the session closes.
-    config = load_config(None, tiny_overrides(tiny_model_dir, tmp_path / "unused", **{"train.run_name": ""}))
+    data = _write_data(tmp_path / "pairs.jsonl", count=2)  # an SFT run's memory check sizes its pairs
+    config = load_config(None, _sft_overrides(tiny_model_dir, tmp_path / "unused", data, **{"train.run_name": ""}))
     with open_run(config, SFT_RUN) as session:
         assert re.fullmatch(r"sft-char_count-\d{8}-\d{6}-[0-9a-f]{4}", session.run_dir.name)
         assert (session.run_dir / "config.yaml").exists() and session.folder.lock is not None

@@ -100,7 +100,10 @@ def test_missing_package_stops_train_before_the_model_loads(tmp_path, monkeypatc
     from rlvr.cli import main
 
     monkeypatch.setitem(sys.modules, "wandb", None)
-    code = main(["train", "model.name=/nonexistent/model", "train.loggers=[wandb]",
+    model = tmp_path / "unloadable-model"  # the start-up checks accept it; loading it would fail otherwise
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    code = main(["train", f"model.name={model}", "train.loggers=[wandb]",
                  f"train.output_dir={tmp_path}", "train.run_name=r", "train.progress=false"])
     assert code == 2
     assert "pip install 'rlvr[wandb]'" in capsys.readouterr().err

@@ -232,11 +232,19 @@ def test_generated_task_option_ranges(name, options, expected):
     assert expected in str(info.value)
 
 
+def unloadable_model(tmp_path):
+    """A model folder the start-up checks accept (it holds a config.json) but that loading would fail on
+    with another message: an error that names something else was found before the model loaded."""
+    folder = tmp_path / "unloadable-model"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
 def test_a_bad_task_option_fails_before_the_model_is_loaded(tmp_path, capsys):
     from rlvr.cli import main
 
-    missing_model = tmp_path / "no-such-model"  # loading it would fail with a different message
-    assert main(["train", f"model.name={missing_model}", "task.name=format_copy", "task.options={eval_size: -1}",
+    assert main(["train", f"model.name={unloadable_model(tmp_path)}", "task.name=format_copy", "task.options={eval_size: -1}",
                  f"train.output_dir={tmp_path}", "train.run_name=run", "train.progress=false"]) == 2
     assert "format_copy: task.options.eval_size=-1 must be an integer >= 0" in capsys.readouterr().err
 
@@ -255,7 +263,7 @@ def test_training_with_no_held_out_examples_is_refused(gsm8k_file, tmp_path, cap
     from rlvr.cli import main
 
     options = f"task.options={{train_path: {gsm8k_file}, eval_size: 0, prompt: question_only}}"
-    assert main(["train", f"model.name={tmp_path / 'no-such-model'}", "task.name=gsm8k", options,
+    assert main(["train", f"model.name={unloadable_model(tmp_path)}", "task.name=gsm8k", options,
                  f"train.output_dir={tmp_path}", "train.run_name=run", "train.progress=false",
                  "train.eval_size=8"]) == 2
     err = capsys.readouterr().err

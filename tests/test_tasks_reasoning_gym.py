@@ -221,6 +221,9 @@ PUZZLE = {"answer": "4*(4 + 2)*1", "metadata": {"numbers": [1, 4, 2, 4]}}
     ("spell_backward", 1.0, " olleh ", "olleh", 1.0),
     ("basic_arithmetic", 0.25, "-45 1 2", "-45", 0.0),  # no rule of its own: containment credit only
     ("knights_knaves", 0.65, "Zoey is a knight", "Zoey is a knave", 0.65),  # its partial credit is kept
+    ("advanced_geometry", 0.05, "12.34", "30.5", 0.0),  # any wrong number
+    ("advanced_geometry", 0.5, "1.23", "1.2345", 0.5),  # an incircle radius right to two decimals
+    ("calendar_arithmetic", 0.1, "Monday", "Tuesday", 0.0),  # any weekday
 ])
 def test_answer_credit_rules(dataset, score, text, oracle, expected):
     from rlvr.tasks.reasoning_gym_answers import answer_credit
@@ -243,3 +246,33 @@ def test_puzzle24_pays_only_an_expression_of_the_puzzles_numbers():
             assert verdict.components["answer"] == 0.0 and not verdict.correct, (numbers, verdict)
         right = task.score(formatted(str(example.ground_truth)), example)
         assert right.components == {"answer": 1.0, "format": 1.0, "binary": 1.0}, right
+
+
+# Wrong but well-formed answers the datasets' own scorers pay a consolation for (0.01-0.1).
+CONSOLATION_GUESSES = {
+    "jugs": ["[]", '["fill A"]'], "graph_color": ["{}"], "cryptarithm": ["A=1,B=2"],
+    "palindrome_generation": ["ab"], "fraction_simplification": ["7/9"],
+    "calendar_arithmetic": ["Monday", "5"], "advanced_geometry": ["12.34", "(1, 2)"],
+}
+
+
+@pytest.mark.parametrize("dataset", sorted(CONSOLATION_GUESSES))
+def test_consolation_credit_for_a_wrong_answer_is_not_paid(dataset):
+    """These scorers pay a flat amount for any parsable wrong answer (a constant `Monday` earned 0.23
+    on average): `answer` pays 0 for it, and 1 for the entry's own answer."""
+    import reasoning_gym
+
+    from rlvr.tasks.reasoning_gym_answers import answer_credit
+
+    data = reasoning_gym.create_dataset(dataset, size=6, seed=1)
+    paid = 0
+    for entry in data:
+        for guess in CONSOLATION_GUESSES[dataset]:
+            raw = data.score_answer(guess, entry)
+            if raw >= 1.0:  # a guess that happens to be right (Monday on a Monday)
+                continue
+            paid += raw > 0
+            assert answer_credit(dataset, raw, guess, entry) == 0.0, (guess, raw)
+        if entry["answer"] is not None and data.score_answer(entry["answer"], entry) == 1.0:
+            assert answer_credit(dataset, 1.0, entry["answer"], entry) == 1.0
+    assert paid >= 4  # the scorer pays these guesses: the rule is what keeps them at 0

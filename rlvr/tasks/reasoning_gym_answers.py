@@ -193,6 +193,12 @@ def exact_oracle_only(score: float, text: str, entry: dict) -> float:
     return 1.0 if score >= 1.0 and text.strip() == str(entry["answer"]).strip() else 0.0
 
 
+def no_flat_credit(score: float, text: str, entry: dict) -> float:
+    """The score when it is above the scorer's flat consolation payments (at most 0.1), else 0; the
+    rest as `containment_rule`."""
+    return containment_rule(score, text, entry) if score > 0.1 else 0.0
+
+
 def given_numbers_only(score: float, text: str, entry: dict) -> float:
     """1 when the scorer pays full credit and the expression uses the puzzle's numbers, each once."""
     used = sorted(int(n) for n in re.findall(r"[0-9]+", text))
@@ -208,6 +214,19 @@ ANSWER_CREDIT: dict[str, tuple[Credit, str]] = {
                                      "24 (`6*4*1*1` solved every puzzle), the puzzle's numbers or not"),
     "spell_backward": (exact_oracle_only, "1/len(word) for each letter in its place, 0.8 for the word "
                                           "followed by more letters, 1 for the word in another case"),
+    "jugs": (full_credit_only, "0.01 for any JSON list of moves that does not solve the puzzle (`[]`)"),
+    "graph_color": (full_credit_only, "0.01 for any JSON mapping that is no proper colouring (`{}`)"),
+    "cryptarithm": (full_credit_only, "0.01 for any parsable letter assignment that does not satisfy the sum"),
+    "palindrome_generation": (full_credit_only, "0.02 for any text that is no palindrome, 0.05 for a "
+                                                "palindrome of other letters"),
+    "fraction_simplification": (full_credit_only, "0.05 for any non-empty wrong fraction, 0.1 for one that "
+                                                  "shares the unsimplified numerator or denominator"),
+    "calendar_arithmetic": (full_credit_only, "0.1 for any wrong weekday (a constant `Monday` earns 0.23 on "
+                                              "average), 0.05 for one in another case, and exp(-5 x relative "
+                                              "error) for any day count, so a typical number earns without "
+                                              "counting"),
+    "advanced_geometry": (no_flat_credit, "0.05 for any wrong non-empty number, 0.01 for anything else; "
+                                          "the 0.5 for an incircle radius right to two decimals is kept"),
 }
 
 
