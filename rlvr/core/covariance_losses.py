@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from rlvr.core.masks import masked_mean
-from rlvr.core.policy_losses import POLICY_LOSSES, Metrics, _as_column, _log_ratio, _no_clip_flags
+from rlvr.core.policy_losses import POLICY_LOSSES, Metrics, _as_column, _log_ratio, _no_clip_flags, clip_metrics
 
 
 def token_covariance(advantages: torch.Tensor, logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -64,14 +64,7 @@ def clip_cov_loss(
     loss = torch.where(detached, torch.zeros_like(unclipped), torch.maximum(unclipped, clipped))  # [B, T]
     clipped_low = (ratio < 1.0 - clip_low) & (advantages < 0)  # [B, T]
     clipped_high = (ratio > 1.0 + upper) & (advantages > 0)  # [B, T]
-    metrics = {
-        "ratio": ratio.detach(),
-        "clipped_low": clipped_low.float(),
-        "clipped_high": clipped_high.float(),
-        "clipped": (clipped_low | clipped_high).float(),
-        "cov_clipped": detached.float(),
-    }
-    return loss, metrics
+    return loss, {**clip_metrics(ratio, clipped_low, clipped_high), "cov_clipped": detached.float()}
 
 
 @POLICY_LOSSES.register("kl_cov")

@@ -103,13 +103,17 @@ def grpo_clip_loss(
     loss = -torch.min(unclipped_objective, clipped_objective)  # [B, T]
     clipped_low = (ratio < 1.0 - clip_low) & (advantages < 0)  # [B, T]
     clipped_high = (ratio > 1.0 + clip_high) & (advantages > 0)  # [B, T]
-    metrics = {
+    return loss, clip_metrics(ratio, clipped_low, clipped_high)
+
+
+def clip_metrics(ratio: torch.Tensor, clipped_low: torch.Tensor, clipped_high: torch.Tensor) -> Metrics:
+    """A clipped loss's metrics: the ratio and the tokens each side of the clip held, [B, T] each."""
+    return {
         "ratio": ratio.detach(),
         "clipped_low": clipped_low.float(),
         "clipped_high": clipped_high.float(),
         "clipped": (clipped_low | clipped_high).float(),
     }
-    return loss, metrics
 
 
 POLICY_LOSSES.add("ppo_clip", grpo_clip_loss)  # the same clipped surrogate, named for PPO presets

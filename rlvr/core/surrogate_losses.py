@@ -18,6 +18,7 @@ from rlvr.core.policy_losses import (
     _as_column,
     _log_ratio,
     _no_clip_flags,
+    clip_metrics,
     grpo_clip_loss,
     reinforce_loss,
 )
@@ -48,13 +49,7 @@ def cispo_loss(
     loss = -weight * advantages * logprobs  # [B, T]
     clipped_low = ratio < 1.0 - clip_low  # [B, T]
     clipped_high = ratio > 1.0 + upper  # [B, T]
-    metrics = {
-        "ratio": ratio.detach(),
-        "clipped_low": clipped_low.float(),
-        "clipped_high": clipped_high.float(),
-        "clipped": (clipped_low | clipped_high).float(),
-    }
-    return loss, metrics
+    return loss, clip_metrics(ratio, clipped_low, clipped_high)
 
 
 @POLICY_LOSSES.register("sapo")
@@ -121,13 +116,7 @@ def geo_mean_loss(
     loss = sequence_loss.unsqueeze(-1).expand_as(log_ratio)  # [B, T]
     clipped_low = (log_ratio < -clip_low) & (token_advantages < 0)  # [B, T]
     clipped_high = (log_ratio > upper) & (token_advantages > 0)  # [B, T]
-    metrics = {
-        "ratio": sequence_ratio.detach().unsqueeze(-1).expand_as(log_ratio),
-        "clipped_low": clipped_low.float(),
-        "clipped_high": clipped_high.float(),
-        "clipped": (clipped_low | clipped_high).float(),
-    }
-    return loss, metrics
+    return loss, clip_metrics(sequence_ratio.unsqueeze(-1).expand_as(log_ratio), clipped_low, clipped_high)
 
 
 @POLICY_LOSSES.register("dual_clip")
