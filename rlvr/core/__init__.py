@@ -11,7 +11,6 @@ from rlvr.core.advantages import (
     ADVANTAGE_ESTIMATORS,
     compute_group_advantages,
     compute_rloo_advantages,
-    get_advantage_estimator,
     maybe_normalize_advantages,
 )
 import rlvr.core.outcome_advantages  # noqa: F401  (registers more estimators)
@@ -40,7 +39,6 @@ from rlvr.core.policy_losses import (
     LOSS_OPTIONS,
     POLICY_LOSSES,
     draws_tokens_at_random,
-    get_policy_loss,
     grpo_clip_loss,
     loss_options,
     reinforce_per_token,
@@ -87,8 +85,6 @@ __all__ = [
     "explained_variance_from_sums",
     "explained_variance_sums",
     "gae_advantages",
-    "get_advantage_estimator",
-    "get_policy_loss",
     "get_response_log_probs",
     "grpo_clip_loss",
     "head_logprobs",

@@ -238,11 +238,6 @@ VALUE_BASELINE_ESTIMATORS = frozenset({"gae"})
 GREEDY_BASELINE_ESTIMATORS = frozenset({"remax"})
 
 
-def get_advantage_estimator(name: str) -> AdvantageFn:
-    """The registered estimator; an unknown name raises KeyError listing the valid ones."""
-    return ADVANTAGE_ESTIMATORS.get(name)
-
-
 def maybe_normalize_advantages(advantages: torch.Tensor, enabled: bool, eps: float = 1e-8) -> torch.Tensor:
     """Batch-level z-score (population std) when enabled. [N] -> [N]; a constant batch gives zeros.
 

@@ -204,8 +204,3 @@ def reinforce_loss(
 
 
 POLICY_LOSSES.add("gr_reinforce", reinforce_loss)
-
-
-def get_policy_loss(name: str) -> PolicyLossFn:
-    """The registered loss; an unknown name raises KeyError listing the valid ones."""
-    return POLICY_LOSSES.get(name)

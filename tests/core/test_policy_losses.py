@@ -11,7 +11,6 @@ from rlvr.core import (
     POLICY_LOSSES,
     aggregate_loss,
     compute_per_token_logprobs,
-    get_policy_loss,
     grpo_clip_loss,
     reinforce_per_token,
 )
@@ -22,7 +21,7 @@ def test_at_ratio_one_clip_gradient_equals_group_reinforce(make_tiny_llama, poli
     logprobs = compute_per_token_logprobs(model, input_ids, attention_mask)  # [4, 6]
     # First step on fresh samples: the old log-probs are the current ones, passed undetached
     # as a careless caller would; the loss must still treat them as constants.
-    per_token, metrics = get_policy_loss("grpo_clip")(logprobs, logprobs, advantages, mask, clip_low=0.2)
+    per_token, metrics = POLICY_LOSSES.get("grpo_clip")(logprobs, logprobs, advantages, mask, clip_low=0.2)
     loss = aggregate_loss(per_token, mask, "seq_mean_token_mean")
     # rho = 1 on every token, so each sequence's mean loss is -A_i and the batch loss is -mean(A).
     assert loss.item() == pytest.approx(-advantages.mean().item(), abs=1e-12)
@@ -31,7 +30,7 @@ def test_at_ratio_one_clip_gradient_equals_group_reinforce(make_tiny_llama, poli
     clip_grads = pop_gradients(model)
 
     logprobs = compute_per_token_logprobs(model, input_ids, attention_mask)
-    per_token, _ = get_policy_loss("gr_reinforce")(logprobs, logprobs.detach(), advantages, mask)
+    per_token, _ = POLICY_LOSSES.get("gr_reinforce")(logprobs, logprobs.detach(), advantages, mask)
     aggregate_loss(per_token, mask, "seq_mean_token_mean").backward()
     reinforce_grads = pop_gradients(model)
 
@@ -138,7 +137,7 @@ def test_gspo_ratio_by_hand():
     logprobs = torch.tensor([[0.3, -0.1, 0.4], [0.2, 9.0, 9.0]], dtype=torch.float64, requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
     advantages = torch.tensor([1.0, -1.0], dtype=torch.float64)
-    per_token, metrics = get_policy_loss("gspo")(logprobs, old, advantages, mask, clip_low=0.3, clip_high=0.4)
+    per_token, metrics = POLICY_LOSSES.get("gspo")(logprobs, old, advantages, mask, clip_low=0.3, clip_high=0.4)
     # s_0 = exp((0.3 - 0.1 + 0.4) / 3) = exp(0.2) = 1.2214 (in [0.7, 1.4]); s_1 = exp(0.2) too,
     # the masked 9.0s do not count (a sum would give exp(0.6) = 1.82 for row 0 and clip it).
     s = math.exp(0.2)
@@ -147,7 +146,7 @@ def test_gspo_ratio_by_hand():
     assert per_token[1, 0].item() == pytest.approx(s, abs=1e-12)
     assert metrics["clipped"].sum() == 0
     # Tight ranges clip row 0 on the high side: loss -(1 + 0.1) * A.
-    per_token, metrics = get_policy_loss("gspo")(logprobs, old, advantages, mask, clip_low=0.1, clip_high=0.1)
+    per_token, metrics = POLICY_LOSSES.get("gspo")(logprobs, old, advantages, mask, clip_low=0.1, clip_high=0.1)
     assert torch.allclose(per_token[0], torch.full((3,), -1.1, dtype=torch.float64), atol=1e-12)
     assert metrics["clipped_high"][0].tolist() == [1.0, 1.0, 1.0]
 
@@ -158,7 +157,7 @@ def test_gspo_token_form_gradient_equals_sequence_objective():
     logprobs = (old + 0.05 * torch.randn(3, 5, generator=generator, dtype=torch.float64)).requires_grad_(True)
     mask = torch.tensor([[1.0] * 5, [1.0, 1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0, 0.0]])
     advantages = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
-    per_token, _ = get_policy_loss("gspo")(logprobs, old, advantages, mask, clip_low=0.2, clip_high=0.2)
+    per_token, _ = POLICY_LOSSES.get("gspo")(logprobs, old, advantages, mask, clip_low=0.2, clip_high=0.2)
     aggregate_loss(per_token, mask, "seq_mean_token_mean").backward()
     token_form_grad = logprobs.grad.clone()
     # Sequence-level GSPO objective written directly: s_i differentiable, one term per sequence.
@@ -187,7 +186,7 @@ def test_registered_losses_share_one_signature():
                 assert metrics[key].shape == (3, 4), (name, key)
                 assert not metrics[key].requires_grad
     with pytest.raises(KeyError, match="gr_reinforce, grpo_clip, grpo_no_clip, gspo, kl_cov, ppo_clip, reinforce"):
-        get_policy_loss("ppo")
+        POLICY_LOSSES.get("ppo")
 
 
 def test_per_token_advantages_weigh_each_token():
