@@ -198,6 +198,7 @@ def rloo_advantages(
     return compute_rloo_advantages(rewards, group_size, group_ids, eps=options.get("eps", DEGENERATE_EPS))
 
 
+@ADVANTAGE_ESTIMATORS.register("no_baseline")
 def no_baseline_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
@@ -206,8 +207,7 @@ def no_baseline_advantages(
     return _check_rewards(rewards).clone()
 
 
-ADVANTAGE_ESTIMATORS.add("none", no_baseline_advantages)
-ADVANTAGE_ESTIMATORS.add("no_baseline", no_baseline_advantages)
+ADVANTAGE_ESTIMATORS.rename("none", "no_baseline")
 
 
 @ADVANTAGE_ESTIMATORS.register("gae")

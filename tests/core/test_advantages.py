@@ -142,15 +142,17 @@ def test_bad_grouping_arguments_raise():
 
 
 def test_registry_and_no_baseline():
-    assert set(ADVANTAGE_ESTIMATORS.names()) == {"grpo", "dr_grpo", "rloo", "none", "no_baseline", "gae",
+    assert set(ADVANTAGE_ESTIMATORS.names()) == {"grpo", "dr_grpo", "rloo", "no_baseline", "gae",
                                                  "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax",
                                                  "opo", "grpo_passk", "gpg"}
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.5])
-    assert torch.equal(ADVANTAGE_ESTIMATORS.get("none")(rewards, group_size=2), rewards)
+    assert torch.equal(ADVANTAGE_ESTIMATORS.get("no_baseline")(rewards, group_size=2), rewards)
     assert torch.equal(ADVANTAGE_ESTIMATORS.get("no_baseline")(rewards), rewards)
+    with pytest.raises(KeyError, match="advantage estimator 'none' was renamed to 'no_baseline'"):
+        ADVANTAGE_ESTIMATORS.get("none")
     grpo = ADVANTAGE_ESTIMATORS.get("grpo")(rewards, group_size=2, std="sample")
     assert torch.allclose(grpo, compute_group_advantages(rewards, group_size=2, std="sample"))
-    with pytest.raises(KeyError, match="dr_grpo, gae, gpg, grpo, grpo_passk, no_baseline, none, opo"):
+    with pytest.raises(KeyError, match="dr_grpo, gae, gpg, grpo, grpo_passk, no_baseline, opo"):
         ADVANTAGE_ESTIMATORS.get("ppo")
     # One call works for every sequence-level estimator (gae, token-level: tests/core/test_value.py);
     # unknown options are refused.

@@ -30,7 +30,7 @@ def test_at_ratio_one_clip_gradient_equals_group_reinforce(make_tiny_llama, poli
     clip_grads = pop_gradients(model)
 
     logprobs = compute_per_token_logprobs(model, input_ids, attention_mask)
-    per_token, _ = POLICY_LOSSES.get("gr_reinforce")(logprobs, logprobs.detach(), advantages, mask)
+    per_token, _ = POLICY_LOSSES.get("reinforce")(logprobs, logprobs.detach(), advantages, mask)
     aggregate_loss(per_token, mask, "seq_mean_token_mean").backward()
     reinforce_grads = pop_gradients(model)
 
@@ -125,11 +125,10 @@ def test_naive_policy_gradient_by_hand():
     assert loss.tolist() == [[3.0, 6.0], [-1.0, -8.0]]  # -A * logp
     loss.sum().backward()
     assert logprobs.grad.tolist() == [[-3.0, -3.0], [2.0, 2.0]]
-    # The registered REINFORCE losses agree, with [B] advantages too.
-    for name in ("reinforce", "gr_reinforce"):
-        per_token, metrics = POLICY_LOSSES.get(name)(logprobs, logprobs.detach(), rewards[:, 0], torch.ones(2, 2))
-        assert per_token.tolist() == [[3.0, 6.0], [-1.0, -8.0]]
-        assert metrics["clipped"].sum() == 0
+    # The registered REINFORCE loss agrees, with [B] advantages too.
+    per_token, metrics = POLICY_LOSSES.get("reinforce")(logprobs, logprobs.detach(), rewards[:, 0], torch.ones(2, 2))
+    assert per_token.tolist() == [[3.0, 6.0], [-1.0, -8.0]]
+    assert metrics["clipped"].sum() == 0
 
 
 def test_gspo_ratio_by_hand():
@@ -171,9 +170,8 @@ def test_gspo_token_form_gradient_equals_sequence_objective():
 
 
 def test_registered_losses_share_one_signature():
-    assert set(POLICY_LOSSES.names()) == {"grpo_clip", "ppo_clip", "grpo_no_clip", "gspo", "gr_reinforce", "reinforce",
+    assert set(POLICY_LOSSES.names()) == {"grpo_clip", "grpo_no_clip", "gspo", "reinforce",
                                           "cispo", "sapo", "geo_mean", "gpg", "clip_cov", "kl_cov", "dual_clip"}
-    assert POLICY_LOSSES.get("ppo_clip") is POLICY_LOSSES.get("grpo_clip")  # one clipped surrogate, two names
     generator = torch.Generator().manual_seed(5)
     logprobs = -torch.rand(3, 4, generator=generator)
     old = logprobs + 0.3 * torch.randn(3, 4, generator=generator)
@@ -185,8 +183,30 @@ def test_registered_losses_share_one_signature():
             for key in ("ratio", "clipped_low", "clipped_high", "clipped"):
                 assert metrics[key].shape == (3, 4), (name, key)
                 assert not metrics[key].requires_grad
-    with pytest.raises(KeyError, match="gr_reinforce, grpo_clip, grpo_no_clip, gspo, kl_cov, ppo_clip, reinforce"):
+    with pytest.raises(KeyError, match="geo_mean, gpg, grpo_clip, grpo_no_clip, gspo, kl_cov, reinforce, sapo"):
         POLICY_LOSSES.get("ppo")
+
+
+def test_retired_loss_names_name_their_replacement():
+    for old, new in (("ppo_clip", "grpo_clip"), ("gr_reinforce", "reinforce")):
+        assert old not in POLICY_LOSSES and POLICY_LOSSES.renamed[old] == new
+        with pytest.raises(KeyError, match=f"policy loss '{old}' was renamed to '{new}'; use '{new}'"):
+            POLICY_LOSSES.get(old)
+
+
+def test_a_retired_name_cannot_be_registered_again_nor_retire_a_registered_one():
+    from rlvr.registry import Registry
+
+    registry = Registry("widget")
+    registry.add("round", 1)
+    registry.rename("circle", "round")
+    with pytest.raises(ValueError, match="widget 'circle' is already registered"):
+        registry.add("circle", 2)
+    with pytest.raises(ValueError, match="widget 'round' is already registered"):
+        registry.rename("round", "disc")
+    assert registry.names() == ["round"] and "circle" not in registry
+    assert registry.renamed_error("circle") == "widget 'circle' was renamed to 'round'"
+    assert registry.renamed_error("round") is None
 
 
 def test_per_token_advantages_weigh_each_token():
