@@ -114,7 +114,7 @@ CORE = [
         "zero_spread_groups_not_zeroed", "rlvr/core/advantages.py",
         "groups without spread keep float-noise advantages",
         ("        advantages = centred  # [N]\n"
-         "    return torch.where(_degenerate(stats, eps)[index], torch.zeros_like(advantages), advantages)",
+         "    return torch.where(_no_contrast_of(stats, eps)[index], torch.zeros_like(advantages), advantages)",
          "        advantages = centred  # [N]\n    return advantages"),
     ),
     mutation(
@@ -902,8 +902,8 @@ NEW_LOSSES = [
     mutation(
         "reinforce_pp_baseline_no_group_mean", "rlvr/core/outcome_advantages.py",
         "REINFORCE++-baseline skips the group-mean baseline",
-        ('    centred = torch.where(degenerate, torch.zeros_like(rewards), rewards - stats["means"][index])  # [N]',
-         '    centred = torch.where(degenerate, torch.zeros_like(rewards), rewards)  # [N]'),
+        ('    centred = torch.where(no_contrast_row, torch.zeros_like(rewards), rewards - stats["means"][index])  # [N]',
+         '    centred = torch.where(no_contrast_row, torch.zeros_like(rewards), rewards)  # [N]'),
         tests=("tests/core/test_outcome_advantages.py",),
     ),
     mutation(

@@ -219,7 +219,7 @@ class AlgorithmConfig:
                                    bounds=Bounds(0, 1e6, note="0 disables"))
     dynamic_sampling: bool = option(False, "DAPO: drop groups whose rewards are all equal and sample more prompts")
     dynamic_sampling_max_rounds: int = option(4, "rounds of extra sampling before a short batch is filled with "
-                                              "degenerate groups", bounds=count(1, 1000))
+                                              "groups without reward contrast", bounds=count(1, 1000))
     overlong_buffer: int = option(0, "DAPO soft overlong penalty window in tokens before max_new_tokens; 0 disables",
                                   bounds=count(0, MAX_TOKENS, "0 disables"))
     overlong_penalty: float = option(1.0, "reward subtracted at the end of the overlong window",

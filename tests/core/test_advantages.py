@@ -50,7 +50,7 @@ def test_shuffled_group_ids_give_the_same_advantages():
     assert sorted_advantages.abs().max() > 0.5
 
 
-def test_degenerate_groups_give_exact_zeros():
+def test_groups_without_contrast_give_exact_zeros():
     # Group 0 all equal (0.1 is not exact in binary: naive std is ~1e-9, not 0), group 1 has one
     # member, group 2 is normal.
     rewards = torch.tensor([0.1, 0.1, 0.1, 5.0, 1.0, 0.0])
