@@ -37,7 +37,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench_runs import REPO, accuracy_ci, best_and_final, train_in_fresh_process
+if __package__:  # imported as benchmarks.arithmetic_learning
+    from benchmarks.bench_runs import REPO, accuracy_ci, best_and_final, train_in_fresh_process
+else:  # run as a script: its folder is on sys.path
+    from bench_runs import REPO, accuracy_ci, best_and_final, train_in_fresh_process
 
 from rlvr.metric_names import (CORRECT_FRAC, DISTINCT_COMPLETIONS_FRAC, ELAPSED_S, ENTROPY, HEALTH_WARNINGS, ITERATION,
                                REWARD_MEAN, REWARD_PREFIX, TIME_ITERATION, UNIX_TIME, reward_component)
@@ -65,7 +68,10 @@ def run_trl_side(config_path: str, overrides: list[str], seed: int, run_dir: Pat
     from rlvr.train.evaluation import evaluate_in_training, held_out_examples
     from rlvr.train.run_setup import prepare_task
     from rlvr.utils import append_jsonl
-    from trl_grpo import TrlSettings, build_trainer, task_reward
+    if __package__:
+        from benchmarks.trl_grpo import TrlSettings, build_trainer, task_reward
+    else:
+        from trl_grpo import TrlSettings, build_trainer, task_reward
 
     started = time.time()
     config = load_config(config_path, [*overrides, f"train.seed={seed}"])

@@ -40,7 +40,10 @@ from pathlib import Path
 from typing import Callable
 
 import yaml
-from bench_runs import REPO, train_in_fresh_process
+if __package__:  # imported as benchmarks.course_pipeline
+    from benchmarks.bench_runs import REPO, train_in_fresh_process
+else:  # run as a script: its folder is on sys.path
+    from bench_runs import REPO, train_in_fresh_process
 
 STAGES = ("zero-shot", "sft", "expert-iteration", "grpo")
 

@@ -23,7 +23,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_runs import REPO, accuracy_ci, first_best
+if __package__:  # imported as benchmarks.sweep_summary
+    from benchmarks.bench_runs import REPO, accuracy_ci, first_best
+else:  # run as a script: its folder is on sys.path
+    from bench_runs import REPO, accuracy_ci, first_best
 
 from rlvr.metric_names import (
     DYNAMIC_SAMPLING_SAMPLED_GROUPS,

@@ -42,14 +42,14 @@ _preset(
 # GR-REINFORCE: one on-policy pass, group-mean baseline, no importance ratio (so no clipping).
 _preset(
     "gr_reinforce",
-    advantage_estimator="dr_grpo", policy_loss="gr_reinforce", loss_aggregation="seq_mean_token_mean",
+    advantage_estimator="dr_grpo", policy_loss="reinforce", loss_aggregation="seq_mean_token_mean",
     ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.04,
     description="group-mean baseline REINFORCE, one on-policy pass, k3 KL",
 )
 # RLOO: leave-one-out baseline, one on-policy pass.
 _preset(
     "rloo",
-    advantage_estimator="rloo", policy_loss="gr_reinforce", loss_aggregation="seq_mean_token_mean",
+    advantage_estimator="rloo", policy_loss="reinforce", loss_aggregation="seq_mean_token_mean",
     ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
     description="REINFORCE leave-one-out baseline, one on-policy pass",
 )
@@ -79,7 +79,7 @@ _preset(
 # CS336 assignment 5 loss types.
 _preset(
     "no_baseline",
-    advantage_estimator="none", policy_loss="reinforce", loss_aggregation="seq_mean_token_mean",
+    advantage_estimator="no_baseline", policy_loss="reinforce", loss_aggregation="seq_mean_token_mean",
     ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.0, std="sample",
     description="REINFORCE on raw rewards (CS336 no_baseline)",
 )
@@ -97,7 +97,7 @@ _preset(
 # (set algorithm.kl_in_reward, e.g. 0.05, for the penalty in the reward); group size 1 is enough.
 _preset(
     "ppo",
-    advantage_estimator="gae", policy_loss="ppo_clip", loss_aggregation="token_mean",
+    advantage_estimator="gae", policy_loss="grpo_clip", loss_aggregation="token_mean",
     ppo_epochs=2, clip_low=0.2, clip_high=0.2, kl_coef=0.0, normalize_advantages=True,
     value_model="shared", gae_gamma=1.0, gae_lambda=0.95, value_clip=0.2, vf_coef=0.1,
     description="PPO: GAE on a learned value head (shared backbone), clipped value loss, token-mean, 2 epochs",
@@ -172,7 +172,7 @@ _preset(
 # loop each iteration), REINFORCE, one on-policy pass.
 _preset(
     "remax",
-    advantage_estimator="remax", policy_loss="gr_reinforce", loss_aggregation="seq_mean_token_mean",
+    advantage_estimator="remax", policy_loss="reinforce", loss_aggregation="seq_mean_token_mean",
     ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
     description="ReMax: reward minus the greedy completion's reward, REINFORCE, one pass",
 )
@@ -180,7 +180,7 @@ _preset(
 # one when a sequence's gradient is the sum of its tokens' (hence the token-sum aggregation).
 _preset(
     "opo",
-    advantage_estimator="opo", policy_loss="gr_reinforce", loss_aggregation="seq_mean_token_sum_norm",
+    advantage_estimator="opo", policy_loss="reinforce", loss_aggregation="seq_mean_token_sum_norm",
     ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
     description="OPO: length-weighted group-mean baseline, strictly on-policy, token sum",
 )

@@ -17,7 +17,7 @@ import torch
 
 from rlvr.check import CheckRow, row
 from rlvr.config import ConfigError, resolve
-from rlvr.core import RolloutBatch, build_completion_mask, get_advantage_estimator
+from rlvr.core import ADVANTAGE_ESTIMATORS, RolloutBatch, build_completion_mask
 from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
 from rlvr.metric_names import CLIP_FRAC_HIGH, CLIP_FRAC_LOW
 from rlvr.models import compute_completion_logprobs, trainable_parameters
@@ -165,7 +165,7 @@ def run_mechanism_check(config) -> tuple[list[CheckRow], list[CheckRow]]:
     separation = float(change[positive].mean() - change[negative].mean()) if contrast else math.nan
     rows.append(row("policy separation", separation, "> 0", separation > 0,
                     "mean logp change of A>0 responses minus that of A<0 ones"))
-    estimator = get_advantage_estimator(algo.advantage_estimator)
+    estimator = ADVANTAGE_ESTIMATORS.get(algo.advantage_estimator)
     flat = estimator(torch.ones(group), group_ids=torch.zeros(group, dtype=torch.long), std=algo.std,
                      completion_mask=torch.ones(group, 1))  # [G]
     flat_max = float(flat.abs().max())

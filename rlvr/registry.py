@@ -2,7 +2,8 @@
 
 Advantage estimators, policy losses, aggregation modes, algorithm presets, tasks and rollout
 backends are looked up by name; an unknown name fails with the list of valid ones, and with the
-closest of them when one is near (`did_you_mean`, used for config keys and choices too).
+closest of them when one is near (`did_you_mean`, used for config keys and choices too). A name that
+was retired for another (`rename`) fails with a message naming its replacement.
 """
 
 from __future__ import annotations
@@ -25,6 +26,18 @@ class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
         self._items: dict[str, T] = {}
+        self.renamed: dict[str, str] = {}  # retired name -> the name that replaces it
+
+    def rename(self, old: str, new: str) -> None:
+        """Retire `old` for `new`: `get(old)`, and a config that names `old`, fail naming `new`."""
+        if old in self._items or old in self.renamed:
+            raise ValueError(f"{self.kind} {old!r} is already registered")
+        self.renamed[old] = new
+
+    def renamed_error(self, name: str) -> str | None:
+        """"<kind> 'old' was renamed to 'new'" when `name` is a retired name, else None."""
+        new = self.renamed.get(name)
+        return None if new is None else f"{self.kind} {name!r} was renamed to {new!r}"
 
     def register(self, name: str) -> Callable[[T], T]:
         def decorator(obj: T) -> T:
@@ -34,7 +47,7 @@ class Registry(Generic[T]):
         return decorator
 
     def add(self, name: str, obj: T) -> None:
-        if name in self._items:
+        if name in self._items or name in self.renamed:
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self._items[name] = obj
 
@@ -47,6 +60,8 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
+            if name in self.renamed:
+                raise KeyError(f"{self.renamed_error(name)}; use {self.renamed[name]!r}") from None
             valid = ", ".join(sorted(self._items)) or "(none registered)"
             raise KeyError(f"unknown {self.kind} {name!r}{did_you_mean(name, self._items)}; "
                            f"valid choices: {valid}") from None

@@ -5,7 +5,6 @@ Everything a run writes goes through the atomic helpers so a crash never leaves 
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -59,14 +58,6 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_torch_save(obj: Any, path: Path) -> None:
-    import torch  # imported where used: reading a config or a run's logs needs no torch
-
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
 
 
 def _json_default(value: Any) -> Any:
@@ -179,14 +170,6 @@ def trimmed_jsonl(path: Path, keep: callable) -> tuple[str | None, str | None]:
             note = f"{path}: dropped an incomplete last line ({number}, {len(raw)} bytes) left by an interrupted write"
     kept = [r for r in (decode_jsonl_record(path, number, raw) for number, raw, _ in lines) if keep(r)]
     return "".join(to_json(r) + "\n" for r in kept), note
-
-
-def truncate_jsonl(path: Path, keep: callable) -> str | None:
-    """Rewrite a JSON-lines file atomically with only the records keep() accepts (see `trimmed_jsonl`)."""
-    text, note = trimmed_jsonl(path, keep)
-    if text is not None:
-        atomic_write_text(Path(path), text)
-    return note
 
 
 def seed_everything(seed: int) -> None:

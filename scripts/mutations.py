@@ -114,7 +114,7 @@ CORE = [
         "zero_spread_groups_not_zeroed", "rlvr/core/advantages.py",
         "groups without spread keep float-noise advantages",
         ("        advantages = centred  # [N]\n"
-         "    return torch.where(_degenerate(stats, eps)[index], torch.zeros_like(advantages), advantages)",
+         "    return torch.where(_no_contrast_of(stats, eps)[index], torch.zeros_like(advantages), advantages)",
          "        advantages = centred  # [N]\n    return advantages"),
     ),
     mutation(
@@ -758,8 +758,8 @@ CONFIG_SCHEMA = [
     mutation(
         "list_names_unchecked", "rlvr/config/loading.py",
         "the names inside a list key (train.stop_on, train.loggers) are not checked against their registry",
-        ('        if f.metadata.get("choices") is None:\n            continue',
-         '        if f.metadata.get("choices") is None or typing.get_origin(tp) is list:\n            continue'),
+        ('        if source is None:\n            continue',
+         '        if source is None or typing.get_origin(tp) is list:\n            continue'),
         tests=("tests/test_config.py::test_names_from_a_registry_fail_with_key_value_near_miss_and_choices",
                "tests/test_health.py::test_config_rejects_unknown_warning_names_and_bad_thresholds"),
     ),
@@ -902,8 +902,8 @@ NEW_LOSSES = [
     mutation(
         "reinforce_pp_baseline_no_group_mean", "rlvr/core/outcome_advantages.py",
         "REINFORCE++-baseline skips the group-mean baseline",
-        ('    centred = torch.where(degenerate, torch.zeros_like(rewards), rewards - stats["means"][index])  # [N]',
-         '    centred = torch.where(degenerate, torch.zeros_like(rewards), rewards)  # [N]'),
+        ('    centred = torch.where(no_contrast_row, torch.zeros_like(rewards), rewards - stats["means"][index])  # [N]',
+         '    centred = torch.where(no_contrast_row, torch.zeros_like(rewards), rewards)  # [N]'),
         tests=("tests/core/test_outcome_advantages.py",),
     ),
     mutation(
@@ -1126,5 +1126,29 @@ ROLLOUT_CONTRACT = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- retired registry names
+
+LEFTOVERS = [
+    mutation(
+        "retired_name_reads_as_unknown", "rlvr/config/loading.py",
+        "a config naming a retired estimator or loss gets the plain unknown-choice message, not its replacement",
+        ('renamed = getattr(source(), "renamed", {})', "renamed = {}"),
+        tests=("tests/test_config.py::test_a_retired_registry_name_fails_naming_its_replacement",
+               "tests/test_config.py::test_a_registry_backed_field_reads_the_registrys_retired_names"),
+    ),
+    mutation(
+        "rename_arguments_swapped", "rlvr/registry.py",
+        "rename records the new name as retired in favour of the old one",
+        ("self.renamed[old] = new", "self.renamed[new] = old"),
+        tests=("tests/core/test_policy_losses.py", "tests/core/test_advantages.py"),
+    ),
+    mutation(
+        "retired_name_lookup_checks_the_live_names", "rlvr/registry.py",
+        "get on a retired name looks it up among the registered ones and gives the plain unknown-name error",
+        ("            if name in self.renamed:", "            if name in self._items:"),
+        tests=("tests/core/test_policy_losses.py", "tests/core/test_advantages.py"),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
-             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT)
+             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS)

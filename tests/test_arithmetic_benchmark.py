@@ -15,9 +15,10 @@ from rlvr.cli import main
 from rlvr.utils import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
 pytest.importorskip("trl", reason="TRL is in the test extra (pip install -e '.[test]')")
-import arithmetic_learning  # noqa: E402
+from benchmarks import arithmetic_learning  # noqa: E402
+
+pytestmark = pytest.mark.benchmark
 
 
 def test_trl_side_trains_logs_and_evaluates_like_rlvr(tiny_model_dir, tmp_path):

@@ -134,7 +134,7 @@ def test_rollout_batch_lays_the_loss_mask_and_sampler_logprobs_out_like_the_logp
     # Group 0: prompt width 2, completions of width 3; group 1: prompt width 1, width 2. Batch: P = 2, C = 3.
     first = _group([5, 6], [[7, 8, 9], [7, 0, 0]], [3, 1], [[0, 1, 1], [1, 0, 0]], [[-1.0, -2.0, -3.0], [-4.0, 0, 0]])
     second = _group([5], [[8, 9], [9, 0]], [2, 1], [[1, 1], [1, 0]], [[-5.0, -6.0], [-7.0, 0.0]])
-    collected = CollectedGroups(groups=[first, second], group_size=2, sampled_groups=2, filled_degenerate=0,
+    collected = CollectedGroups(groups=[first, second], group_size=2, sampled_groups=2, filled_no_contrast=0,
                                 rounds=1, generation_seconds=0.0, scoring_seconds=0.0)
 
     class Tokenizer:

@@ -117,7 +117,7 @@ def test_advantages_without_centring_fail_the_advantage_row(tiny_model_dir, monk
             return rewards / rewards.std().clamp(min=1e-6)  # forgot to subtract the group mean
         return scaled_only
 
-    monkeypatch.setattr(advantages_stage, "get_advantage_estimator", uncentred)
+    monkeypatch.setattr(advantages_stage.ADVANTAGE_ESTIMATORS, "get", uncentred)
     results = _results(run_check(load_config(None, _overrides(tiny_model_dir))))
     assert results["advantages centred"] == "FAIL"
     assert results["completion mask"] == "PASS"

@@ -84,7 +84,7 @@ def test_groups_without_contrast_are_set_aside_until_the_batch_is_full():
     collected = _collect(_config())
     # Round 0 keeps p0 and p1, round 1 p2; round 2 has three groups with contrast and needs one.
     assert _prompts(collected) == ["c r0 p0", "c r0 p1", "c r1 p2", "c r2 p1"]
-    assert collected.rounds == 3 and collected.sampled_groups == 12 and collected.filled_degenerate == 0
+    assert collected.rounds == 3 and collected.sampled_groups == 12 and collected.filled_no_contrast == 0
     assert all(group.rewards.tolist() == [1.0, 0.0] for group in collected.groups)
     assert collected.group_ids.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
 
@@ -93,12 +93,12 @@ def test_a_short_batch_is_filled_with_set_aside_groups_in_order_and_counted():
     collected = _collect(_config(max_rounds=2))
     # Two rounds keep three groups; the first group set aside (round 0's p2) fills the fourth place.
     assert _prompts(collected) == ["c r0 p0", "c r0 p1", "c r1 p2", "f r0 p2"]
-    assert collected.rounds == 2 and collected.sampled_groups == 8 and collected.filled_degenerate == 1
+    assert collected.rounds == 2 and collected.sampled_groups == 8 and collected.filled_no_contrast == 1
     batch = rollout_batch(collected, ScriptedBackend().tokenizer, "scripted_contrast")
     assert len(batch) == 8  # B groups x G, never more
     without = _collect(_config(dynamic_sampling=False))  # the first round as drawn, contrast or not
     assert _prompts(without) == ["c r0 p0", "c r0 p1", "f r0 p2", "f r0 p3"]
-    assert without.rounds == 1 and without.filled_degenerate == 0
+    assert without.rounds == 1 and without.filled_no_contrast == 0
 
 
 def _two_rank_worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str) -> None:
@@ -111,7 +111,7 @@ def _two_rank_worker(rank: int, world_size: int, port: int, model_dir: str, out_
     batch = batch.replace(advantages=torch.zeros(len(batch)))  # the statistics read them; their values do not matter
     stats = rollout_stats(gather_rollout(collected, batch, dist), dynamic_sampling=True)
     result = {"prompts": _prompts(collected), "rounds": collected.rounds, "sampled": collected.sampled_groups,
-              "filled": collected.filled_degenerate, "stats": stats}
+              "filled": collected.filled_no_contrast, "stats": stats}
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     torch.distributed.destroy_process_group()
 

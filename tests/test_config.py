@@ -263,7 +263,7 @@ def test_the_ppo_preset_and_config_need_no_groups():
 
     config = load_config(Path(__file__).resolve().parents[1] / "configs" / "format_copy_ppo.yaml")
     algo = config.algorithm
-    assert (algo.name, algo.advantage_estimator, algo.policy_loss, algo.value_model) == ("ppo", "gae", "ppo_clip",
+    assert (algo.name, algo.advantage_estimator, algo.policy_loss, algo.value_model) == ("ppo", "gae", "grpo_clip",
                                                                                          "shared")
     assert (algo.gae_gamma, algo.gae_lambda, algo.value_clip, algo.vf_coef) == (1.0, 0.95, 0.2, 0.1)
     assert algo.ppo_epochs == ALGORITHMS.get("grpo").settings["ppo_epochs"] and algo.normalize_advantages
@@ -428,3 +428,54 @@ def test_a_saved_config_drops_a_removed_key_only_at_its_off_value():
     assert saved_run_data({"train": {"stop_if_dead_for": 3}}) == {"train": {"stop_if_dead_for": 3}}  # then it fails
     with pytest.raises(ConfigError, match="'train.stop_if_dead_for' was removed: use train.stop_on"):
         load_config(None, ["train.stop_if_dead_for=0"])  # in a file or an override it fails even at 0
+
+
+@pytest.mark.parametrize("key, old, new", [
+    ("algorithm.advantage_estimator", "none", "no_baseline"),
+    ("algorithm.policy_loss", "ppo_clip", "grpo_clip"),
+    ("algorithm.policy_loss", "gr_reinforce", "reinforce"),
+])
+def test_a_retired_registry_name_fails_naming_its_replacement(tmp_path, key, old, new):
+    import yaml
+
+    from rlvr.config import load_run_config
+
+    with pytest.raises(ConfigError, match=f"{key}: '{old}' was renamed to '{new}'; set {key}: {new}"):
+        load_config(None, [f"{key}={old}"])
+    # A run folder saved under the old name fails the same way and resumes with the new name set.
+    section, name = key.split(".")
+    saved = load_config(None, [f"{key}={new}"]).as_dict()
+    saved[section][name] = old
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(ConfigError, match=f"'{old}' was renamed to '{new}'"):
+        load_run_config(tmp_path)
+    assert getattr(load_run_config(tmp_path, [f"{key}={new}"]).algorithm, name) == new
+
+
+def test_a_registry_backed_field_reads_the_registrys_retired_names():
+    """Any key whose choices come from a Registry gets the retired-name message, not only the built-in ones."""
+    import dataclasses
+
+    from rlvr.config.loading import build_section, first_choice_error, option
+    from rlvr.registry import Registry
+
+    kernels: Registry[int] = Registry("kernel")
+    kernels.add("gauss", 1)
+    kernels.rename("normal", "gauss")
+
+    @dataclasses.dataclass
+    class Section:
+        """A made-up section."""
+
+        kernel: str = option("gauss", "a name from a registry", choices=lambda: kernels)
+
+    @dataclasses.dataclass
+    class Root:
+        smooth: Section = dataclasses.field(default_factory=Section)
+
+    def built(name):
+        return Root(smooth=build_section(Section, {"kernel": name}, "smooth."))
+
+    assert first_choice_error(built("gauss")) is None
+    assert first_choice_error(built("normal")) == "smooth.kernel: 'normal' was renamed to 'gauss'; set smooth.kernel: gauss"
+    assert first_choice_error(built("box")) == "smooth.kernel: unknown choice 'box'; valid choices: gauss"

@@ -4,17 +4,16 @@ wrong working is refused before it is written."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks import course_pipeline
 from rlvr.config import load_config
 from rlvr.tasks import build_task
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-import course_pipeline  # noqa: E402
+pytestmark = pytest.mark.benchmark
 
 
 def small_config(model_dir, name="reasoning_gym:basic_arithmetic", **options):

@@ -175,7 +175,7 @@ def test_the_advantage_stage_with_old_values_by_hand():
     assert shaped.returns[0, 1].item() == pytest.approx(0.5)
     # A group estimator on the same batch ignores the values: one advantage per sequence.
     grouped = with_advantages(_ppo_batch(None, mask), torch.tensor([1.0, 0.0, 0.5]),
-                              _algo(advantage_estimator="none"))
+                              _algo(advantage_estimator="no_baseline"))
     assert grouped.advantages.tolist() == [1.0, 0.0, 0.5] and grouped.returns is None
 
 

@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-import sweep_summary  # noqa: E402
+from benchmarks import sweep_summary
+from rlvr.report import load_runs
 
-from rlvr.report import load_runs  # noqa: E402
+pytestmark = pytest.mark.benchmark
 
 
 def _write_run(folder: Path, algorithm: str, seed: int, answers: list[float], zero: list[float],

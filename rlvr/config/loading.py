@@ -173,14 +173,19 @@ def first_choice_error(config: Any) -> str | None:
     """The message for the first registry-backed name of `config` that its registry lacks, or None.
 
     Literal names were already checked while the data was read (`coerce`); this imports the registries.
+    A name its registry retired (`Registry.rename`) gets a message naming the replacement.
     """
     for key, f, tp in leaf_fields(type(config)):
-        if f.metadata.get("choices") is None:
+        source = f.metadata.get("choices")
+        if source is None:
             continue
         value = _value(config, key)
         valid = field_choices(f, tp)
+        renamed = getattr(source(), "renamed", {})
         for item in value if isinstance(value, list) else [value]:
             if item is not None and item not in valid:
+                if item in renamed:
+                    return f"{key}: {item!r} was renamed to {renamed[item]!r}; set {key}: {renamed[item]}"
                 return choice_error(key, item, valid)
     return None
 

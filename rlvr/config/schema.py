@@ -193,10 +193,10 @@ class AlgorithmConfig:
     name: str = option("grpo", "a preset from `rlvr algorithms`: its settings replace the defaults below (a key set in "
                        "the file or an override still wins)", choices=_algorithms)
     advantage_estimator: str = option("grpo", "advantage estimator: grpo (group z-score), dr_grpo (group mean), "
-                                      "rloo (leave-one-out), gae (learned value), none, or one of verl's "
+                                      "rloo (leave-one-out), gae (learned value), no_baseline (the raw reward), or one of verl's "
                                       "(reinforce_plus_plus, remax, opo, grpo_passk, gpg, ...)", choices=_advantage_estimators)
-    policy_loss: str = option("grpo_clip", "policy loss: grpo_clip or ppo_clip (clipped ratio), gr_reinforce, gspo "
-                              "(sequence-level ratio), reinforce, or one of verl's (cispo, sapo, geo_mean, "
+    policy_loss: str = option("grpo_clip", "policy loss: grpo_clip (clipped ratio, PPO's too), gspo "
+                              "(sequence-level ratio), reinforce (no ratio), or one of verl's (cispo, sapo, geo_mean, "
                               "dual_clip, gpg, clip_cov, kl_cov)", choices=_policy_losses)
     # seq_mean_token_mean weighs each completion equally (a length bias: a long wrong answer's tokens
     # weigh less each); token_mean weighs each token; seq_mean_token_sum_norm divides by max_new_tokens.
@@ -219,7 +219,7 @@ class AlgorithmConfig:
                                    bounds=Bounds(0, 1e6, note="0 disables"))
     dynamic_sampling: bool = option(False, "DAPO: drop groups whose rewards are all equal and sample more prompts")
     dynamic_sampling_max_rounds: int = option(4, "rounds of extra sampling before a short batch is filled with "
-                                              "degenerate groups", bounds=count(1, 1000))
+                                              "groups without reward contrast", bounds=count(1, 1000))
     overlong_buffer: int = option(0, "DAPO soft overlong penalty window in tokens before max_new_tokens; 0 disables",
                                   bounds=count(0, MAX_TOKENS, "0 disables"))
     overlong_penalty: float = option(1.0, "reward subtracted at the end of the overlong window",

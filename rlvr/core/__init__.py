@@ -11,13 +11,12 @@ from rlvr.core.advantages import (
     ADVANTAGE_ESTIMATORS,
     compute_group_advantages,
     compute_rloo_advantages,
-    get_advantage_estimator,
     maybe_normalize_advantages,
 )
 import rlvr.core.outcome_advantages  # noqa: F401  (registers more estimators)
 from rlvr.core.aggregation import LOSS_AGGREGATIONS, aggregate_loss
 from rlvr.core.batch import RolloutBatch, iter_minibatches
-from rlvr.core.groups import DEGENERATE_EPS, degenerate_groups, degenerate_rows, no_contrast
+from rlvr.core.groups import NO_CONTRAST_EPS, no_contrast, no_contrast_groups, no_contrast_rows
 from rlvr.core.head_logprobs import head_logprobs
 from rlvr.core.kl import KL_ESTIMATORS, approx_kl, kl_per_token
 from rlvr.core.logprobs import (
@@ -40,7 +39,6 @@ from rlvr.core.policy_losses import (
     LOSS_OPTIONS,
     POLICY_LOSSES,
     draws_tokens_at_random,
-    get_policy_loss,
     grpo_clip_loss,
     loss_options,
     reinforce_per_token,
@@ -65,7 +63,7 @@ __all__ = [
     "loss_options",
     "top_entropy_mask",
     "ADVANTAGE_ESTIMATORS",
-    "DEGENERATE_EPS",
+    "NO_CONTRAST_EPS",
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
     "POLICY_LOSSES",
@@ -81,14 +79,12 @@ __all__ = [
     "compute_per_token_logprobs",
     "compute_per_token_logprobs_and_entropy",
     "compute_rloo_advantages",
-    "degenerate_groups",
-    "degenerate_rows",
+    "no_contrast_groups",
+    "no_contrast_rows",
     "explained_variance",
     "explained_variance_from_sums",
     "explained_variance_sums",
     "gae_advantages",
-    "get_advantage_estimator",
-    "get_policy_loss",
     "get_response_log_probs",
     "grpo_clip_loss",
     "head_logprobs",

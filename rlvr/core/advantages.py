@@ -10,9 +10,9 @@ More outcome estimators (REINFORCE++, ReMax, OPO, pass@k, GPG) are in `outcome_a
 The token-level estimator `gae` takes rewards [N, T] with `completion_mask` and `values` [N, T]
 and returns [N, T] (`rlvr.core.value.gae_advantages`); it ignores groups.
 
-Degenerate groups (a single member, or all rewards equal; `rlvr.core.groups.no_contrast`, the
-definition dynamic sampling and the statistics use too) carry no learning signal; their
-advantages are exactly 0, never NaN or a huge number from dividing by a zero std.
+Groups without reward contrast (a single member, or all rewards equal;
+`rlvr.core.groups.no_contrast`, the definition dynamic sampling and the statistics use too) carry
+no learning signal; their advantages are exactly 0, never NaN or a huge number from dividing by a zero std.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from rlvr.core.groups import DEGENERATE_EPS, no_contrast
+from rlvr.core.groups import NO_CONTRAST_EPS, no_contrast
 from rlvr.core.value import gae_advantages, masked_whiten
 from rlvr.registry import Registry
 
@@ -90,7 +90,7 @@ def _group_statistics(rewards: torch.Tensor, index: torch.Tensor, num_groups: in
     }
 
 
-def _degenerate(stats: dict[str, torch.Tensor], eps: float) -> torch.Tensor:
+def _no_contrast_of(stats: dict[str, torch.Tensor], eps: float) -> torch.Tensor:
     """Groups without signal (`no_contrast`): one member, or max - min within eps of the reward scale."""
     return no_contrast(stats["counts"], stats["highest"], stats["lowest"], eps)  # [G]
 
@@ -102,7 +102,7 @@ def compute_group_advantages(
     *,
     scale: str = "std",
     std: str = "population",
-    eps: float = DEGENERATE_EPS,
+    eps: float = NO_CONTRAST_EPS,
 ) -> torch.Tensor:
     """Group-relative advantages. rewards [N] -> advantages [N].
 
@@ -126,7 +126,7 @@ def compute_group_advantages(
         advantages = centred / (group_std[index] + eps)  # [N]
     else:
         advantages = centred  # [N]
-    return torch.where(_degenerate(stats, eps)[index], torch.zeros_like(advantages), advantages)
+    return torch.where(_no_contrast_of(stats, eps)[index], torch.zeros_like(advantages), advantages)
 
 
 def compute_rloo_advantages(
@@ -134,7 +134,7 @@ def compute_rloo_advantages(
     group_size: int | None = None,
     group_ids: torch.Tensor | Sequence[int] | None = None,
     *,
-    eps: float = DEGENERATE_EPS,
+    eps: float = NO_CONTRAST_EPS,
 ) -> torch.Tensor:
     """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024). rewards [N] -> [N].
 
@@ -148,7 +148,7 @@ def compute_rloo_advantages(
     others = (stats["counts"][index] - 1).clamp(min=1)  # [N]
     baseline = (stats["sums"][index] - rewards) / others  # [N]: mean of the group without sample i
     advantages = rewards - baseline  # [N]
-    return torch.where(_degenerate(stats, eps)[index], torch.zeros_like(advantages), advantages)
+    return torch.where(_no_contrast_of(stats, eps)[index], torch.zeros_like(advantages), advantages)
 
 
 # Registered estimators share one call: fn(rewards, group_size=None, group_ids=None, **options),
@@ -195,9 +195,10 @@ def rloo_advantages(
 ) -> torch.Tensor:
     """r_i - mean of the other members of its group. Options: eps; std is ignored."""
     _check_options("rloo", options)
-    return compute_rloo_advantages(rewards, group_size, group_ids, eps=options.get("eps", DEGENERATE_EPS))
+    return compute_rloo_advantages(rewards, group_size, group_ids, eps=options.get("eps", NO_CONTRAST_EPS))
 
 
+@ADVANTAGE_ESTIMATORS.register("no_baseline")
 def no_baseline_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
@@ -206,8 +207,7 @@ def no_baseline_advantages(
     return _check_rewards(rewards).clone()
 
 
-ADVANTAGE_ESTIMATORS.add("none", no_baseline_advantages)
-ADVANTAGE_ESTIMATORS.add("no_baseline", no_baseline_advantages)
+ADVANTAGE_ESTIMATORS.rename("none", "no_baseline")
 
 
 @ADVANTAGE_ESTIMATORS.register("gae")
@@ -236,11 +236,6 @@ VALUE_BASELINE_ESTIMATORS = frozenset({"gae"})
 # The estimators whose baseline is the reward of one more, greedy, completion per prompt (ReMax):
 # the training loop decodes and scores it and passes `reward_baselines` [N].
 GREEDY_BASELINE_ESTIMATORS = frozenset({"remax"})
-
-
-def get_advantage_estimator(name: str) -> AdvantageFn:
-    """The registered estimator; an unknown name raises KeyError listing the valid ones."""
-    return ADVANTAGE_ESTIMATORS.get(name)
 
 
 def maybe_normalize_advantages(advantages: torch.Tensor, enabled: bool, eps: float = 1e-8) -> torch.Tensor:

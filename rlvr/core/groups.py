@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import torch
 
-DEGENERATE_EPS = 1e-6  # relative spread below which a group's rewards count as all equal
+NO_CONTRAST_EPS = 1e-6  # relative spread below which a group's rewards count as all equal
 
 
 def no_contrast(counts: torch.Tensor, highest: torch.Tensor, lowest: torch.Tensor,
-                eps: float = DEGENERATE_EPS) -> torch.Tensor:
+                eps: float = NO_CONTRAST_EPS) -> torch.Tensor:
     """Per group: fewer than 2 members, or max - min within eps of the reward scale. [G] x3 -> bool [G].
 
     counts: finite rewards per group; highest / lowest: their max and min (anything where counts < 2).
@@ -27,8 +27,8 @@ def no_contrast(counts: torch.Tensor, highest: torch.Tensor, lowest: torch.Tenso
     return (counts < 2) | no_spread  # [G]
 
 
-def degenerate_groups(rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int,
-                      eps: float = DEGENERATE_EPS) -> torch.Tensor:
+def no_contrast_groups(rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int,
+                       eps: float = NO_CONTRAST_EPS) -> torch.Tensor:
     """Which groups have no reward contrast. rewards [N] (NaN = unscorable, ignored), group_index [N] -> bool [G].
 
     group_index holds each reward's group in [0, num_groups).
@@ -45,8 +45,8 @@ def degenerate_groups(rewards: torch.Tensor, group_index: torch.Tensor, num_grou
     return no_contrast(counts, highest, lowest, eps)
 
 
-def degenerate_rows(rewards: torch.Tensor, eps: float = DEGENERATE_EPS) -> torch.Tensor:
-    """`degenerate_groups` for prompt-major groups laid out as rows. rewards [B, G] -> bool [B]."""
+def no_contrast_rows(rewards: torch.Tensor, eps: float = NO_CONTRAST_EPS) -> torch.Tensor:
+    """`no_contrast_groups` for prompt-major groups laid out as rows. rewards [B, G] -> bool [B]."""
     num_groups, group_size = rewards.shape
     index = torch.arange(num_groups, device=rewards.device).repeat_interleave(group_size)  # [B*G]
-    return degenerate_groups(rewards.reshape(-1), index, num_groups, eps)
+    return no_contrast_groups(rewards.reshape(-1), index, num_groups, eps)

@@ -19,11 +19,11 @@ from rlvr.core.advantages import (
     ADVANTAGE_ESTIMATORS,
     _check_options,
     _check_rewards,
-    _degenerate,
+    _no_contrast_of,
     _group_index,
     _group_statistics,
 )
-from rlvr.core.groups import DEGENERATE_EPS
+from rlvr.core.groups import NO_CONTRAST_EPS
 from rlvr.core.masks import masked_mean_per_row
 from rlvr.core.value import masked_whiten
 
@@ -79,9 +79,9 @@ def reinforce_plus_plus_baseline_advantages(
     mask = _required("reinforce_plus_plus_baseline", options, "completion_mask", rewards.shape[0])
     index, num_groups = _group_index(rewards.shape[0], group_size, group_ids, rewards.device)  # [N]
     stats = _group_statistics(rewards, index, num_groups)
-    degenerate = _degenerate(stats, options.get("eps", DEGENERATE_EPS))[index]  # [N]
-    centred = torch.where(degenerate, torch.zeros_like(rewards), rewards - stats["means"][index])  # [N]
-    return torch.where(degenerate, torch.zeros_like(rewards), token_weighted_whiten(centred, mask))
+    no_contrast_row = _no_contrast_of(stats, options.get("eps", NO_CONTRAST_EPS))[index]  # [N]
+    centred = torch.where(no_contrast_row, torch.zeros_like(rewards), rewards - stats["means"][index])  # [N]
+    return torch.where(no_contrast_row, torch.zeros_like(rewards), token_weighted_whiten(centred, mask))
 
 
 @ADVANTAGE_ESTIMATORS.register("remax")
@@ -119,8 +119,8 @@ def opo_advantages(
     tokens = zeros.index_add(0, index, lengths)  # [G]
     baseline = torch.where(tokens > 0, weighted / tokens.clamp(min=1), stats["means"])  # [G]
     advantages = rewards - baseline[index]  # [N]
-    degenerate = _degenerate(stats, options.get("eps", DEGENERATE_EPS))[index]  # [N]
-    return torch.where(degenerate, torch.zeros_like(advantages), advantages)
+    no_contrast_row = _no_contrast_of(stats, options.get("eps", NO_CONTRAST_EPS))[index]  # [N]
+    return torch.where(no_contrast_row, torch.zeros_like(advantages), advantages)
 
 
 @ADVANTAGE_ESTIMATORS.register("grpo_passk")
@@ -135,7 +135,7 @@ def grpo_passk_advantages(
     """
     _check_options("grpo_passk", options)
     rewards = _check_rewards(rewards)
-    eps = options.get("eps", DEGENERATE_EPS)
+    eps = options.get("eps", NO_CONTRAST_EPS)
     index, num_groups = _group_index(rewards.shape[0], group_size, group_ids, rewards.device)  # [N]
     stats = _group_statistics(rewards, index, num_groups)
     sample_std = options.get("std", "population") == "sample"
@@ -169,5 +169,5 @@ def gpg_advantages(
     stats = _group_statistics(rewards, index, num_groups)
     alpha = rewards.shape[0] / (rewards != 0).sum().clamp(min=1).to(rewards.dtype)  # scalar
     advantages = alpha * (rewards - stats["means"][index])  # [N]
-    degenerate = _degenerate(stats, options.get("eps", DEGENERATE_EPS))[index]  # [N]
-    return torch.where(degenerate, torch.zeros_like(advantages), advantages)
+    no_contrast_row = _no_contrast_of(stats, options.get("eps", NO_CONTRAST_EPS))[index]  # [N]
+    return torch.where(no_contrast_row, torch.zeros_like(advantages), advantages)

@@ -116,7 +116,7 @@ def clip_metrics(ratio: torch.Tensor, clipped_low: torch.Tensor, clipped_high: t
     }
 
 
-POLICY_LOSSES.add("ppo_clip", grpo_clip_loss)  # the same clipped surrogate, named for PPO presets
+POLICY_LOSSES.rename("ppo_clip", "grpo_clip")  # the same clipped surrogate serves PPO
 
 
 @POLICY_LOSSES.register("grpo_no_clip")
@@ -199,17 +199,12 @@ def reinforce_loss(
 ) -> tuple[torch.Tensor, Metrics]:
     """REINFORCE surrogate -A_i * log pi_t, no ratio, no clip. [B, T] -> [B, T].
 
-    Registered twice: "reinforce" (A = the raw reward, Williams 1992) and "gr_reinforce"
-    (A = a group-relative advantage; with seq_mean_token_mean this is -A_i times the sequence's
-    mean token log-prob). Only valid on-policy (one gradient step per batch); old_logprobs only
+    The loss is the same whatever the advantage: the raw reward (Williams 1992, preset
+    no_baseline) or a group-relative one (presets gr_reinforce, rloo; with seq_mean_token_mean this
+    is -A_i times the sequence's mean token log-prob). Only valid on-policy (one gradient step per batch); old_logprobs only
     feeds the logged ratio.
     """
     return reinforce_per_token(advantages, logprobs), _reinforce_metrics(logprobs, old_logprobs)
 
 
-POLICY_LOSSES.add("gr_reinforce", reinforce_loss)
-
-
-def get_policy_loss(name: str) -> PolicyLossFn:
-    """The registered loss; an unknown name raises KeyError listing the valid ones."""
-    return POLICY_LOSSES.get(name)
+POLICY_LOSSES.rename("gr_reinforce", "reinforce")  # the loss of the gr_reinforce preset

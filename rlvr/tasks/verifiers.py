@@ -108,7 +108,3 @@ VERIFIERS.add("r1_zero_number", NamedVerifier(
     "R1-Zero format and the <answer> compared as an exact rational number, as gsm8k with r1_zero",
     lambda completion, truth, timeout: judge_r1_zero(completion, truth, grade_number), check_truth=_check_number))
 
-
-def describe_verifiers() -> str:
-    return "; ".join(f"{name} ({VERIFIERS.get(name).description})" for name in VERIFIERS)
-

@@ -19,9 +19,9 @@ from __future__ import annotations
 import torch
 
 from rlvr.core import (
+    ADVANTAGE_ESTIMATORS,
     RolloutBatch,
     gae_advantages,
-    get_advantage_estimator,
     masked_whiten,
     maybe_normalize_advantages,
     per_token_rewards,
@@ -88,7 +88,7 @@ def compute_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, algo, dis
         options["reward_baselines"] = torch.where(scorable, reward_baselines, torch.zeros_like(reward_baselines))
     if values is not None:
         options.update(values=values, gamma=algo.gae_gamma, lam=algo.gae_lambda)
-    estimator = get_advantage_estimator(algo.advantage_estimator)
+    estimator = ADVANTAGE_ESTIMATORS.get(algo.advantage_estimator)
     advantages = estimator(safe_rewards, group_ids=own_groups, **options)
     advantages = torch.where(row_scorable, advantages, torch.zeros_like(advantages))
     if algo.normalize_advantages:

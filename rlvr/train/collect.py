@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.core import RolloutBatch, build_completion_mask, degenerate_rows
+from rlvr.core import RolloutBatch, build_completion_mask, no_contrast_rows
 from rlvr.rollout import RolloutBackend, SamplingSettings, ScoredRollout, sample_and_score
 from rlvr.rollout.base import fill_token_id
 from rlvr.tasks.base import Example, Task, Verdict
@@ -52,7 +52,7 @@ class CollectedGroups:
     groups: list[SampledGroup]
     group_size: int
     sampled_groups: int  # groups sampled on this rank, kept or not
-    filled_degenerate: int  # groups without contrast kept because the rounds ran out
+    filled_no_contrast: int  # groups without contrast kept because the rounds ran out
     rounds: int
     generation_seconds: float
     scoring_seconds: float
@@ -87,7 +87,7 @@ def group_rewards(verdicts: list[Verdict], lengths: torch.Tensor, algo, max_new_
 
 def has_contrast(rewards: torch.Tensor) -> bool:
     """Whether a group's rewards [G] carry a learning signal (`rlvr.core.no_contrast`)."""
-    return not bool(degenerate_rows(rewards[None])[0])
+    return not bool(no_contrast_rows(rewards[None])[0])
 
 
 def split_groups(scored: ScoredRollout, algo, max_new_tokens: int) -> list[SampledGroup]:
@@ -150,7 +150,7 @@ def collect_groups(backend: RolloutBackend, task: Task, settings: SamplingSettin
     filled = quota - len(kept)  # dynamic sampling ran out of rounds
     kept += set_aside[:filled]
     return CollectedGroups(groups=kept, group_size=rollout.group_size, sampled_groups=sampled,
-                           filled_degenerate=filled, rounds=rounds,
+                           filled_no_contrast=filled, rounds=rounds,
                            generation_seconds=time.perf_counter() - started - scoring_seconds,
                            scoring_seconds=scoring_seconds)
 

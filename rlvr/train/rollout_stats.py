@@ -2,7 +2,7 @@
 
 Data-parallel, each rank holds its own groups; `gather_rollout` collects every rank's rows in
 rank order (the order one process would have), so every rank computes the same statistics. The
-share of groups without reward contrast uses `rlvr.core.degenerate_rows`, the rule dynamic
+share of groups without reward contrast uses `rlvr.core.no_contrast_rows`, the rule dynamic
 sampling and the advantage estimators use.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.core import RolloutBatch, degenerate_rows, masked_mean_per_row
+from rlvr.core import RolloutBatch, no_contrast_rows, masked_mean_per_row
 from rlvr.metric_names import (
     ADVANTAGE_ABS_MEAN,
     COMPLETION_LEN_MAX,
@@ -53,7 +53,7 @@ class RolloutRows:
     truncated: torch.Tensor  # [N] bool
     group_size: int
     sampled_groups: int
-    filled_degenerate: int
+    filled_no_contrast: int
     rounds: int
     samples: list[dict]  # one record per completion, for samples.jsonl
 
@@ -82,14 +82,14 @@ def gather_rollout(collected: CollectedGroups, batch: RolloutBatch, dist: Dist =
     row_advantages = advantage_per_row(batch)
     share = (collected.verdicts, collected.rewards, row_advantages.cpu(),
              torch.cat([g.lengths for g in groups]), torch.cat([g.truncated for g in groups]),
-             collected.sampled_groups, collected.filled_degenerate, sample_records(collected, row_advantages))
+             collected.sampled_groups, collected.filled_no_contrast, sample_records(collected, row_advantages))
     shares = dist.gather(share) if dist.enabled else [share]
     return RolloutRows(
         verdicts=[v for part in shares for v in part[0]],
         rewards=torch.cat([part[1] for part in shares]), advantages=torch.cat([part[2] for part in shares]),
         lengths=torch.cat([part[3] for part in shares]), truncated=torch.cat([part[4] for part in shares]),
         group_size=collected.group_size, sampled_groups=sum(part[5] for part in shares),
-        filled_degenerate=sum(part[6] for part in shares), rounds=collected.rounds,
+        filled_no_contrast=sum(part[6] for part in shares), rounds=collected.rounds,
         samples=[record for part in shares for record in part[7]],
     )
 
@@ -97,7 +97,7 @@ def gather_rollout(collected: CollectedGroups, batch: RolloutBatch, dist: Dist =
 def zero_variance_fraction(rewards: torch.Tensor, group_size: int) -> float:
     """Share of groups without reward contrast. rewards [N] prompt-major (NaN ignored)."""
     grouped = rewards.view(-1, group_size)  # [B, G]
-    return float(degenerate_rows(grouped).float().mean())
+    return float(no_contrast_rows(grouped).float().mean())
 
 
 def distinct_completions_fraction(texts: list[str], group_size: int) -> float:
@@ -146,5 +146,5 @@ def rollout_stats(rows: RolloutRows, dynamic_sampling: bool) -> dict[str, float]
     if dynamic_sampling:
         stats[DYNAMIC_SAMPLING_ROUNDS] = rows.rounds
         stats[DYNAMIC_SAMPLING_SAMPLED_GROUPS] = rows.sampled_groups
-        stats[DYNAMIC_SAMPLING_FILLED_DEGENERATE] = rows.filled_degenerate
+        stats[DYNAMIC_SAMPLING_FILLED_DEGENERATE] = rows.filled_no_contrast
     return stats

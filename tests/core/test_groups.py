@@ -1,4 +1,4 @@
-"""`no_contrast` / `degenerate_groups`: the one rule for a group without reward contrast, by hand.
+"""`no_contrast` / `no_contrast_groups`: the one rule for a group without reward contrast, by hand.
 
 A group has no contrast when fewer than two rewards are finite, or when max - min <= eps * s with
 s = max(|max|, |min|, 1): an absolute tolerance of eps below a reward scale of 1, a relative one
@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from rlvr.core import DEGENERATE_EPS, degenerate_groups, degenerate_rows
+from rlvr.core import NO_CONTRAST_EPS, no_contrast_groups, no_contrast_rows
 
 NAN = math.nan
 # (rewards of one group, no contrast?) with eps = 1e-6.
@@ -55,8 +55,8 @@ def test_no_contrast_is_absolute_below_scale_one_and_relative_above():
     rewards = torch.tensor([r for group, _ in GROUPS for r in group], dtype=torch.float64)
     group_index = torch.tensor([g for g, (group, _) in enumerate(GROUPS) for _ in group])
     expected = [flag for _, flag in GROUPS]
-    assert DEGENERATE_EPS == 1e-6
-    assert degenerate_groups(rewards, group_index, len(GROUPS)).tolist() == expected
+    assert NO_CONTRAST_EPS == 1e-6
+    assert no_contrast_groups(rewards, group_index, len(GROUPS)).tolist() == expected
     assert [_no_contrast(group, rlvr_rule) for group, _ in GROUPS] == expected
     # The wrong rules disagree: an absolute 1e-6 sees contrast in groups 0 and 2, a relative one
     # without the floor of 1 sees it in group 5.
@@ -67,9 +67,9 @@ def test_no_contrast_is_absolute_below_scale_one_and_relative_above():
 
 def test_rows_and_shuffled_group_ids_give_the_same_answer():
     rows = torch.tensor([[1000.0, 1000.0005], [1000.0, 1000.002], [0.5, 0.5 + 5e-7], [0.0, 1.0]], dtype=torch.float64)
-    assert degenerate_rows(rows).tolist() == [True, False, True, False]
+    assert no_contrast_rows(rows).tolist() == [True, False, True, False]
     # The same rewards with their group ids interleaved (group g holds elements g and g + 4).
     rewards = torch.cat([rows[:, 0], rows[:, 1]])  # [8]
     group_index = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])
-    assert degenerate_groups(rewards, group_index, 4).tolist() == [True, False, True, False]
-    assert degenerate_rows(rows, eps=0.0).tolist() == [False, False, False, False]  # eps 0: any spread counts
+    assert no_contrast_groups(rewards, group_index, 4).tolist() == [True, False, True, False]
+    assert no_contrast_rows(rows, eps=0.0).tolist() == [False, False, False, False]  # eps 0: any spread counts

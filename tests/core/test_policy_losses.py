@@ -11,7 +11,6 @@ from rlvr.core import (
     POLICY_LOSSES,
     aggregate_loss,
     compute_per_token_logprobs,
-    get_policy_loss,
     grpo_clip_loss,
     reinforce_per_token,
 )
@@ -22,7 +21,7 @@ def test_at_ratio_one_clip_gradient_equals_group_reinforce(make_tiny_llama, poli
     logprobs = compute_per_token_logprobs(model, input_ids, attention_mask)  # [4, 6]
     # First step on fresh samples: the old log-probs are the current ones, passed undetached
     # as a careless caller would; the loss must still treat them as constants.
-    per_token, metrics = get_policy_loss("grpo_clip")(logprobs, logprobs, advantages, mask, clip_low=0.2)
+    per_token, metrics = POLICY_LOSSES.get("grpo_clip")(logprobs, logprobs, advantages, mask, clip_low=0.2)
     loss = aggregate_loss(per_token, mask, "seq_mean_token_mean")
     # rho = 1 on every token, so each sequence's mean loss is -A_i and the batch loss is -mean(A).
     assert loss.item() == pytest.approx(-advantages.mean().item(), abs=1e-12)
@@ -31,7 +30,7 @@ def test_at_ratio_one_clip_gradient_equals_group_reinforce(make_tiny_llama, poli
     clip_grads = pop_gradients(model)
 
     logprobs = compute_per_token_logprobs(model, input_ids, attention_mask)
-    per_token, _ = get_policy_loss("gr_reinforce")(logprobs, logprobs.detach(), advantages, mask)
+    per_token, _ = POLICY_LOSSES.get("reinforce")(logprobs, logprobs.detach(), advantages, mask)
     aggregate_loss(per_token, mask, "seq_mean_token_mean").backward()
     reinforce_grads = pop_gradients(model)
 
@@ -126,11 +125,10 @@ def test_naive_policy_gradient_by_hand():
     assert loss.tolist() == [[3.0, 6.0], [-1.0, -8.0]]  # -A * logp
     loss.sum().backward()
     assert logprobs.grad.tolist() == [[-3.0, -3.0], [2.0, 2.0]]
-    # The registered REINFORCE losses agree, with [B] advantages too.
-    for name in ("reinforce", "gr_reinforce"):
-        per_token, metrics = POLICY_LOSSES.get(name)(logprobs, logprobs.detach(), rewards[:, 0], torch.ones(2, 2))
-        assert per_token.tolist() == [[3.0, 6.0], [-1.0, -8.0]]
-        assert metrics["clipped"].sum() == 0
+    # The registered REINFORCE loss agrees, with [B] advantages too.
+    per_token, metrics = POLICY_LOSSES.get("reinforce")(logprobs, logprobs.detach(), rewards[:, 0], torch.ones(2, 2))
+    assert per_token.tolist() == [[3.0, 6.0], [-1.0, -8.0]]
+    assert metrics["clipped"].sum() == 0
 
 
 def test_gspo_ratio_by_hand():
@@ -138,7 +136,7 @@ def test_gspo_ratio_by_hand():
     logprobs = torch.tensor([[0.3, -0.1, 0.4], [0.2, 9.0, 9.0]], dtype=torch.float64, requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
     advantages = torch.tensor([1.0, -1.0], dtype=torch.float64)
-    per_token, metrics = get_policy_loss("gspo")(logprobs, old, advantages, mask, clip_low=0.3, clip_high=0.4)
+    per_token, metrics = POLICY_LOSSES.get("gspo")(logprobs, old, advantages, mask, clip_low=0.3, clip_high=0.4)
     # s_0 = exp((0.3 - 0.1 + 0.4) / 3) = exp(0.2) = 1.2214 (in [0.7, 1.4]); s_1 = exp(0.2) too,
     # the masked 9.0s do not count (a sum would give exp(0.6) = 1.82 for row 0 and clip it).
     s = math.exp(0.2)
@@ -147,7 +145,7 @@ def test_gspo_ratio_by_hand():
     assert per_token[1, 0].item() == pytest.approx(s, abs=1e-12)
     assert metrics["clipped"].sum() == 0
     # Tight ranges clip row 0 on the high side: loss -(1 + 0.1) * A.
-    per_token, metrics = get_policy_loss("gspo")(logprobs, old, advantages, mask, clip_low=0.1, clip_high=0.1)
+    per_token, metrics = POLICY_LOSSES.get("gspo")(logprobs, old, advantages, mask, clip_low=0.1, clip_high=0.1)
     assert torch.allclose(per_token[0], torch.full((3,), -1.1, dtype=torch.float64), atol=1e-12)
     assert metrics["clipped_high"][0].tolist() == [1.0, 1.0, 1.0]
 
@@ -158,7 +156,7 @@ def test_gspo_token_form_gradient_equals_sequence_objective():
     logprobs = (old + 0.05 * torch.randn(3, 5, generator=generator, dtype=torch.float64)).requires_grad_(True)
     mask = torch.tensor([[1.0] * 5, [1.0, 1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0, 0.0]])
     advantages = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
-    per_token, _ = get_policy_loss("gspo")(logprobs, old, advantages, mask, clip_low=0.2, clip_high=0.2)
+    per_token, _ = POLICY_LOSSES.get("gspo")(logprobs, old, advantages, mask, clip_low=0.2, clip_high=0.2)
     aggregate_loss(per_token, mask, "seq_mean_token_mean").backward()
     token_form_grad = logprobs.grad.clone()
     # Sequence-level GSPO objective written directly: s_i differentiable, one term per sequence.
@@ -172,9 +170,8 @@ def test_gspo_token_form_gradient_equals_sequence_objective():
 
 
 def test_registered_losses_share_one_signature():
-    assert set(POLICY_LOSSES.names()) == {"grpo_clip", "ppo_clip", "grpo_no_clip", "gspo", "gr_reinforce", "reinforce",
+    assert set(POLICY_LOSSES.names()) == {"grpo_clip", "grpo_no_clip", "gspo", "reinforce",
                                           "cispo", "sapo", "geo_mean", "gpg", "clip_cov", "kl_cov", "dual_clip"}
-    assert POLICY_LOSSES.get("ppo_clip") is POLICY_LOSSES.get("grpo_clip")  # one clipped surrogate, two names
     generator = torch.Generator().manual_seed(5)
     logprobs = -torch.rand(3, 4, generator=generator)
     old = logprobs + 0.3 * torch.randn(3, 4, generator=generator)
@@ -186,8 +183,30 @@ def test_registered_losses_share_one_signature():
             for key in ("ratio", "clipped_low", "clipped_high", "clipped"):
                 assert metrics[key].shape == (3, 4), (name, key)
                 assert not metrics[key].requires_grad
-    with pytest.raises(KeyError, match="gr_reinforce, grpo_clip, grpo_no_clip, gspo, kl_cov, ppo_clip, reinforce"):
-        get_policy_loss("ppo")
+    with pytest.raises(KeyError, match="geo_mean, gpg, grpo_clip, grpo_no_clip, gspo, kl_cov, reinforce, sapo"):
+        POLICY_LOSSES.get("ppo")
+
+
+def test_retired_loss_names_name_their_replacement():
+    for old, new in (("ppo_clip", "grpo_clip"), ("gr_reinforce", "reinforce")):
+        assert old not in POLICY_LOSSES and POLICY_LOSSES.renamed[old] == new
+        with pytest.raises(KeyError, match=f"policy loss '{old}' was renamed to '{new}'; use '{new}'"):
+            POLICY_LOSSES.get(old)
+
+
+def test_a_retired_name_cannot_be_registered_again_nor_retire_a_registered_one():
+    from rlvr.registry import Registry
+
+    registry = Registry("widget")
+    registry.add("round", 1)
+    registry.rename("circle", "round")
+    with pytest.raises(ValueError, match="widget 'circle' is already registered"):
+        registry.add("circle", 2)
+    with pytest.raises(ValueError, match="widget 'round' is already registered"):
+        registry.rename("round", "disc")
+    assert registry.names() == ["round"] and "circle" not in registry
+    assert registry.renamed_error("circle") == "widget 'circle' was renamed to 'round'"
+    assert registry.renamed_error("round") is None
 
 
 def test_per_token_advantages_weigh_each_token():

@@ -21,7 +21,7 @@ import pytest
 import torch
 from trl.trainer.grpo_trainer import GRPOTrainer
 
-from rlvr.core import aggregate_loss, get_policy_loss, kl_per_token
+from rlvr.core import POLICY_LOSSES, aggregate_loss, kl_per_token
 
 EPSILON_LOW, EPSILON_HIGH = 0.2, 0.28
 MAX_COMPLETION_LENGTH = 8  # larger than the completion width, so Dr. GRPO's constant matters
@@ -112,7 +112,7 @@ def _trl_loss(loss_type: str, beta: float, data: dict, rows: slice, accumulation
 
 def _rlvr_loss(loss_type: str, beta: float, data: dict, rows: slice, logps: torch.Tensor):
     mask = data["completion_mask"][rows].double()
-    per_token, metrics = get_policy_loss("grpo_clip")(
+    per_token, metrics = POLICY_LOSSES.get("grpo_clip")(
         logps[rows], data["old"][rows], data["advantages"][rows], mask, clip_low=EPSILON_LOW, clip_high=EPSILON_HIGH
     )
     if beta != 0.0:
@@ -168,7 +168,7 @@ def test_modes_disagree_with_each_other_on_this_rollout():
     everything = slice(0, data["logps"].shape[0])
     values = [_trl_loss(loss_type, 0.0, data, everything, 1, data["logps"])[0].item() for loss_type in MODES]
     assert min(abs(a - b) for i, a in enumerate(values) for b in values[i + 1 :]) > 1e-3
-    no_clip = get_policy_loss("grpo_no_clip")
+    no_clip = POLICY_LOSSES.get("grpo_no_clip")
     unclipped, _ = no_clip(data["logps"], data["old"], data["advantages"], data["completion_mask"])
     unclipped_loss = aggregate_loss(unclipped, data["completion_mask"].double(), "seq_mean_token_mean")
     assert abs(unclipped_loss.item() - values[0]) > 1e-3

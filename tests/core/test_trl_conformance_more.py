@@ -16,7 +16,7 @@ import pytest
 import torch
 from trl.trainer.grpo_trainer import GRPOTrainer
 
-from rlvr.core import aggregate_loss, get_policy_loss, kl_per_token, top_entropy_mask
+from rlvr.core import POLICY_LOSSES, aggregate_loss, kl_per_token, top_entropy_mask
 from tests.core.test_trl_conformance import _rollout, _trl_trainer
 
 CISPO_EPSILON_HIGH = 1.25  # TRL's cap on the weight; some ratios of the rollout lie above it
@@ -58,7 +58,7 @@ def _trl(loss_type: str, beta: float, data: dict, rows: slice, steps: int, logps
 def _rlvr(name: str, beta: float, data: dict, rows: slice, logps: torch.Tensor, fraction: float = 1.0,
           **options):
     mask = data["completion_mask"][rows].double()
-    per_token, _ = get_policy_loss(name)(logps[rows], data["old"][rows], data["advantages"][rows], mask, **options)
+    per_token, _ = POLICY_LOSSES.get(name)(logps[rows], data["old"][rows], data["advantages"][rows], mask, **options)
     if fraction < 1:
         selected = top_entropy_mask(_entropies(data)[rows], mask, fraction)
         per_token = torch.where(selected, per_token, torch.zeros_like(per_token))
