@@ -11,7 +11,8 @@ generation time (completion tokens of the step / its generation seconds, median 
 
 `--dry-run` (or RLVR_GPU_DRY_RUN=1) runs the same path on the CPU: the tiny test model, 1 step,
 4 new tokens, float32, W2 on a small GSM8K-format file written here, and skips only what needs
-CUDA. A side past `--budget-s` is skipped, not started, so the whole run fits its time.
+CUDA; its processes run at once, as it measures nothing (the GPU run: one side at a time). A side
+not started by `--budget-s` is skipped, so the whole run fits its time.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -110,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sides", nargs="+", choices=list(SIDES), default=list(SIDES), help="which sides to run")
     parser.add_argument("--workloads", nargs="+", choices=list(STEPS), default=list(STEPS))
     parser.add_argument("--budget-s", type=float, default=540, help="start no side after this many seconds")
+    parser.add_argument("--jobs", type=int, default=0, help="sides run at once (default: 1 on the GPU; a dry run: one per CPU core)")
     parser.add_argument("--json", help="also write the rows and skips here")
     args = parser.parse_args(argv)
 
@@ -123,9 +126,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     scratch = Path(tempfile.mkdtemp(prefix="rlvr-gpu-"))
     if args.dry_run:
-        from rlvr.testing import save_tiny_model
+        from rlvr.testing import build_tiny_model, build_tiny_tokenizer
 
-        common = ["--model", str(save_tiny_model(scratch / "tiny")), "--device", "cpu", "--dtype", "float32",
+        # The tests' tiny Llama with head_dim 32 (hidden 128, 4 heads), the smallest vLLM's CPU attention
+        # takes; its rotary positions serve any length, and W2's r1_zero prompts are ~500 of its tokens.
+        tiny, model = scratch / "tiny", build_tiny_model(hidden_size=128, num_heads=4, num_kv_heads=2)
+        model.config.max_position_embeddings = 1024
+        model.save_pretrained(tiny)
+        build_tiny_tokenizer().save_pretrained(tiny)
+        common = ["--model", str(tiny), "--device", "cpu", "--dtype", "float32",
                   "--max-new-tokens", "4"]
         gsm8k = str(write_dry_gsm8k(scratch / "gsm8k.jsonl"))
     else:
@@ -134,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         gsm8k = args.gsm8k_path or (str(default) if default.is_file() else None)
     child_env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
 
-    rows, skips = [], []
+    plan, skips = [], []  # plan: (side, workload, warm-up steps, command, result file), in table order
     for workload in args.workloads:
         steps, warmup = (1, 0) if args.dry_run else STEPS[workload]
         for side in args.sides:
@@ -142,30 +151,43 @@ def main(argv: list[str] | None = None) -> int:
             reason = why_skipped(needs, env, args.dry_run)
             if reason is None and workload == "w2" and not (gsm8k and Path(gsm8k).is_file()):
                 reason = f"no GSM8K file (got {gsm8k!r}; pass --gsm8k-path TRAIN.jsonl or set GSM8K_PATH)"
-            left = args.budget_s - (time.perf_counter() - started)
-            if reason is None and left <= 0:
-                reason = f"time budget of {args.budget_s:.0f} s spent"
             if reason is not None:
                 skips.append({"side": side, "workload": workload, "reason": reason})
                 print(f"skipped {side} {workload.upper()}: {reason}", flush=True)
                 continue
-            out = scratch / f"{kind}-{workload}-{len(rows) + len(skips)}.json"
+            out = scratch / f"{kind}-{workload}-{len(plan)}.json"
             command = [sys.executable, str(BENCH / "vs_trl.py"), "--side", kind, "--out", str(out), "--workload",
                        workload, "--steps", str(steps), "--warmup", str(warmup), *common, *flags,
                        *(["--gsm8k-path", gsm8k] if workload == "w2" else [])]
-            print(f"running {side} {workload.upper()}: {' '.join(command[1:])}", flush=True)
-            try:
-                done = subprocess.run(command, cwd=REPO, env=child_env, capture_output=True, text=True,
-                                      timeout=max(left, 1))
-                failure = None if done.returncode == 0 else (
-                    f"exit code {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")
-            except subprocess.TimeoutExpired:
-                failure = f"still running after {left:.0f} s, the rest of the time budget"
-            if failure is not None:
-                skips.append({"side": side, "workload": workload, "reason": f"failed: {failure}"})
-                print(f"failed {side} {workload.upper()}: {failure}", flush=True)
-                continue
+            plan.append((side, workload, warmup, command, out))
+
+    def run_side(side: str, workload: str, command: list[str]) -> str | None:
+        """Run one side's process; None when it succeeded, else why it did not run or failed."""
+        left = args.budget_s - (time.perf_counter() - started)
+        if left <= 0:
+            return f"time budget of {args.budget_s:.0f} s spent"
+        print(f"running {side} {workload.upper()}: {' '.join(command[1:])}", flush=True)
+        try:
+            done = subprocess.run(command, cwd=REPO, env=child_env, capture_output=True, text=True, timeout=left)
+        except subprocess.TimeoutExpired:
+            return f"failed: still running after {left:.0f} s, the rest of the time budget"
+        if done.returncode != 0:
+            return f"failed: exit code {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}"
+        return None
+
+    # One side at a time on the GPU (each side's memory and time its own); the dry run's CPU-only
+    # processes may overlap (`--jobs`), as it measures nothing.
+    jobs = args.jobs or (min(len(plan), os.cpu_count() or 1) if args.dry_run else 1)
+    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        outcomes = list(pool.map(lambda entry: run_side(*entry[:2], entry[3]), plan))
+    rows = []
+    for (side, workload, warmup, _, out), outcome in zip(plan, outcomes):
+        if outcome is None:
             rows.append({"side": side, "workload": workload, **summarize(json.loads(out.read_text()), warmup)})
+            continue
+        skips.append({"side": side, "workload": workload, "reason": outcome})
+        status = "failed" if outcome.startswith("failed: ") else "skipped"
+        print(f"{status} {side} {workload.upper()}: {outcome.removeprefix('failed: ')}", flush=True)
 
     print(f"\n{'dry run (CPU, tiny model, 1 step, 4 new tokens)' if args.dry_run else 'CUDA, bfloat16'}: "
           f"{ROWS} rows per step (4 prompts x 4), LoRA r=16; {time.perf_counter() - started:.0f} s in all\n")
