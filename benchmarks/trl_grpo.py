@@ -85,8 +85,11 @@ def task_reward(task, examples: list, on_scored: Optional[Callable[[list], None]
 
 
 def build_trainer(settings: TrlSettings, rows: list[dict], reward_funcs: list, callbacks: list = (),
-                  dtype: str = "float32"):
-    """(GRPOTrainer, StepTimes) on `rows` ({"prompt": text or messages, ...} in order, no shuffling)."""
+                  dtype: str = "float32", extra_args: Optional[dict] = None):
+    """(GRPOTrainer, StepTimes) on `rows` ({"prompt": text or messages, ...} in order, no shuffling).
+
+    `extra_args`: more GRPOConfig fields (bf16, use_vllm, vllm_mode, ...), over the ones set here.
+    With `use_vllm` the stop strings go to vLLM's SamplingParams (`stop`, kept in the output)."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -105,7 +108,13 @@ def build_trainer(settings: TrlSettings, rows: list[dict], reward_funcs: list, c
             times.generation.append(current["generation"])
             times.logprobs.append(current["logprobs"])
 
-    args = GRPOConfig(
+    extra_args = dict(extra_args or {})
+    stops = list(settings.stop_strings)
+    if extra_args.get("use_vllm"):
+        generation_kwargs = {"stop": stops, "include_stop_str_in_output": True} if stops else None
+    else:
+        generation_kwargs = {"stop_strings": stops} if stops else None
+    config = dict(
         output_dir=tempfile.mkdtemp(prefix="trl-grpo-"), use_cpu=not torch.cuda.is_available(), bf16=False,
         fp16=False, loss_type=settings.loss_type, scale_rewards=settings.scale_rewards,
         num_generations=settings.group_size,
@@ -118,9 +127,9 @@ def build_trainer(settings: TrlSettings, rows: list[dict], reward_funcs: list, c
         weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm, temperature=settings.temperature,
         top_p=settings.top_p, top_k=settings.top_k, epsilon=settings.clip_low, epsilon_high=settings.clip_high,
         max_steps=settings.steps, logging_steps=1, save_strategy="no", shuffle_dataset=False, seed=settings.seed,
-        dataloader_num_workers=0,
-        generation_kwargs={"stop_strings": list(settings.stop_strings)} if settings.stop_strings else None,
+        dataloader_num_workers=0, generation_kwargs=generation_kwargs,
     )
+    args = GRPOConfig(**{**config, **extra_args})
     model = AutoModelForCausalLM.from_pretrained(settings.model_path, dtype=getattr(torch, dtype))
     tokenizer = AutoTokenizer.from_pretrained(settings.model_path, padding_side="left")
     peft_config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, lora_dropout=0.0,

@@ -33,7 +33,9 @@ measured fp32 matmul rate, and rlvr's measured / bound.
     python benchmarks/vs_trl.py --workload w2 --gsm8k-path data/gsm8k/train.jsonl --steps 3 --warmup 1
 
 Results go to benchmarks/results/vs_trl.json (W2: vs_trl_w2.json). Numbers are for the machine
-it runs on.
+it runs on. `--model --device --dtype --backend --max-new-tokens --trl-vllm` change the setting of
+both sides (a CUDA device, bf16, rlvr's `vllm` backend, TRL's colocated vLLM engine):
+`benchmarks/gpu.sh` runs each side that way and prints one table.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import threading
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,6 +60,53 @@ MODEL = "smollm2-135m-instruct"
 PROMPTS_PER_STEP, GROUP, LR, THREADS = 4, 4, 2e-4, 2
 MAX_NEW_TOKENS = {"w1": 24, "w2": 512}
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+VLLM_GPU_SHARE = 0.3  # the colocated vLLM engine's share of GPU memory, both sides (TRL's default)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Where and how both sides run; the defaults are the CPU setting the docstring describes."""
+
+    model: str = MODEL
+    device: str = "cpu"  # cpu or cuda
+    dtype: str = "float32"
+    backend: str = "decode_loop"  # rlvr's rollout backend
+    max_new_tokens: int = 0  # 0: the workload's own budget
+    trl_vllm: bool = False  # TRL: use_vllm=True, vllm_mode="colocate"
+
+    def new_tokens(self, workload: str) -> int:
+        return self.max_new_tokens or MAX_NEW_TOKENS[workload]
+
+
+@contextmanager
+def gpu_memory_peak(result: dict, every_s: float = 0.05):
+    """result["peak_gpu_bytes"]: the most device memory in use (all of it: CUDA context, allocator, a
+    vLLM engine's KV cache) polled while the block ran; None without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        result["peak_gpu_bytes"] = None
+        yield
+        return
+    peak, done = [0], threading.Event()
+
+    def poll():
+        while True:
+            free, total = torch.cuda.mem_get_info()
+            peak[0] = max(peak[0], total - free)
+            if done.wait(every_s):
+                return
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        yield
+    finally:
+        done.set()
+        poller.join()
+        result["peak_gpu_bytes"] = peak[0]
 
 
 def w1_numbers(count: int) -> list[int]:
@@ -82,7 +134,7 @@ def peak_rss() -> int:
 
 # ----------------------------------------------------------------------------------------- rlvr
 def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STEP, workload: str = "w1",
-             gsm8k_path: str | None = None) -> dict:
+             gsm8k_path: str | None = None, setup: Setup = Setup()) -> dict:
     import torch
 
     from rlvr.config import load_config
@@ -130,13 +182,16 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
                           "task.options": json.dumps({"train_path": gsm8k_path, "eval_path": gsm8k_path,
                                                       "eval_size": 0, "prompt": "r1_zero"})}
     torch.set_num_threads(THREADS)
-    with tempfile.TemporaryDirectory() as folder:
+    backend_options = {"dtype": setup.dtype, "gpu_memory_utilization": VLLM_GPU_SHARE} if setup.backend == "vllm" else {}
+    memory: dict = {}
+    with tempfile.TemporaryDirectory() as folder, gpu_memory_peak(memory):
         overrides = {
-            "model.name": MODEL, "model.dtype": "float32", "model.lora": "true", "model.lora_rank": 16,
+            "model.name": setup.model, "model.dtype": setup.dtype, "model.device": setup.device,
+            "rollout.backend": setup.backend, "rollout.backend_options": json.dumps(backend_options), "model.lora": "true", "model.lora_rank": 16,
             "model.lora_alpha": 32, "model.lora_dropout": 0.0, "model.num_threads": THREADS,
             "model.gradient_checkpointing": "false",
             **task_overrides, "rollout.batch_size": PROMPTS_PER_STEP, "rollout.group_size": GROUP,
-            "rollout.max_new_tokens": MAX_NEW_TOKENS[workload], "rollout.temperature": 1.0, "rollout.top_p": 1.0,
+            "rollout.max_new_tokens": setup.new_tokens(workload), "rollout.temperature": 1.0, "rollout.top_p": 1.0,
             "rollout.top_k": 0, "algorithm.name": "grpo", "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1,
             "algorithm.clip_low": 0.2, "algorithm.clip_high": 0.2, "algorithm.std": "sample",
             "optim.lr": LR, "optim.schedule": "constant", "optim.max_grad_norm": 1.0,
@@ -159,7 +214,7 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
         "update_seconds": [r.get("time/update", 0.0) for r in records],
         "reward_mean": [r["reward/mean"] for r in records],
         "completion_tokens": [r.get("completion_len/mean") for r in records],
-        "peak_rss_bytes": peak_rss(),
+        "peak_rss_bytes": peak_rss(), **memory, "setup": asdict(setup),
     }
     out.write_text(json.dumps(result))
     return result
@@ -167,7 +222,7 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
 
 # ------------------------------------------------------------------------------------------ TRL
 def run_trl(steps: int, out: Path, workload: str = "w1", gsm8k_path: str | None = None,
-            groups_per_microbatch: int = PROMPTS_PER_STEP) -> dict:
+            groups_per_microbatch: int = PROMPTS_PER_STEP, setup: Setup = Setup()) -> dict:
     import torch
 
     from rlvr.models import resolve_model_path
@@ -184,12 +239,18 @@ def run_trl(steps: int, out: Path, workload: str = "w1", gsm8k_path: str | None 
         examples = [task.make_example(n) for n in w1_numbers(count)]
     rows = [{"prompt": example.prompt, "example_index": i} for i, example in enumerate(examples)]
     settings = TrlSettings(
-        model_path=resolve_model_path(MODEL)[0], prompts_per_step=PROMPTS_PER_STEP, group_size=GROUP,
-        max_new_tokens=MAX_NEW_TOKENS[workload], lr=LR, steps=steps, lora_rank=16, lora_alpha=32,
+        model_path=resolve_model_path(setup.model)[0], prompts_per_step=PROMPTS_PER_STEP, group_size=GROUP,
+        max_new_tokens=setup.new_tokens(workload), lr=LR, steps=steps, lora_rank=16, lora_alpha=32,
         lora_targets=tuple(LORA_TARGETS), clip_low=0.2, clip_high=0.2, loss_type="grpo", seed=0,
         stop_strings=tuple(task.stop_strings), microbatches=PROMPTS_PER_STEP // groups_per_microbatch)
-    trainer, times = build_trainer(settings, rows, [task_reward(task, examples)])
-    trainer.train()
+    extra_args = {"bf16": setup.dtype == "bfloat16" and setup.device == "cuda"}
+    if setup.trl_vllm:
+        extra_args.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=VLLM_GPU_SHARE)
+    memory: dict = {}
+    with gpu_memory_peak(memory):
+        trainer, times = build_trainer(settings, rows, [task_reward(task, examples)], dtype=setup.dtype,
+                                       extra_args=extra_args)
+        trainer.train()
     rewards = [r["reward"] for r in trainer.state.log_history if "reward" in r]
     lengths = [r.get("completions/mean_length") for r in trainer.state.log_history if "reward" in r]
     result = {
@@ -200,7 +261,7 @@ def run_trl(steps: int, out: Path, workload: str = "w1", gsm8k_path: str | None 
         "update_seconds": times.update,
         "reward_mean": rewards,
         "completion_tokens": lengths,
-        "peak_rss_bytes": peak_rss(),
+        "peak_rss_bytes": peak_rss(), **memory, "setup": asdict(setup),
     }
     out.write_text(json.dumps(result))
     return result
@@ -277,6 +338,14 @@ def main() -> int:
                         help="both sides: groups per forward / backward pass, the rest accumulated into the one "
                              "optimizer step (default: W1 4, one pass over the batch; W2 1, as 16 rows of up to "
                              "~650 tokens in one pass take about 20 GiB on the rlvr side and more on TRL's)")
+    parser.add_argument("--model", default=MODEL, help="both sides' model: an embedded name or a model folder")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="both sides' device")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both sides' weights")
+    parser.add_argument("--backend", choices=["decode_loop", "hf_generate", "vllm"], default="decode_loop",
+                        help="rlvr's rollout backend (vllm: a colocated engine, needs vLLM)")
+    parser.add_argument("--max-new-tokens", type=int, default=0, help="token budget (0: W1 24, W2 512)")
+    parser.add_argument("--trl-vllm", action="store_true", help="TRL generates with vLLM (use_vllm=True, "
+                        f"vllm_mode='colocate', {VLLM_GPU_SHARE} of GPU memory; needs CUDA and vLLM)")
     parser.add_argument("--side", choices=["rlvr", "trl"], help="(internal) run one side in this process")
     parser.add_argument("--out", help="(internal) where the child writes its result")
     parser.add_argument("--json", help="result file (default benchmarks/results/vs_trl.json, W2 vs_trl_w2.json)")
@@ -291,12 +360,18 @@ def main() -> int:
         parser.error(f"--steps ({args.steps}) must be above --warmup ({args.warmup})")
     json_path = args.json or str(REPO / "benchmarks" / "results" / ("vs_trl.json" if args.workload == "w1"
                                                                      else "vs_trl_w2.json"))
+    if args.max_new_tokens < 0:
+        parser.error(f"--max-new-tokens must be >= 0 (0: the workload's budget), got {args.max_new_tokens}")
+    setup = Setup(args.model, args.device, args.dtype, args.backend, args.max_new_tokens, args.trl_vllm)
     if args.side:
         if args.side == "rlvr":
-            run_rlvr(args.steps, Path(args.out), args.groups_per_microbatch, args.workload, args.gsm8k_path)
+            run_rlvr(args.steps, Path(args.out), args.groups_per_microbatch, args.workload, args.gsm8k_path, setup)
         else:
-            run_trl(args.steps, Path(args.out), args.workload, args.gsm8k_path, args.groups_per_microbatch)
+            run_trl(args.steps, Path(args.out), args.workload, args.gsm8k_path, args.groups_per_microbatch, setup)
         return 0
+    if setup != Setup():
+        parser.error("--model / --device / --dtype / --backend / --max-new-tokens / --trl-vllm go with --side "
+                     "(benchmarks/gpu.sh runs the sides that way); the A B rounds are the CPU setting")
     warm = args.warmup
 
     runs: dict[str, list[dict]] = {"rlvr": [], "trl": []}

@@ -34,7 +34,10 @@ from rlvr.models.merge import merged_adapter
 from rlvr.rollout.backend import ROLLOUT_BACKENDS, RolloutBackend
 from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids, fill_token_id, length_mask
 
-DEFAULTS = {"dtype": "float32", "enforce_eager": True, "kv_cache_gib": 1, "max_model_len": 0, "seed": 0}
+# gpu_memory_utilization: vLLM's share of the GPU (weights + KV cache; ignored on CPU). vLLM's own
+# default of 0.9 leaves the colocated trainer no room, so 0.3, as TRL's colocate mode.
+DEFAULTS = {"dtype": "float32", "enforce_eager": True, "kv_cache_gib": 1, "max_model_len": 0, "seed": 0,
+            "gpu_memory_utilization": 0.3}
 
 
 def policy_weights(policy) -> Iterator[tuple[str, torch.Tensor]]:
@@ -68,6 +71,8 @@ class VLLMBackend(RolloutBackend):
         "kv_cache_gib": f"CPU KV-cache size in GiB, VLLM_CPU_KVCACHE_SPACE (default {DEFAULTS['kv_cache_gib']})",
         "max_model_len": "longest prompt + completion the engine serves (0: the model's own limit)",
         "seed": f"the engine's sampling seed (default {DEFAULTS['seed']})",
+        "gpu_memory_utilization": "on a GPU: the engine's share of its memory, in (0, 1] (default "
+                                  f"{DEFAULTS['gpu_memory_utilization']}: the rest is the trainer's)",
     }
 
     @classmethod
@@ -77,6 +82,9 @@ class VLLMBackend(RolloutBackend):
             value = options.get(key, DEFAULTS[key])
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{key}={value!r} must be an integer >= 0")
+        share = options.get("gpu_memory_utilization", DEFAULTS["gpu_memory_utilization"])
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+            raise ValueError(f"gpu_memory_utilization={share!r} must be a number in (0, 1]")
         if options.get("dtype", DEFAULTS["dtype"]) not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype={options['dtype']!r} is not one of float32, bfloat16, float16")
 
@@ -96,6 +104,8 @@ class VLLMBackend(RolloutBackend):
                               f"'rlvr[vllm]' (GPU) ({exc})") from None
         engine_args = dict(model=loaded.model_path, dtype=options["dtype"], enforce_eager=options["enforce_eager"],
                            seed=options["seed"], logprobs_mode="processed_logprobs", enable_prefix_caching=False)
+        if torch.cuda.is_available():
+            engine_args["gpu_memory_utilization"] = float(options["gpu_memory_utilization"])
         if options["max_model_len"]:
             engine_args["max_model_len"] = options["max_model_len"]
         backend = cls(loaded.policy, loaded.tokenizer, merge_lora=True)
