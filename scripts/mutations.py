@@ -1085,6 +1085,14 @@ REWARD_AUDIT = [
                "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
     ),
     mutation(
+        "complex_nan_credit_paid", "rlvr/tasks/reasoning_gym_answers.py",
+        "complex_arithmetic pays `NaN` full credit: exp(-nan) is nan and min(1.0, nan) is 1.0",
+        ('    return 1.0 if score >= 1.0 and "nan" not in text.lower() else 0.0\n',
+         "    return 1.0 if score >= 1.0 else 0.0\n"),
+        tests=("tests/test_tasks_reasoning_gym.py::test_complex_arithmetic_pays_nan_and_near_misses_nothing",
+               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+    ),
+    mutation(
         "calendar_weekday_credit_paid", "rlvr/tasks/reasoning_gym_answers.py",
         "calendar_arithmetic keeps its 0.1 for any weekday: a constant guess earns 0.23 on average",
         ('    "calendar_arithmetic": (full_credit_only,', '    "calendar_arithmetic": (containment_rule,'),

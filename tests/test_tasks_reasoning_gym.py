@@ -224,6 +224,8 @@ PUZZLE = {"answer": "4*(4 + 2)*1", "metadata": {"numbers": [1, 4, 2, 4]}}
     ("advanced_geometry", 0.05, "12.34", "30.5", 0.0),  # any wrong number
     ("advanced_geometry", 0.5, "1.23", "1.2345", 0.5),  # an incircle radius right to two decimals
     ("calendar_arithmetic", 0.1, "Monday", "Tuesday", 0.0),  # any weekday
+    ("complex_arithmetic", 1.0, "NaN", "3.0 + 2.0i", 0.0),  # min(1.0, exp(-nan)) is 1.0
+    ("complex_arithmetic", 1.0, "3.0 + 2.0i", "3.0 + 2.0i", 1.0),
 ])
 def test_answer_credit_rules(dataset, score, text, oracle, expected):
     from rlvr.tasks.reasoning_gym_answers import answer_credit
@@ -276,3 +278,21 @@ def test_consolation_credit_for_a_wrong_answer_is_not_paid(dataset):
         if entry["answer"] is not None and data.score_answer(entry["answer"], entry) == 1.0:
             assert answer_credit(dataset, 1.0, entry["answer"], entry) == 1.0
     assert paid >= 4  # the scorer pays these guesses: the rule is what keeps them at 0
+
+
+def test_complex_arithmetic_pays_nan_and_near_misses_nothing():
+    """complex_arithmetic's scorer pays min(1, exp(-distance)): `NaN` makes that min(1.0, nan) = 1.0,
+    full credit on every prompt, and any number earns something. `answer` pays only a right answer."""
+    import reasoning_gym
+
+    from rlvr.tasks.reasoning_gym_answers import answer_credit
+
+    data = reasoning_gym.create_dataset("complex_arithmetic", size=6, seed=1)
+    for entry in data:
+        for guess in ("NaN", "nan+nanj", "(NaN)"):
+            assert data.score_answer(guess, entry) == 1.0  # what the scorer pays
+            assert answer_credit("complex_arithmetic", 1.0, guess, entry) == 0.0
+        raw = data.score_answer("0", entry)
+        assert 0 <= raw < 1 and answer_credit("complex_arithmetic", raw, "0", entry) == 0.0
+        assert answer_credit("complex_arithmetic", data.score_answer(entry["answer"], entry), entry["answer"],
+                             entry) == 1.0

@@ -193,6 +193,11 @@ def exact_oracle_only(score: float, text: str, entry: dict) -> float:
     return 1.0 if score >= 1.0 and text.strip() == str(entry["answer"]).strip() else 0.0
 
 
+def finite_full_credit_only(score: float, text: str, entry: dict) -> float:
+    """1 when the scorer pays full credit for an answer that names no NaN, else 0."""
+    return 1.0 if score >= 1.0 and "nan" not in text.lower() else 0.0
+
+
 def no_flat_credit(score: float, text: str, entry: dict) -> float:
     """The score when it is above the scorer's flat consolation payments (at most 0.1), else 0; the
     rest as `containment_rule`."""
@@ -225,6 +230,8 @@ ANSWER_CREDIT: dict[str, tuple[Credit, str]] = {
                                               "average), 0.05 for one in another case, and exp(-5 x relative "
                                               "error) for any day count, so a typical number earns without "
                                               "counting"),
+    "complex_arithmetic": (finite_full_credit_only, "min(1, exp(-distance)) for any number, and 1 for `NaN` "
+                                                    "(exp(-nan) is nan, and min(1.0, nan) is 1.0) on every prompt"),
     "advanced_geometry": (no_flat_credit, "0.05 for any wrong non-empty number, 0.01 for anything else; "
                                           "the 0.5 for an incircle radius right to two decimals is kept"),
 }
