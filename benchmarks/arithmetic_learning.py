@@ -42,7 +42,7 @@ if __package__:  # imported as benchmarks.arithmetic_learning
 else:  # run as a script: its folder is on sys.path
     from bench_runs import REPO, accuracy_ci, best_and_final, train_in_fresh_process
 
-from rlvr.metric_names import (CORRECT_FRAC, DISTINCT_COMPLETIONS_FRAC, ELAPSED_S, ENTROPY, HEALTH_WARNINGS, ITERATION,
+from rlvr.observe.metric_names import (CORRECT_FRAC, DISTINCT_COMPLETIONS_FRAC, ELAPSED_S, ENTROPY, HEALTH_WARNINGS, ITERATION,
                                REWARD_MEAN, REWARD_PREFIX, TIME_ITERATION, UNIX_TIME, reward_component)
 
 SIDES = ("rlvr", "trl")
@@ -64,9 +64,9 @@ def run_trl_side(config_path: str, overrides: list[str], seed: int, run_dir: Pat
     from rlvr.config import load_config
     from rlvr.models import load_tokenizer, resolve_model_path
     from rlvr.rollout import ROLLOUT_BACKENDS, render_prompts
-    from rlvr.train.collect import round_seed
-    from rlvr.train.evaluation import evaluate_in_training, held_out_examples
-    from rlvr.train.run_setup import prepare_task
+    from rlvr.training.collect import round_seed
+    from rlvr.training.evaluation import evaluate_in_training, held_out_examples
+    from rlvr.run.setup import prepare_task
     from rlvr.utils import append_jsonl
     if __package__:
         from benchmarks.trl_grpo import TrlSettings, build_trainer, task_reward

@@ -37,7 +37,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def accuracy_ci(record: dict) -> dict:
     """An eval record's accuracy with its Wilson 95% interval (rlvr eval's), from eval/accuracy and the count."""
-    from rlvr.train.evaluation import wilson_interval
+    from rlvr.training.evaluation import wilson_interval
 
     accuracy, count = record.get("eval/accuracy"), int(record.get("eval/num_examples") or 0)
     if accuracy is None or not math.isfinite(accuracy) or count == 0:

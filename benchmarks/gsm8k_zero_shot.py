@@ -41,7 +41,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from rlvr.config import load_config
-    from rlvr.train.evaluation import CATEGORIES, evaluate
+    from rlvr.training.evaluation import CATEGORIES, evaluate
 
     rows = []
     for prompt in args.prompts:

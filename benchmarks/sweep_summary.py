@@ -28,7 +28,7 @@ if __package__:  # imported as benchmarks.sweep_summary
 else:  # run as a script: its folder is on sys.path
     from bench_runs import REPO, accuracy_ci, first_best
 
-from rlvr.metric_names import (
+from rlvr.observe.metric_names import (
     DYNAMIC_SAMPLING_SAMPLED_GROUPS,
     ELAPSED_S,
     FRAC_ZERO_VARIANCE_GROUPS,

@@ -140,7 +140,7 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
     from rlvr.config import load_config
     from rlvr.tasks import TASKS
     from rlvr.tasks.format_copy import FormatCopyTask
-    from rlvr.train.rl import train
+    from rlvr.training.rl import train
     from rlvr.utils import read_jsonl
 
     class W1Task(FormatCopyTask):

@@ -1,6 +1,7 @@
 """rlvr: reinforcement learning with verifiable rewards for causal language models.
 
-The math lives in `rlvr.core` (pure tensor functions), training loops in `rlvr.train`, tasks and
+The math lives in `rlvr.core` (pure tensor functions), training loops in `rlvr.training`, the run around them in `rlvr.run`,
+what a run logs in `rlvr.observe`, data parallelism in `rlvr.parallel`, tasks and
 their verifiers in `rlvr.tasks`, and the command line in `rlvr.cli`. The Python API, imported on
 first use (so `import rlvr` alone loads no torch):
 
@@ -22,18 +23,17 @@ def _api() -> dict:
     from rlvr.config import Config, load_config
     from rlvr.models.export import export_run
     from rlvr.tasks import register_task
-    from rlvr.train.evaluation import evaluate
-    from rlvr.train.expert_iteration import expert_iteration
-    from rlvr.train.sft import train_sft
+    from rlvr.training.evaluation import evaluate
+    from rlvr.training.expert_iteration import expert_iteration
+    from rlvr.training.rl import train
+    from rlvr.training.sft import train_sft
 
-    return {"Config": Config, "load_config": load_config, "sft": train_sft, "expert_iteration": expert_iteration,
+    return {"Config": Config, "load_config": load_config, "train": train, "sft": train_sft, "expert_iteration": expert_iteration,
             "evaluate": evaluate, "export": export_run, "register_task": register_task}
 
 
 def __getattr__(name: str):
-    # `train` is the `rlvr.train` package, which is callable (see rlvr/train/__init__.py); the
-    # import system finds it without help here.
-    if name in __all__ and name != "train":
+    if name in __all__:
         value = _api()[name]
         globals()[name] = value
         return value

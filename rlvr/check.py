@@ -19,19 +19,19 @@ import torch
 
 from rlvr.core import compute_per_token_logprobs, kl_per_token
 from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
-from rlvr.metric_names import GRAD_NORM, LOSS, TRUNCATED_FRAC
+from rlvr.observe.metric_names import GRAD_NORM, LOSS, TRUNCATED_FRAC
 from rlvr.models import compute_completion_logprobs, reference_context, trainable_parameters
 from rlvr.models.policy import dtype_name, resolve_dtype
 from rlvr.rollout import SamplingSettings
 from rlvr.rollout.base import eos_token_ids
-from rlvr.train.advantages import with_advantages
-from rlvr.train.collect import collect_groups, greedy_baselines, rollout_batch
-from rlvr.train.optim import make_optimizer, make_scheduler
-from rlvr.train.reference import needs_reference_logprobs, with_reference_logprobs
-from rlvr.train.rollout_stats import advantage_per_row, gather_rollout, rollout_stats
-from rlvr.train.run_setup import load_model_and_task, rollout_backend, set_up_value_model
-from rlvr.train.update import update_policy
-from rlvr.train.values import forward_group_size, with_old_values
+from rlvr.training.advantages import with_advantages
+from rlvr.training.collect import collect_groups, greedy_baselines, rollout_batch
+from rlvr.training.optim import make_optimizer, make_scheduler
+from rlvr.training.reference import needs_reference_logprobs, with_reference_logprobs
+from rlvr.observe.rollout_stats import advantage_per_row, gather_rollout, rollout_stats
+from rlvr.run.setup import load_model_and_task, rollout_backend, set_up_value_model
+from rlvr.training.update import update_policy
+from rlvr.training.values import forward_group_size, with_old_values
 
 # Estimators whose advantages sum to 0 within each group (z-score, mean-centring, leave-one-out).
 CENTRING_ESTIMATORS = ("grpo", "dr_grpo", "rloo")

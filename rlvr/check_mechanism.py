@@ -19,16 +19,16 @@ from rlvr.check import CheckRow, row
 from rlvr.config import ConfigError, resolve
 from rlvr.core import ADVANTAGE_ESTIMATORS, RolloutBatch, build_completion_mask
 from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
-from rlvr.metric_names import CLIP_FRAC_HIGH, CLIP_FRAC_LOW
+from rlvr.observe.metric_names import CLIP_FRAC_HIGH, CLIP_FRAC_LOW
 from rlvr.models import compute_completion_logprobs, trainable_parameters
 from rlvr.registry import Registry
 from rlvr.rollout import render_prompts, score_completions
 from rlvr.rollout.base import fill_token_id
-from rlvr.train.advantages import compute_advantages
-from rlvr.train.optim import make_optimizer, make_scheduler
-from rlvr.train.reference import with_reference_logprobs
-from rlvr.train.run_setup import load_model_and_task
-from rlvr.train.update import update_policy
+from rlvr.training.advantages import compute_advantages
+from rlvr.training.optim import make_optimizer, make_scheduler
+from rlvr.training.reference import with_reference_logprobs
+from rlvr.run.setup import load_model_and_task
+from rlvr.training.update import update_policy
 from rlvr.utils import peak_rss_bytes
 
 CANDIDATE_LABELS = ("correct", "wrong", "badly formatted", "no answer")

@@ -28,7 +28,7 @@ from rlvr.check import CheckRow
 from rlvr.reward_kinds import CONTROL, KINDS, NO_ANSWER_KINDS, AuditPrompt, answer_format
 from rlvr.rollout.sample import score_completions
 from rlvr.tasks.base import Verdict, primary_component, prompt_text
-from rlvr.train.run_setup import prepare_task
+from rlvr.run.setup import prepare_task
 from rlvr.utils import atomic_write_text
 
 DEFAULT_PROMPTS = 32

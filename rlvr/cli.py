@@ -34,7 +34,7 @@ def _train_or_resume(args: argparse.Namespace, loops, command: str, *, sft: bool
     """`start(config)` a new run, or `resume(run_dir, overrides)` with `--resume RUN_DIR`; `loops()` imports
     and returns (start, resume) only once the config is known to be good, and the model, task and data
     sources are checked before that config check imports torch, so a bad key or name fails without torch."""
-    from rlvr.train.preflight import load_checked_config, load_checked_run_config
+    from rlvr.run.preflight import load_checked_config, load_checked_run_config
 
     config_path, overrides = _split_config_and_overrides(args.items)
     if args.resume:
@@ -55,7 +55,7 @@ def _train_or_resume(args: argparse.Namespace, loops, command: str, *, sft: bool
 
 def print_end_summary(args: argparse.Namespace, run_dir, resume_command: str | None) -> None:
     """The run's numbers, checkpoints and next commands; with --json, one JSON object on stdout instead."""
-    from rlvr.train.console import format_summary, summarize_run
+    from rlvr.observe.console import format_summary, summarize_run
 
     if os.environ.get("RANK", "0") != "0":  # one summary from a data-parallel launch, not one per rank
         return
@@ -64,19 +64,19 @@ def print_end_summary(args: argparse.Namespace, run_dir, resume_command: str | N
 
 def print_summary(args: argparse.Namespace, summary, format_text) -> None:
     """An end summary on stdout: `format_text(summary)`, or with --json one JSON object."""
-    from rlvr.train.console import summary_json
+    from rlvr.observe.console import summary_json
 
     print(summary_json(summary) if getattr(args, "json", False) else format_text(summary), flush=True)
 
 
 def _rl_loops():
-    from rlvr.train.rl import resume, train
+    from rlvr.training.rl import resume, train
 
     return train, resume
 
 
 def _sft_loops():
-    from rlvr.train.sft import resume_sft, train_sft
+    from rlvr.training.sft import resume_sft, train_sft
 
     return train_sft, resume_sft
 
@@ -89,7 +89,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _launch_train(args: argparse.Namespace) -> int:
     """`rlvr train --num-processes N ...`: the same command under `accelerate launch` with N processes."""
-    from rlvr.train.preflight import load_checked_config, load_checked_run_config
+    from rlvr.run.preflight import load_checked_config, load_checked_run_config
 
     if args.num_processes < 1:
         raise ConfigError(f"--num-processes must be >= 1, got {args.num_processes}")
@@ -98,15 +98,15 @@ def _launch_train(args: argparse.Namespace) -> int:
         raise ConfigError("with --resume the run's own config.yaml is used; pass only key=value overrides")
     config = (load_checked_run_config(args.resume, overrides) if args.resume
               else load_checked_config(config_path, overrides))
-    from rlvr.train.distributed import Dist, check_divisible, launch
-    from rlvr.train.run_setup import prepare_task
-    from rlvr.train.sinks import require_sink_packages
+    from rlvr.parallel.distributed import Dist, check_divisible, launch
+    from rlvr.run.setup import prepare_task
+    from rlvr.observe.sinks import require_sink_packages
 
     check_divisible(Dist(world_size=args.num_processes), config.rollout.batch_size)  # fail before launching
     require_sink_packages(config)
     prepare_task(config)  # the model source, the task and its data: every process would fail on them
     if args.resume:
-        from rlvr.train.resume_policy import plan_resume
+        from rlvr.run.resume_policy import plan_resume
 
         plan_resume(args.resume, config, args.force_config_change)  # a refused config change, before launching
     rlvr_args = ["train", *args.items, *(["--resume", args.resume] if args.resume else []),
@@ -119,18 +119,18 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_expert_iter(args: argparse.Namespace) -> int:
-    from rlvr.train.preflight import load_checked_config
+    from rlvr.run.preflight import load_checked_config
 
     config_path, overrides = _split_config_and_overrides(args.items)
     config = load_checked_config(config_path, overrides)
-    from rlvr.train.expert_iteration import expert_iteration
+    from rlvr.training.expert_iteration import expert_iteration
 
     print_end_summary(args, expert_iteration(config), None)
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from rlvr.train.preflight import load_checked_config
+    from rlvr.run.preflight import load_checked_config
 
     config_path, overrides = _split_config_and_overrides(args.items)
     config = load_checked_config(config_path, overrides, inference=args.reward)  # --reward loads no model
@@ -223,7 +223,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from rlvr.sweep import sweep
-    from rlvr.train.console import format_sweep_summary
+    from rlvr.observe.console import format_sweep_summary
 
     config_path, overrides = _split_config_and_overrides(args.items)
     print_summary(args, sweep(config_path, overrides, args.grid, args.output), format_sweep_summary)
@@ -286,12 +286,12 @@ def eval_flag_overrides(args: argparse.Namespace, overrides: list[str]) -> list[
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from rlvr.train.preflight import load_checked_config
+    from rlvr.run.preflight import load_checked_config
 
     config_path, overrides = _split_config_and_overrides(args.items)
     config = load_checked_config(config_path, overrides + eval_flag_overrides(args, overrides), inference=True)
-    from rlvr.train.console import format_eval_summary, summarize_eval
-    from rlvr.train.evaluation import evaluate
+    from rlvr.observe.console import format_eval_summary, summarize_eval
+    from rlvr.training.evaluation import evaluate
 
     result = evaluate(config, output_dir=args.output, log=lambda line: print(line, file=sys.stderr, flush=True))
     print_summary(args, summarize_eval(result.folder), format_eval_summary)

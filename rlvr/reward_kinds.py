@@ -16,7 +16,7 @@ from fractions import Fraction
 from typing import Callable
 
 from rlvr.registry import Registry
-from rlvr.tasks.answers import NUMBER_RE, numbers_equal, parse_rational
+from rlvr.tasks.verification.answers import NUMBER_RE, numbers_equal, parse_rational
 
 LONG_TEXT_CHARS = 100_000
 MAX_PROMPT_NUMBERS = 8  # numbers of the prompt tried one at a time

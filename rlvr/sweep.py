@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
-import rlvr.train.console as console
+import rlvr.observe.console as console
 from rlvr.config import ConfigError, load_config
-from rlvr.train.console import SweepSummary
+from rlvr.observe.console import SweepSummary
 from rlvr.utils import atomic_write_text
 
 DONE_FILE = "sweep_done.json"  # written when a run of the sweep returns; holds its iteration budget
@@ -120,7 +120,7 @@ def grid_points(plan: SweepPlan) -> list[tuple[str, list[str]]]:
 
 
 def _checkpoint_iteration(run_dir: Path) -> int | None:
-    from rlvr.train.checkpoint import latest_checkpoint
+    from rlvr.run.checkpoint import latest_checkpoint
 
     checkpoint = latest_checkpoint(run_dir)
     return int(checkpoint.name.split("_")[-1]) if checkpoint is not None else None
@@ -141,7 +141,7 @@ def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
           output_dir: str | Path | None = None) -> SweepSummary:
     """Run (or resume, or skip) every grid point, then write OUTPUT/report.html; returns the end summary
     (each run's status and final and best eval, the report)."""
-    from rlvr.train.preflight import check_sources
+    from rlvr.run.preflight import check_sources
 
     plan = load_plan(config_path, overrides, grid_items)
     if output_dir is None:
@@ -158,9 +158,9 @@ def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
     console.show_banner(unchecked, console.sweep_banner_lines(plan.grid, len(points), output_dir))
     configs = [(name, point, load_config(plan.base, items)) for name, point, items in points]
     from rlvr.report import build_report
-    from rlvr.train.rl import resume, train
-    from rlvr.train.run_setup import prepare_task
-    from rlvr.train.sinks import require_sink_packages
+    from rlvr.training.rl import resume, train
+    from rlvr.run.setup import prepare_task
+    from rlvr.observe.sinks import require_sink_packages
 
     prepared = set()
     for _, _, config in configs:

@@ -214,7 +214,7 @@ CORE = [
         "a group's reward spread compared with an absolute eps, not eps relative to the rewards' scale",
         ("scale = torch.maximum(highest.abs(), lowest.abs()).clamp(min=1.0)  # [G]",
          "scale = torch.ones_like(highest)  # [G]"),
-        tests=("tests/core", "tests/test_advantage_stage.py"),
+        tests=("tests/core", "tests/training/test_advantage_stage.py"),
     ),
     mutation(
         "shared_prompt_cache_tiled", "rlvr/models/completion_logprobs.py",
@@ -234,63 +234,63 @@ CORE = [
 
 # ----------------------------------------------------------------------------- the data-parallel and FSDP step
 
-TWO_RANKS = ("tests/test_distributed.py", "tests/test_fsdp.py")
+TWO_RANKS = ("tests/parallel/test_distributed.py", "tests/parallel/test_fsdp.py")
 
 DISTRIBUTED = [
     mutation(
-        "rank_gradients_averaged", "rlvr/train/distributed.py",
+        "rank_gradients_averaged", "rlvr/parallel/distributed.py",
         "replicated gradients averaged over ranks (DDP's rule) although each rank's loss carries the global counts",
         ("flat = self.all_reduce(flat)", "flat = self.all_reduce(flat) / self.world_size"),
         tests=TWO_RANKS,
     ),
     mutation(
-        "token_count_not_global", "rlvr/train/update.py",
+        "token_count_not_global", "rlvr/training/update.py",
         "token-mean losses divided by this rank's token count instead of all ranks'",
         ("num_tokens = dist.all_reduce(num_tokens)", "num_tokens = num_tokens"),
         tests=TWO_RANKS,
     ),
     mutation(
-        "fsdp_layer_gradients_averaged", "rlvr/models/sharding.py",
+        "fsdp_layer_gradients_averaged", "rlvr/parallel/sharding.py",
         "FSDP left at its default gradient divide factor: sharded layers' gradients averaged over ranks",
         ("        module.set_gradient_divide_factor(1.0)\n", ""),
-        tests=("tests/test_fsdp.py",),
+        tests=("tests/parallel/test_fsdp.py",),
     ),
     mutation(
-        "fsdp_clip_norm_over_local_shards", "rlvr/train/fsdp.py",
+        "fsdp_clip_norm_over_local_shards", "rlvr/parallel/fsdp.py",
         "the clip norm of sharded gradients taken over this rank's shards only",
         ("total_norm = (dist.all_reduce(sharded_sq) + replicated_sq).sqrt()  # []",
          "total_norm = (sharded_sq + replicated_sq).sqrt()  # []"),
-        tests=("tests/test_fsdp.py",),
+        tests=("tests/parallel/test_fsdp.py",),
     ),
     mutation(
-        "every_rank_writes_the_logs", "rlvr/train/session.py",
+        "every_rank_writes_the_logs", "rlvr/run/session.py",
         "every rank, not only rank 0, appends to metrics.jsonl / eval.jsonl (only a launched CLI run shows it)",
         ("self.writer = RunWriter(self.run_dir, is_main=main,", "self.writer = RunWriter(self.run_dir, is_main=True,"),
-        tests=("tests/test_distributed_cli.py", "tests/test_fsdp_cli.py"),
+        tests=("tests/parallel/test_distributed_cli.py", "tests/parallel/test_fsdp_cli.py"),
     ),
 ]
 
 # ----------------------------------------------------------------------------- dynamic sampling, stop strings
 
-COLLECT = ("tests/test_collect.py",)
-STOP_STRING_TESTS = ("tests/test_stop_strings.py", "tests/test_eval_cli.py", "tests/test_train.py",
-                     "tests/test_rollout_path.py")
+COLLECT = ("tests/training/test_collect.py",)
+STOP_STRING_TESTS = ("tests/rollout/test_stop_strings.py", "tests/cli/test_eval_cli.py", "tests/training/test_train.py",
+                     "tests/rollout/test_rollout_path.py")
 
 SAMPLING = [
     mutation(
-        "refill_takes_every_set_aside_group", "rlvr/train/collect.py",
+        "refill_takes_every_set_aside_group", "rlvr/training/collect.py",
         "the refill slices set-aside groups from the end: with nothing missing ([-0:]) it adds all of them",
         ("kept += set_aside[:filled]", "kept += set_aside[-filled:]"),
         tests=COLLECT,
     ),
     mutation(
-        "groups_kept_beyond_the_quota", "rlvr/train/collect.py",
+        "groups_kept_beyond_the_quota", "rlvr/training/collect.py",
         "every group with contrast is kept, even after this rank holds its B / world_size",
         ("elif len(kept) < quota:", "else:"),
         tests=COLLECT,
     ),
     mutation(
-        "kept_groups_counted_per_rank", "rlvr/train/collect.py",
+        "kept_groups_counted_per_rank", "rlvr/training/collect.py",
         "a rank counts its own kept groups times the world size instead of summing every rank's",
         ("return int(dist.sum_scalar(len(kept))) if dist.enabled else len(kept)",
          "return len(kept) * dist.world_size"),
@@ -326,65 +326,65 @@ SAMPLING = [
 
 # ----------------------------------------------------------------------------- the verifier and judge
 
-WORKER = ("tests/test_verifier_worker.py",)
-PARSING = ("tests/test_safe_parse.py", "tests/test_tasks_reasoning_gym.py")
-SCORER_TEXT = ("tests/test_safe_parse.py", "tests/test_tasks_reasoning_gym.py", "tests/test_verifier_worker.py")
+WORKER = ("tests/tasks/test_verifier_worker.py",)
+PARSING = ("tests/tasks/test_safe_parse.py", "tests/tasks/test_tasks_reasoning_gym.py")
+SCORER_TEXT = ("tests/tasks/test_safe_parse.py", "tests/tasks/test_tasks_reasoning_gym.py", "tests/tasks/test_verifier_worker.py")
 
 VERIFIER = [
     mutation(
-        "check_deadline_not_enforced", "rlvr/tasks/worker.py",
+        "check_deadline_not_enforced", "rlvr/tasks/verification/worker.py",
         "a check is given the worker's start-up allowance (120 s) instead of its own time limit",
         ("line = self._active.read_line(started + limit)", "line = self._active.read_line(started + STARTUP_SECONDS)"),
         tests=WORKER,
     ),
     mutation(
-        "timed_out_worker_kept", "rlvr/tasks/worker.py",
+        "timed_out_worker_kept", "rlvr/tasks/verification/worker.py",
         "a worker that ran past the limit is not killed: it goes on computing, and its late reply answers the next call",
         ("        if line is None:\n            self._replace()\n",
          "        if line is None:\n"),
         tests=WORKER,
     ),
     mutation(
-        "scorer_given_the_raw_answer", "rlvr/tasks/worker.py",
+        "scorer_given_the_raw_answer", "rlvr/tasks/verification/worker.py",
         "the reasoning-gym scorer gets the model's own text, not the re-rendered canonical one",
         ("float(_DATASETS[key].score_answer(text, entry))", "float(_DATASETS[key].score_answer(answer, entry))"),
         tests=SCORER_TEXT,
     ),
     mutation(
-        "sandbox_allows_subprocess", "rlvr/tasks/sandbox.py",
+        "sandbox_allows_subprocess", "rlvr/tasks/verification/sandbox.py",
         "the subprocess.* audit events are not refused",
         ('REFUSED_PREFIXES = ("socket.", "ctypes.", "subprocess.", ',
          'REFUSED_PREFIXES = ("socket.", "ctypes.", '),
         tests=WORKER,
     ),
     mutation(
-        "sandbox_allows_writes_anywhere", "rlvr/tasks/sandbox.py",
+        "sandbox_allows_writes_anywhere", "rlvr/tasks/verification/sandbox.py",
         "a file opened for writing outside the worker's temporary folder is allowed",
         ('return None if _inside(args[0], temp_dir) else f"open for writing {str(args[0])[:100]}"',
          "return None"),
         tests=WORKER,
     ),
     mutation(
-        "sandbox_allows_read_write_open", "rlvr/tasks/sandbox.py",
+        "sandbox_allows_read_write_open", "rlvr/tasks/verification/sandbox.py",
         "os.open(path, O_RDWR) is not counted as opening for writing",
         ("_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT", "_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT"),
         tests=WORKER,
     ),
     mutation(
-        "sandbox_keeps_raw_fork_exec", "rlvr/tasks/sandbox.py",
+        "sandbox_keeps_raw_fork_exec", "rlvr/tasks/verification/sandbox.py",
         "_posixsubprocess.fork_exec (which raises no audit event) is left callable",
         ("    _posixsubprocess.fork_exec = _refuse_fork_exec\n", ""),
         tests=WORKER,
     ),
     mutation(
-        "any_function_may_be_called", "rlvr/tasks/safe_parse.py",
+        "any_function_may_be_called", "rlvr/tasks/verification/safe_parse.py",
         "an arithmetic answer may call any named function, not only the grammar's",
         ("if not isinstance(node.func, ast.Name) or node.func.id not in grammar.functions:",
          "if not isinstance(node.func, ast.Name):"),
         tests=PARSING,
     ),
     mutation(
-        "any_name_is_a_symbol", "rlvr/tasks/safe_parse.py",
+        "any_name_is_a_symbol", "rlvr/tasks/verification/safe_parse.py",
         "names checked against a denylist of dunders instead of the grammar's symbols",
         ("if node.id not in grammar.symbols:", 'if node.id.startswith("__"):'),
         tests=PARSING,
@@ -403,94 +403,94 @@ VERIFIER = [
         tests=SCORER_TEXT,
     ),
     mutation(
-        "max_abs_reward_not_checked", "rlvr/tasks/judging.py",
+        "max_abs_reward_not_checked", "rlvr/tasks/verification/judging.py",
         "judge lets through finite rewards of any size (1e38 zeroes a group's advantages)",
         ("if math.isinf(value) or (math.isfinite(value) and abs(value) > max_abs_reward):",
          "if math.isinf(value):"),
-        tests=("tests/test_judging.py",),
+        tests=("tests/tasks/test_judging.py",),
     ),
     mutation(
-        "judge_reraises", "rlvr/tasks/judging.py",
+        "judge_reraises", "rlvr/tasks/verification/judging.py",
         "judge re-raises a score() exception instead of returning an error verdict",
         ("(SystemExit included)\n        return _error(task, _raised(task, exc))", "(SystemExit included)\n        raise"),
-        tests=("tests/test_judging.py",),
+        tests=("tests/tasks/test_judging.py",),
     ),
     mutation(
         "reward_audit_format_rule_ignores_main", "rlvr/check_reward.py",
         "the audit counts a format bonus as a hack even when the completion also earns correctness",
         ("        if not main_paid:\n            formats |=", "        if True:\n            formats |="),
-        tests=("tests/test_check_reward.py",),
+        tests=("tests/cli/test_check_reward.py",),
     ),
     mutation(
         "reward_audit_allows_no_answer_kinds", "rlvr/check_reward.py",
         "a format allowance also covers the kinds without an answer (empty tags, the echoed prompt)",
         ("if component in allowances and kind not in NO_ANSWER_KINDS:", "if component in allowances:"),
-        tests=("tests/test_check_reward.py",),
+        tests=("tests/cli/test_check_reward.py",),
     ),
     mutation(
         "reward_audit_control_partial", "rlvr/check_reward.py",
         "the positive control passes when it earns any correctness, not the full reward on every prompt",
         ("if result.main_full < result.prompts:", "if result.main == 0:"),
-        tests=("tests/test_check_reward.py",),
+        tests=("tests/cli/test_check_reward.py",),
     ),
     mutation(
         "format_copy_tag_any_tag", "rlvr/tasks/format_copy.py",
         "format_copy pays its tag bonus for any `<answer>` in the text (empty, unclosed, echoed)",
         ('"tag": float(answer is not None and INTEGER.fullmatch(answer) is not None),',
          '"tag": float("<answer>" in completion),'),
-        tests=("tests/test_format_copy.py", "tests/test_check_reward.py"),
+        tests=("tests/tasks/test_format_copy.py", "tests/cli/test_check_reward.py"),
     ),
     mutation(
         "integer_decimal_part", "rlvr/tasks/integer.py",
         "the integer task reads 122.5 as the integer 122",
         ('INTEGER_RE = re.compile(r"(?<![\\d.])-?\\d{1,40}(?!\\d|\\.\\d)")',
          'INTEGER_RE = re.compile(r"(?<![\\d.])-?\\d{1,40}(?![\\d])")'),
-        tests=("tests/test_integer_task.py",),
+        tests=("tests/tasks/test_integer_task.py",),
     ),
     mutation(
         "reasoning_gym_containment_credit", "rlvr/tasks/reasoning_gym_answers.py",
         "reasoning_gym keeps the default scorer's partial credit for an answer that contains the oracle",
         ("    if 0 < score < 1 and oracle and oracle in answer and answer.strip() != oracle:",
          "    if 0 < score < 1 and oracle and oracle == answer and answer.strip() != oracle:"),
-        tests=("tests/test_tasks_reasoning_gym.py::test_an_answer_that_only_contains_the_oracle_earns_no_partial_credit",
-               "tests/test_tasks_reasoning_gym.py::test_containment_rule_keeps_other_partial_credit"),
+        tests=("tests/tasks/test_tasks_reasoning_gym.py::test_an_answer_that_only_contains_the_oracle_earns_no_partial_credit",
+               "tests/tasks/test_tasks_reasoning_gym.py::test_containment_rule_keeps_other_partial_credit"),
     ),
     mutation(
-        "exact_truth_check_not_declared", "rlvr/tasks/verifiers.py",
+        "exact_truth_check_not_declared", "rlvr/tasks/verification/verifiers.py",
         "the exact verifier's ground-truth check is written but not declared: NaN, inf and dicts are accepted",
         ("lambda completion, truth, timeout: judge_exact(completion, truth), check_truth=_check_exact))",
          "lambda completion, truth, timeout: judge_exact(completion, truth)))"),
-        tests=("tests/test_dataset_task.py::test_exact_refuses_non_finite_ground_truths_naming_the_row",
-               "tests/test_dataset_task.py::test_exact_refuses_ground_truths_that_are_not_text_or_numbers"),
+        tests=("tests/tasks/test_dataset_task.py::test_exact_refuses_non_finite_ground_truths_naming_the_row",
+               "tests/tasks/test_dataset_task.py::test_exact_refuses_ground_truths_that_are_not_text_or_numbers"),
     ),
     mutation(
-        "judge_contains_only_exceptions", "rlvr/tasks/judging.py",
+        "judge_contains_only_exceptions", "rlvr/tasks/verification/judging.py",
         "judge catches Exception only: a score raising SystemExit or another BaseException ends the run",
         ("except BaseException as exc:  # noqa: BLE001 - user code must not stop a run",
          "except Exception as exc:  # noqa: BLE001 - user code must not stop a run"),
-        tests=("tests/test_judging.py",),
+        tests=("tests/tasks/test_judging.py",),
     ),
     mutation(
-        "judge_swallows_a_real_ctrl_c", "rlvr/tasks/judging.py",
+        "judge_swallows_a_real_ctrl_c", "rlvr/tasks/verification/judging.py",
         "every KeyboardInterrupt from score becomes a verdict: a real Ctrl-C no longer stops the run",
         ("if sigints >= 0 and _SIGINTS != sigints:", "if False:"),
-        tests=("tests/test_judging.py",),
+        tests=("tests/tasks/test_judging.py",),
     ),
     mutation(
-        "spare_not_promoted", "rlvr/tasks/worker.py",
+        "spare_not_promoted", "rlvr/tasks/verification/worker.py",
         "after a timeout a fresh worker is started instead of promoting the warm spare",
         ("        self._active, self._spare = self._spare, None\n        self.restarts += 1",
          "        self._active = _WorkerProcess(self._modules, self.extra_functions)\n        self.restarts += 1"),
         tests=WORKER,
     ),
     mutation(
-        "start_failure_not_remembered", "rlvr/tasks/worker.py",
+        "start_failure_not_remembered", "rlvr/tasks/verification/worker.py",
         "a worker that could not start is tried again for every check, each waiting out the start",
         ("            self._failures[wanted] = reason\n", ""),
         tests=WORKER,
     ),
     mutation(
-        "spare_left_running_on_close", "rlvr/tasks/worker.py",
+        "spare_left_running_on_close", "rlvr/tasks/verification/worker.py",
         "close (and exit) stop the active worker but not its spare",
         ("for worker in (self._active, self._spare):\n            if worker is not None:\n                worker.kill()",
          "for worker in (self._active,):\n            if worker is not None:\n                worker.kill()"),
@@ -502,107 +502,107 @@ VERIFIER = [
 
 RUNS = [
     mutation(
-        "run_lock_waits_for_the_holder", "rlvr/train/run_lock.py",
+        "run_lock_waits_for_the_holder", "rlvr/run/lock.py",
         "the run folder's flocks without LOCK_NB: a second writer waits for the first instead of being refused",
         ("fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", "fcntl.flock(fd, fcntl.LOCK_EX)"),
-        tests=("tests/test_run_folder.py::test_the_lock_is_exclusive_even_within_one_process_and_released_cleanly",
-               "tests/test_run_folder.py::test_a_live_rlvr_holder_refuses_a_second_writer_at_once"),
+        tests=("tests/run/test_run_folder.py::test_the_lock_is_exclusive_even_within_one_process_and_released_cleanly",
+               "tests/run/test_run_folder.py::test_a_live_rlvr_holder_refuses_a_second_writer_at_once"),
     ),
     mutation(
-        "run_lock_released_after_recording", "rlvr/train/run_lock.py",
+        "run_lock_released_after_recording", "rlvr/run/lock.py",
         "the lock is released right after the holder is written down, so a second writer gets in",
         ("        os.fsync(fd)\n        lock = cls(",
          "        os.fsync(fd)\n        fcntl.flock(fd, fcntl.LOCK_UN)\n        if folder_fd is not None:\n"
          "            fcntl.flock(folder_fd, fcntl.LOCK_UN)\n        lock = cls("),
-        tests=("tests/test_run_folder.py",),
+        tests=("tests/run/test_run_folder.py",),
     ),
     mutation(
         "manifest_hash_not_compared", "rlvr/models/checkpoint_files.py",
         "a checkpoint file's size is checked twice and its sha256 never",
         ('if file_digest(path) != expected["sha256"]:', 'if path.stat().st_size != expected["size"]:'),
-        tests=("tests/test_checkpoint.py",),
+        tests=("tests/run/test_checkpoint.py",),
     ),
     mutation(
-        "fallback_loads_an_unverified_checkpoint", "rlvr/train/checkpoint.py",
+        "fallback_loads_an_unverified_checkpoint", "rlvr/run/checkpoint.py",
         "each candidate gets the verdict of the last one checked: the damaged newest one is loaded unverified",
         ("reason = verdicts[index] if index < len(verdicts) else None",
          "reason = verdicts[-1] if index < len(verdicts) else None"),
-        tests=("tests/test_checkpoint.py",),
+        tests=("tests/run/test_checkpoint.py",),
     ),
     mutation(
-        "resume_allows_a_whole_section", "rlvr/train/resume_policy.py",
+        "resume_allows_a_whole_section", "rlvr/run/resume_policy.py",
         "a resume may change any key of a section that has one mutable key (train.seed with train.iterations)",
         ('return any(key == allowed or (allowed.endswith(".") and key.startswith(allowed)) '
          'for allowed in RESUME_MUTABLE_KEYS)',
          'return any(key.split(".")[0] == allowed.split(".")[0] for allowed in RESUME_MUTABLE_KEYS)'),
-        tests=("tests/test_run_folder.py",),
+        tests=("tests/run/test_run_folder.py",),
     ),
     mutation(
-        "stop_keeps_a_folder_without_records", "rlvr/train/session.py",
+        "stop_keeps_a_folder_without_records", "rlvr/run/session.py",
         "a run stopped before any record is kept instead of removed (the test of 'nothing recorded' inverted)",
         ("elif self.folder.created and summary.iterations is None and",
          "elif self.folder.created and summary.iterations is not None and"),
-        tests=("tests/test_first_minutes.py::test_ctrl_c_in_the_step0_eval_removes_the_new_folder",
-               "tests/test_first_minutes.py::test_ctrl_c_in_the_first_iteration_of_a_run_without_evals_removes_the_folder"),
+        tests=("tests/cli/test_first_minutes.py::test_ctrl_c_in_the_step0_eval_removes_the_new_folder",
+               "tests/cli/test_first_minutes.py::test_ctrl_c_in_the_first_iteration_of_a_run_without_evals_removes_the_folder"),
     ),
     mutation(
-        "summary_best_eval_is_the_last", "rlvr/train/run_numbers.py",
+        "summary_best_eval_is_the_last", "rlvr/run/numbers.py",
         "the end summary's best eval is the last one",
         ("best = max(range(len(ys)), key=lambda i: ys[i])", "best = len(ys) - 1"),
-        tests=("tests/test_first_minutes.py::test_end_summary_names_best_and_final_eval_checkpoints_and_commands",
-               "tests/test_first_minutes.py::test_json_end_summary_holds_the_same_numbers"),
+        tests=("tests/cli/test_first_minutes.py::test_end_summary_names_best_and_final_eval_checkpoints_and_commands",
+               "tests/cli/test_first_minutes.py::test_json_end_summary_holds_the_same_numbers"),
     ),
     mutation(
         "config_loaded_after_the_training_imports", "rlvr/cli.py",
         "rlvr train imports the training loop (torch, transformers) before it reads the config",
         ("        config = load_checked_config(config_path, overrides, sft=sft)\n        start, _ = loops()",
          "        start, _ = loops()\n        config = load_checked_config(config_path, overrides, sft=sft)"),
-        tests=("tests/test_first_minutes.py::test_a_mistyped_key_fails_in_well_under_a_second_of_cpu_without_torch",
-               "tests/test_first_minutes.py::test_a_mistyped_name_fails_in_well_under_a_second_of_cpu_without_torch"),
+        tests=("tests/cli/test_first_minutes.py::test_a_mistyped_key_fails_in_well_under_a_second_of_cpu_without_torch",
+               "tests/cli/test_first_minutes.py::test_a_mistyped_name_fails_in_well_under_a_second_of_cpu_without_torch"),
     ),
     mutation(
         "did_you_mean_only_for_exact_matches", "rlvr/registry.py",
         "the near-miss cutoff is so strict that no suggestion is ever made",
         ("n=1, cutoff=0.6)", "n=1, cutoff=0.99)"),
-        tests=("tests/test_first_minutes.py::test_did_you_mean_names_the_closest_choice_and_nothing_for_a_far_miss",
-               "tests/test_first_minutes.py::test_a_mistyped_key_fails_in_well_under_a_second_of_cpu_without_torch",
-               "tests/test_config.py::test_config_errors_name_the_problem"),
+        tests=("tests/cli/test_first_minutes.py::test_did_you_mean_names_the_closest_choice_and_nothing_for_a_far_miss",
+               "tests/cli/test_first_minutes.py::test_a_mistyped_key_fails_in_well_under_a_second_of_cpu_without_torch",
+               "tests/cli/test_config.py::test_config_errors_name_the_problem"),
     ),
     mutation(
         "health_streak_never_ends", "rlvr/report/health.py",
         "a warning that stops and fires again is one span in the report (the streak is never closed)",
         ("            if name not in active:\n                del open_spans[name]",
          "            if name not in active:\n                pass"),
-        tests=("tests/test_first_minutes.py::test_report_shows_a_table_of_the_health_warnings_with_their_messages",
-               "tests/test_first_minutes.py::test_report_marks_where_each_warning_started_on_the_figures_it_concerns"),
+        tests=("tests/cli/test_first_minutes.py::test_report_shows_a_table_of_the_health_warnings_with_their_messages",
+               "tests/cli/test_first_minutes.py::test_report_marks_where_each_warning_started_on_the_figures_it_concerns"),
     ),
     mutation(
         "range_ignores_upper_end", "rlvr/config/loading.py",
         "a range checks only its lower end: rollout.batch_size=2**63 and optim.max_grad_norm=1e10 load",
         ("below = value < self.high if self.high_open else value <= self.high",
          "below = value < self.high if self.high_open else True"),
-        tests=("tests/test_config.py",),
+        tests=("tests/cli/test_config.py",),
     ),
     mutation(
         "kv_cache_counts_query_heads", "rlvr/models/memory_estimate.py",
         "the KV cache is sized with the query heads, not the (fewer) key-value heads of grouped-query attention",
         ("kv_per_token = arch.num_layers * 2 * arch.num_kv_heads * arch.head_dim * b",
          "kv_per_token = arch.num_layers * 2 * arch.num_heads * arch.head_dim * b"),
-        tests=("tests/test_memory_estimate.py",),
+        tests=("tests/run/test_memory_estimate.py",),
     ),
     mutation(
         "problem_read_by_index_not_position", "rlvr/tasks/problems.py",
         "a problem is read from the row at its index in the split, not at its recorded position in the file",
         ("return self.to_problem(self.rows[self.positions[index]].record)",
          "return self.to_problem(self.rows[index].record)"),
-        tests=("tests/test_data_files.py", "tests/test_dataset_task.py::test_held_out_slice_is_seeded_and_disjoint"),
+        tests=("tests/tasks/test_data_files.py", "tests/tasks/test_dataset_task.py::test_held_out_slice_is_seeded_and_disjoint"),
     ),
     mutation(
         "problem_stream_stops_after_the_first", "rlvr/tasks/problems.py",
         "the one-pass iteration over a split never moves on to its next position: it yields one problem",
         ("                yield self.to_problem(row.record)\n                target = next(wanted, None)\n",
          "                yield self.to_problem(row.record)\n"),
-        tests=("tests/test_data_files.py", "tests/test_tasks_problems.py"),
+        tests=("tests/tasks/test_data_files.py", "tests/tasks/test_tasks_problems.py"),
     ),
     mutation(
         "jsonl_offsets_skip_blank_lines", "rlvr/tasks/data_files.py",
@@ -610,26 +610,26 @@ RUNS = [
         "from the wrong place",
         ("                    self.line_numbers.append(number)\n                offset += len(line)",
          "                    self.line_numbers.append(number)\n                    offset += len(line)"),
-        tests=("tests/test_data_files.py",),
+        tests=("tests/tasks/test_data_files.py",),
     ),
     mutation(
-        "run_lock_folder_not_locked", "rlvr/train/run_lock.py",
+        "run_lock_folder_not_locked", "rlvr/run/lock.py",
         "the run folder is opened but not flocked: deleting .lock lets a second writer in",
         ("        taken = _try_flock(fd)\n", "        taken = True\n"),
-        tests=("tests/test_run_folder.py",),
+        tests=("tests/run/test_run_folder.py",),
     ),
     mutation(
-        "run_lock_odd_path_unexplained", "rlvr/train/run_lock.py",
+        "run_lock_odd_path_unexplained", "rlvr/run/lock.py",
         "an odd .lock is recognised with isfile (False for a directory): a bare IsADirectoryError",
         ("if what is not None and os.path.lexists(path):", "if what is not None and os.path.isfile(path):"),
-        tests=("tests/test_run_folder.py",),
+        tests=("tests/run/test_run_folder.py",),
     ),
 ]
 
 # ----------------------------------------------------------------------------- decoding: preallocated cache, stop-string filter
 
-DECODE_TESTS = ("tests/test_kv_cache.py", "tests/test_decode_loop.py")
-MATCHER_TESTS = ("tests/test_stop_string_matcher.py", "tests/test_stop_strings.py", "tests/test_decode_loop.py")
+DECODE_TESTS = ("tests/rollout/test_kv_cache.py", "tests/rollout/test_decode_loop.py")
+MATCHER_TESTS = ("tests/rollout/test_stop_string_matcher.py", "tests/rollout/test_stop_strings.py", "tests/rollout/test_decode_loop.py")
 
 DECODING = [
     mutation(
@@ -670,7 +670,7 @@ DECODING = [
 
 # ----------------------------------------------------------------------------- checkpoint files: pointer, manifest, pins
 
-INTEGRITY_TESTS = ("tests/test_checkpoint_integrity.py", "tests/test_checkpoint.py")
+INTEGRITY_TESTS = ("tests/run/test_checkpoint_integrity.py", "tests/run/test_checkpoint.py")
 
 CHECKPOINT_FILES = [
     mutation(
@@ -703,13 +703,13 @@ CHECKPOINT_FILES = [
         "eval, export and init_from load the checkpoint without verifying it (only resume verifies)",
         ("            reason = verify_checkpoint(folder)\n            if reason is None:",
          "            reason = None\n            if reason is None:"),
-        tests=("tests/test_checkpoint_integrity.py", "tests/test_export.py"),
+        tests=("tests/run/test_checkpoint_integrity.py", "tests/models/test_export.py"),
     ),
     mutation(
         "loaders_fall_back_unasked", "rlvr/models/run_checkpoints.py",
         "export and eval quietly take an older checkpoint when the one asked for is damaged",
         ("        if not fallback:\n            break\n", "        fallback = True\n"),
-        tests=("tests/test_checkpoint_integrity.py",),
+        tests=("tests/run/test_checkpoint_integrity.py",),
     ),
 ]
 
@@ -721,15 +721,15 @@ CONFIG_SCHEMA = [
         "the preset's settings are merged over the file's algorithm keys instead of under them",
         ('return {**preset_settings(given.get("name", AlgorithmConfig.name)), **given}',
          'return {**given, **preset_settings(given.get("name", AlgorithmConfig.name))}'),
-        tests=("tests/test_config.py::test_overrides_and_yaml",
-               "tests/test_config.py::test_a_preset_is_a_partial_setting_under_the_file_and_the_overrides"),
+        tests=("tests/cli/test_config.py::test_overrides_and_yaml",
+               "tests/cli/test_config.py::test_a_preset_is_a_partial_setting_under_the_file_and_the_overrides"),
     ),
     mutation(
         "null_algorithm_key_is_kept", "rlvr/config/schema.py",
         "an algorithm key given as null is kept as null instead of unsetting it back to the preset's value",
         ("given = {key: value for key, value in algorithm.items() if value is not None}", "given = dict(algorithm)"),
-        tests=("tests/test_config.py::test_a_preset_is_a_partial_setting_under_the_file_and_the_overrides",
-               "tests/test_config.py::test_every_sweep_point_of_the_shipped_sweeps_resolves"),
+        tests=("tests/cli/test_config.py::test_a_preset_is_a_partial_setting_under_the_file_and_the_overrides",
+               "tests/cli/test_config.py::test_every_sweep_point_of_the_shipped_sweeps_resolves"),
     ),
     mutation(
         "dataclass_section_sets_every_field", "rlvr/config/loading.py",
@@ -737,39 +737,39 @@ CONFIG_SCHEMA = [
         "keeps the defaults' estimator under the ppo name",
         ("return {f.name: data[f.name] for f in dataclasses.fields(section) if data[f.name] != field_default(f)}",
          "return {f.name: data[f.name] for f in dataclasses.fields(section)}"),
-        tests=("tests/test_config.py::test_a_section_given_as_its_dataclass_sets_the_fields_that_differ_from_their_"
-               "defaults", "tests/test_api.py::test_keyword_sections_dict_and_yaml_build_the_same_config"),
+        tests=("tests/cli/test_config.py::test_a_section_given_as_its_dataclass_sets_the_fields_that_differ_from_their_"
+               "defaults", "tests/cli/test_api.py::test_keyword_sections_dict_and_yaml_build_the_same_config"),
     ),
     mutation(
         "literal_accepts_any_string", "rlvr/config/loading.py",
         "a Literal-typed key accepts any string: algorithm.std=sampel loads and fails later, inside the loop",
         ("        if value not in typing.get_args(tp):\n", "        if not isinstance(value, str):\n"),
         # Not the CLI's fast-fail tests: with this bug their commands go on to load the default model.
-        tests=("tests/test_config.py::test_config_errors_name_the_problem",
-               "tests/test_config.py::test_a_knob_declared_once_is_what_loading_checks_and_show_read"),
+        tests=("tests/cli/test_config.py::test_config_errors_name_the_problem",
+               "tests/cli/test_config.py::test_a_knob_declared_once_is_what_loading_checks_and_show_read"),
     ),
     mutation(
         "choice_error_without_near_miss", "rlvr/config/loading.py",
         "a bad name lists the valid choices but no longer suggests the closest one",
         ("unknown choice {value!r}{did_you_mean(value, choices)}; valid", "unknown choice {value!r}; valid"),
-        tests=("tests/test_first_minutes.py::test_a_mistyped_name_fails_in_well_under_a_second_of_cpu_without_torch",
-               "tests/test_config.py::test_names_from_a_registry_fail_with_key_value_near_miss_and_choices"),
+        tests=("tests/cli/test_first_minutes.py::test_a_mistyped_name_fails_in_well_under_a_second_of_cpu_without_torch",
+               "tests/cli/test_config.py::test_names_from_a_registry_fail_with_key_value_near_miss_and_choices"),
     ),
     mutation(
         "list_names_unchecked", "rlvr/config/loading.py",
         "the names inside a list key (train.stop_on, train.loggers) are not checked against their registry",
         ('        if source is None:\n            continue',
          '        if source is None or typing.get_origin(tp) is list:\n            continue'),
-        tests=("tests/test_config.py::test_names_from_a_registry_fail_with_key_value_near_miss_and_choices",
-               "tests/test_health.py::test_config_rejects_unknown_warning_names_and_bad_thresholds"),
+        tests=("tests/cli/test_config.py::test_names_from_a_registry_fail_with_key_value_near_miss_and_choices",
+               "tests/observe/test_health.py::test_config_rejects_unknown_warning_names_and_bad_thresholds"),
     ),
     mutation(
         "config_show_ignores_preset_defaults", "rlvr/config/loading.py",
         "config show's default column shows the field's default where the algorithm preset sets the key, so a "
         "preset's own value is starred as changed",
         ("        default = defaults.get(key, field_default(f))\n", "        default = field_default(f)\n"),
-        tests=("tests/test_cli.py::test_config_show_prints_value_type_default_and_help",
-               "tests/test_cli.py::test_config_show_gives_a_key_the_preset_sets_the_preset_value_as_its_default"),
+        tests=("tests/cli/test_cli.py::test_config_show_prints_value_type_default_and_help",
+               "tests/cli/test_cli.py::test_config_show_gives_a_key_the_preset_sets_the_preset_value_as_its_default"),
     ),
     mutation(
         "removed_keys_not_passed", "rlvr/config/schema.py",
@@ -777,45 +777,45 @@ CONFIG_SCHEMA = [
         "without naming its replacement",
         ('setattr(self, name, build_section(hints[name], data[name], f"{name}.", REMOVED_KEYS))',
          'setattr(self, name, build_section(hints[name], data[name], f"{name}."))'),
-        tests=("tests/test_health.py::test_removed_stop_if_dead_for_names_its_replacement_which_stops_a_dead_run",
-               "tests/test_run_folder.py::test_a_run_saved_with_a_removed_key_at_its_off_value_still_resumes",
-               "tests/test_config.py::test_a_saved_config_drops_a_removed_key_only_at_its_off_value"),
+        tests=("tests/observe/test_health.py::test_removed_stop_if_dead_for_names_its_replacement_which_stops_a_dead_run",
+               "tests/run/test_run_folder.py::test_a_run_saved_with_a_removed_key_at_its_off_value_still_resumes",
+               "tests/cli/test_config.py::test_a_saved_config_drops_a_removed_key_only_at_its_off_value"),
     ),
     mutation(
         "saved_removed_key_always_dropped", "rlvr/config/__init__.py",
         "a saved run's removed key is dropped whatever its value, so a run that relied on it resumes without it",
         ("isinstance(data.get(section), dict) and not data[section].get(name, 1):",
          "isinstance(data.get(section), dict) and name in data[section]:"),
-        tests=("tests/test_run_folder.py::test_a_run_saved_with_a_removed_key_at_its_off_value_still_resumes",
-               "tests/test_config.py::test_a_saved_config_drops_a_removed_key_only_at_its_off_value"),
+        tests=("tests/run/test_run_folder.py::test_a_run_saved_with_a_removed_key_at_its_off_value_still_resumes",
+               "tests/cli/test_config.py::test_a_saved_config_drops_a_removed_key_only_at_its_off_value"),
     ),
 ]
 
 # ----------------------------------------------------------------------------- the first minutes of a command
 
 FIRST_MINUTES_TESTS = (
-    "tests/test_first_minutes.py::test_end_summary_and_report_agree_on_final_and_best_eval",
-    "tests/test_first_minutes.py::test_end_summary_names_best_and_final_eval_checkpoints_and_commands",
-    "tests/test_first_minutes.py::test_json_end_summary_holds_the_same_numbers",
-    "tests/test_sweep.py::test_the_sweep_end_table_shows_each_runs_final_and_best_eval",
+    "tests/cli/test_first_minutes.py::test_end_summary_and_report_agree_on_final_and_best_eval",
+    "tests/cli/test_first_minutes.py::test_end_summary_names_best_and_final_eval_checkpoints_and_commands",
+    "tests/cli/test_first_minutes.py::test_json_end_summary_holds_the_same_numbers",
+    "tests/cli/test_sweep.py::test_the_sweep_end_table_shows_each_runs_final_and_best_eval",
 )
 
 FIRST_MINUTES = [
     mutation(
-        "final_eval_is_the_best", "rlvr/train/run_numbers.py",
+        "final_eval_is_the_best", "rlvr/run/numbers.py",
         "the end summary, the sweep table and the report give the best eval as the final one",
         ("    return ys[-1], ys[best], xs[best]", "    return ys[best], ys[best], xs[best]"),
         tests=FIRST_MINUTES_TESTS,
     ),
     mutation(
-        "best_eval_at_the_last_tie", "rlvr/train/run_numbers.py",
+        "best_eval_at_the_last_tie", "rlvr/run/numbers.py",
         "of two evals at the best accuracy the later one is named, not the first that reached it",
         ("best = max(range(len(ys)), key=lambda i: ys[i])",
          "best = max(reversed(range(len(ys))), key=lambda i: ys[i])"),
         tests=FIRST_MINUTES_TESTS,
     ),
     mutation(
-        "nan_eval_kept_in_the_series", "rlvr/train/run_numbers.py",
+        "nan_eval_kept_in_the_series", "rlvr/run/numbers.py",
         "an eval that scored NaN stays in the series, and a NaN first becomes the best",
         ("if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):",
          "if isinstance(value, bool) or not isinstance(value, (int, float)):"),
@@ -825,14 +825,14 @@ FIRST_MINUTES = [
         "eval_path_not_checked_at_start", "rlvr/tasks/problems.py",
         "a missing eval_path is found only once torch is imported and the task is built",
         ('DATA_FILE_OPTIONS = ("path", "train_path", "eval_path")', 'DATA_FILE_OPTIONS = ("path", "train_path")'),
-        tests=("tests/test_preflight.py",),
+        tests=("tests/run/test_preflight.py",),
     ),
     mutation(
-        "model_not_checked_before_torch", "rlvr/train/preflight.py",
+        "model_not_checked_before_torch", "rlvr/run/preflight.py",
         "a bad model.name is found only after the full config check has imported torch and transformers",
         ("    check_model_source(config, inference=inference)\n    check_init_from(config)\n",
          "    check_init_from(config)\n"),
-        tests=("tests/test_preflight.py",),
+        tests=("tests/run/test_preflight.py",),
     ),
 ]
 
@@ -911,7 +911,7 @@ NEW_LOSSES = [
         "ReMax subtracts the sampled reward from the greedy one",
         ("    return rewards - baselines.to(rewards.dtype)  # [N]", "    return baselines.to(rewards.dtype) - rewards  # [N]"),
         tests=("tests/core/test_outcome_advantages.py",
-               "tests/test_advantage_stage.py::test_remax_baselines_reach_the_estimator_and_an_unjudged_one_zeroes_its_row"),
+               "tests/training/test_advantage_stage.py::test_remax_baselines_reach_the_estimator_and_an_unjudged_one_zeroes_its_row"),
     ),
     mutation(
         "opo_unweighted_baseline", "rlvr/core/outcome_advantages.py",
@@ -934,38 +934,38 @@ NEW_LOSSES = [
         tests=("tests/core/test_outcome_advantages.py",),
     ),
     mutation(
-        "loss_metrics_whitelisted", "rlvr/train/update.py",
+        "loss_metrics_whitelisted", "rlvr/training/update.py",
         "the update logs only the loss metrics it knows by name, so a new loss's own metrics vanish",
         ("    for key, value in loss_metrics.items():\n        name =",
          "    for key, value in loss_metrics.items():\n        if key not in LOSS_METRIC_NAMES:\n            continue\n        name ="),
-        tests=("tests/test_update_metrics.py",),
+        tests=("tests/training/test_update_metrics.py",),
     ),
     mutation(
-        "top_entropy_selection_ignored", "rlvr/train/update.py",
+        "top_entropy_selection_ignored", "rlvr/training/update.py",
         "entropy_top_fraction is read but every token keeps its policy loss",
         ("        per_token = torch.where(selected, per_token, torch.zeros_like(per_token))  # [b, L-1]",
          "        per_token = per_token  # [b, L-1]"),
-        tests=("tests/test_update_metrics.py",),
+        tests=("tests/training/test_update_metrics.py",),
     ),
     mutation(
-        "token_generator_fixed_seed", "rlvr/train/update.py",
+        "token_generator_fixed_seed", "rlvr/training/update.py",
         "Clip-Cov's generator gets the same seed every update, so every iteration detaches the same positions",
         ("    seed = int(torch.randint(0, 2**62, (1,)))", "    seed = 0"),
-        tests=("tests/test_update_metrics.py",),
+        tests=("tests/training/test_update_metrics.py",),
     ),
     mutation(
-        "remax_baseline_sampled", "rlvr/train/collect.py",
+        "remax_baseline_sampled", "rlvr/training/collect.py",
         "ReMax's baseline completion is sampled instead of decoded greedily",
         ("    greedy = dataclasses.replace(settings, do_sample=False)", "    greedy = settings"),
-        tests=("tests/test_collect.py::test_greedy_baselines_decode_one_greedy_completion_per_kept_prompt",
-               "tests/test_collect.py::test_greedy_baselines_keep_the_rollout_settings_otherwise"),
+        tests=("tests/training/test_collect.py::test_greedy_baselines_decode_one_greedy_completion_per_kept_prompt",
+               "tests/training/test_collect.py::test_greedy_baselines_keep_the_rollout_settings_otherwise"),
     ),
     mutation(
-        "remax_unjudged_baseline_kept", "rlvr/train/advantages.py",
+        "remax_unjudged_baseline_kept", "rlvr/training/advantages.py",
         "a greedy completion that could not be judged still serves as a baseline",
         ("        scorable = scorable & torch.isfinite(reward_baselines)  # [N]", "        scorable = scorable  # [N]"),
-        tests=("tests/test_advantage_stage.py::test_remax_baselines_reach_the_estimator_and_an_unjudged_one_zeroes_its_row",
-               "tests/test_advantage_stage.py::test_remax_with_no_judged_baseline_learns_nothing"),
+        tests=("tests/training/test_advantage_stage.py::test_remax_baselines_reach_the_estimator_and_an_unjudged_one_zeroes_its_row",
+               "tests/training/test_advantage_stage.py::test_remax_with_no_judged_baseline_learns_nothing"),
     ),
 ]
 
@@ -974,134 +974,134 @@ REWARD_AUDIT = [
         "countdown_flat_credit_paid", "rlvr/tasks/reasoning_gym_answers.py",
         "countdown keeps the scorer's 0.05 for any parsable expression as `answer` reward",
         ('    return 1.0 if score >= 1.0 else 0.0\n', '    return score\n'),
-        tests=("tests/test_tasks_reasoning_gym.py::test_countdown_pays_a_wrong_expression_nothing",
-               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+        tests=("tests/tasks/test_tasks_reasoning_gym.py::test_countdown_pays_a_wrong_expression_nothing",
+               "tests/tasks/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
     ),
     mutation(
         "puzzle24_numbers_unchecked", "rlvr/tasks/reasoning_gym_answers.py",
         "puzzle24 pays any four numbers in range that make 24: one constant answer solves every puzzle",
         ("    return 1.0 if score >= 1.0 and used == sorted(int(n) for n in entry[\"metadata\"][\"numbers\"]) else 0.0",
          "    return 1.0 if score >= 1.0 else 0.0"),
-        tests=("tests/test_tasks_reasoning_gym.py::test_puzzle24_pays_only_an_expression_of_the_puzzles_numbers",
-               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+        tests=("tests/tasks/test_tasks_reasoning_gym.py::test_puzzle24_pays_only_an_expression_of_the_puzzles_numbers",
+               "tests/tasks/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
     ),
     mutation(
         "spell_backward_case_ignored", "rlvr/tasks/reasoning_gym_answers.py",
         "spell_backward pays the reversed word in another case (the scorer compares lowercased text)",
         ("score >= 1.0 and text.strip() == str(entry[\"answer\"]).strip() else",
          "score >= 1.0 and text.strip().lower() == str(entry[\"answer\"]).strip().lower() else"),
-        tests=("tests/test_tasks_reasoning_gym.py::test_spell_backward_pays_only_the_exact_reversed_word",
-               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+        tests=("tests/tasks/test_tasks_reasoning_gym.py::test_spell_backward_pays_only_the_exact_reversed_word",
+               "tests/tasks/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
     ),
     mutation(
         "spell_backward_similarity_paid", "rlvr/tasks/reasoning_gym_answers.py",
         "spell_backward falls back to the default rule and keeps the scorer's per-letter credit",
         ('    "spell_backward": (exact_oracle_only,', '    "spell_backward": (containment_rule,'),
-        tests=("tests/test_tasks_reasoning_gym.py::test_spell_backward_pays_only_the_exact_reversed_word",
-               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+        tests=("tests/tasks/test_tasks_reasoning_gym.py::test_spell_backward_pays_only_the_exact_reversed_word",
+               "tests/tasks/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
     ),
     mutation(
         "neighbour_doubles_closing_brace", "rlvr/reward_kinds.py",
         "the text neighbour doubles the last character: `\\boxed{5\\sqrt{2}}}` still holds the truth",
         ("        last = max((i for i, c in enumerate(text) if c.isalnum()), default=len(text) - 1)\n",
          "        last = len(text) - 1\n"),
-        tests=("tests/test_check_reward.py::test_neighbours_differ_from_the_truth_in_value",
-               "tests/test_check_reward.py::test_math_question_only_audit_answers_in_boxed"),
+        tests=("tests/cli/test_check_reward.py::test_neighbours_differ_from_the_truth_in_value",
+               "tests/cli/test_check_reward.py::test_math_question_only_audit_answers_in_boxed"),
     ),
     mutation(
         "unasked_format_ignored", "rlvr/reward_kinds.py",
         "the condition inverted: the task's own answer format replaces the one the prompt asks for",
         ('    if found.name != "plain":\n', '    if found.name == "plain":\n'),
-        tests=("tests/test_check_reward.py::test_answer_format_read_from_the_instruction",
-               "tests/test_check_reward.py::test_math_question_only_audit_answers_in_boxed"),
+        tests=("tests/cli/test_check_reward.py::test_answer_format_read_from_the_instruction",
+               "tests/cli/test_check_reward.py::test_math_question_only_audit_answers_in_boxed"),
     ),
     mutation(
         "own_format_allowances_dropped", "rlvr/check_reward.py",
         "a task's own `format_allowances` are not read: its declared shaping fails the audit",
         ("    allowances = {**FORMAT_ALLOWANCES.get(family, {}), **(own_allowances or {})}",
          "    allowances = {**FORMAT_ALLOWANCES.get(family, {})}"),
-        tests=("tests/test_check_reward.py::test_own_allowances_join_the_family_ones",
-               "tests/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
+        tests=("tests/cli/test_check_reward.py::test_own_allowances_join_the_family_ones",
+               "tests/cli/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
     ),
     mutation(
         "reverse_words_any_tag_pair", "examples/reverse_words.py",
         "the example task pays `tag` for any tag pair: the echoed prompt's empty `<answer></answer>` earns it",
         ('"tag": float(word)}', '"tag": float(match is not None)}'),
-        tests=("tests/test_external_tasks.py::test_example_task_file_builds_and_scores",
-               "tests/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
+        tests=("tests/tasks/test_external_tasks.py::test_example_task_file_builds_and_scores",
+               "tests/cli/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
     ),
     mutation(
         "reverse_words_case_folded", "examples/reverse_words.py",
         "the example task lowercases the answer: the case-swapped word earns `answer`",
         ("        answer = match.group(1).strip() if match else None",
          "        answer = match.group(1).strip().lower() if match else None"),
-        tests=("tests/test_external_tasks.py::test_example_task_file_builds_and_scores",
-               "tests/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
+        tests=("tests/tasks/test_external_tasks.py::test_example_task_file_builds_and_scores",
+               "tests/cli/test_check_reward.py::test_a_task_of_its_own_declares_its_format_allowance"),
     ),
     mutation(
         "csv_offset_of_the_next_record", "rlvr/tasks/data_files.py",
         "a csv record is indexed by where the record after it starts: each row reads its neighbour",
         ("            yield start[0], start[1], values\n", "            yield at[0], at[1], values\n"),
-        tests=("tests/test_data_files.py::test_a_large_csv_file_is_indexed_not_held",
-               "tests/test_data_files.py::test_a_csv_row_read_after_the_file_changed_is_an_error"),
+        tests=("tests/tasks/test_data_files.py::test_a_large_csv_file_is_indexed_not_held",
+               "tests/tasks/test_data_files.py::test_a_csv_row_read_after_the_file_changed_is_an_error"),
     ),
     mutation(
         "parquet_row_group_off_by_one", "rlvr/tasks/data_files.py",
         "a parquet row at the start of a row group is looked up in the group before it",
         ("        group = bisect.bisect_right(self.group_starts, index) - 1",
          "        group = bisect.bisect_left(self.group_starts, index) - 1"),
-        tests=("tests/test_data_files.py::test_parquet_is_read_one_row_group_at_a_time",
-               "tests/test_data_files.py::test_a_task_on_parquet_row_groups_reads_the_rows_a_jsonl_file_gives"),
+        tests=("tests/tasks/test_data_files.py::test_parquet_is_read_one_row_group_at_a_time",
+               "tests/tasks/test_data_files.py::test_a_task_on_parquet_row_groups_reads_the_rows_a_jsonl_file_gives"),
     ),
     mutation(
         "sft_update_sized_by_the_rollout", "rlvr/models/memory_estimate.py",
         "the update's sequences are taken as rollout-long: an SFT run's pairs are not counted",
         ("    update_tokens = sizes.rollout_tokens if sizes.update_tokens is None else sizes.update_tokens\n",
          "    update_tokens = sizes.rollout_tokens\n"),
-        tests=("tests/test_memory_estimate.py::test_sft_update_tokens_and_an_eval_without_training_by_hand",
-               "tests/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
+        tests=("tests/run/test_memory_estimate.py::test_sft_update_tokens_and_an_eval_without_training_by_hand",
+               "tests/run/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
     ),
     mutation(
         "eval_counts_training_state", "rlvr/models/memory_estimate.py",
         "an eval without training is still charged gradients and AdamW moments",
         ("(3 + (1 if lora else 0)) if sizes.training else 0\n", "(3 + (1 if lora else 0))\n"),
-        tests=("tests/test_memory_estimate.py::test_sft_update_tokens_and_an_eval_without_training_by_hand",
-               "tests/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
+        tests=("tests/run/test_memory_estimate.py::test_sft_update_tokens_and_an_eval_without_training_by_hand",
+               "tests/run/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
     ),
     mutation(
-        "expert_iteration_microbatch_from_optim", "rlvr/train/memory_check.py",
+        "expert_iteration_microbatch_from_optim", "rlvr/run/memory_check.py",
         "expert iteration's update is sized by RL's optim.minibatch_size instead of sft.microbatch_size",
         ("                    microbatch_rows=config.sft.microbatch_size, **_shared_sizes(config, prompt_tokens))",
          "                    microbatch_rows=config.optim.minibatch_size, **_shared_sizes(config, prompt_tokens))"),
-        tests=("tests/test_memory_estimate.py::test_each_command_gives_the_estimator_its_own_sizes",
-               "tests/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
+        tests=("tests/run/test_memory_estimate.py::test_each_command_gives_the_estimator_its_own_sizes",
+               "tests/run/test_memory_estimate.py::test_sft_and_eval_are_refused_by_their_own_sizes"),
     ),
     mutation(
         "geometry_flat_credit_paid", "rlvr/tasks/reasoning_gym_answers.py",
         "advanced_geometry keeps the scorer's flat 0.05 for any wrong number as `answer` reward",
         ("    return containment_rule(score, text, entry) if score > 0.1 else 0.0\n",
          "    return containment_rule(score, text, entry)\n"),
-        tests=("tests/test_tasks_reasoning_gym.py::test_consolation_credit_for_a_wrong_answer_is_not_paid",
-               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+        tests=("tests/tasks/test_tasks_reasoning_gym.py::test_consolation_credit_for_a_wrong_answer_is_not_paid",
+               "tests/tasks/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
     ),
     mutation(
         "complex_nan_credit_paid", "rlvr/tasks/reasoning_gym_answers.py",
         "complex_arithmetic pays `NaN` full credit: exp(-nan) is nan and min(1.0, nan) is 1.0",
         ('    return 1.0 if score >= 1.0 and "nan" not in text.lower() else 0.0\n',
          "    return 1.0 if score >= 1.0 else 0.0\n"),
-        tests=("tests/test_tasks_reasoning_gym.py::test_complex_arithmetic_pays_nan_and_near_misses_nothing",
-               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+        tests=("tests/tasks/test_tasks_reasoning_gym.py::test_complex_arithmetic_pays_nan_and_near_misses_nothing",
+               "tests/tasks/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
     ),
     mutation(
         "calendar_weekday_credit_paid", "rlvr/tasks/reasoning_gym_answers.py",
         "calendar_arithmetic keeps its 0.1 for any weekday: a constant guess earns 0.23 on average",
         ('    "calendar_arithmetic": (full_credit_only,', '    "calendar_arithmetic": (containment_rule,'),
-        tests=("tests/test_tasks_reasoning_gym.py::test_consolation_credit_for_a_wrong_answer_is_not_paid",
-               "tests/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+        tests=("tests/tasks/test_tasks_reasoning_gym.py::test_consolation_credit_for_a_wrong_answer_is_not_paid",
+               "tests/tasks/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
     ),
 ]
 
-ROLLOUT_CONTRACT_TESTS = ("tests/core/test_sampler_correction.py", "tests/test_backend_contract.py")
+ROLLOUT_CONTRACT_TESTS = ("tests/core/test_sampler_correction.py", "tests/rollout/test_backend_contract.py")
 ROLLOUT_CONTRACT = [
     mutation(
         "tis_ratio_inverted", "rlvr/core/sampler_correction.py",
@@ -1118,19 +1118,19 @@ ROLLOUT_CONTRACT = [
         tests=ROLLOUT_CONTRACT_TESTS,
     ),
     mutation(
-        "sampler_logprobs_one_column_off", "rlvr/train/collect.py",
+        "sampler_logprobs_one_column_off", "rlvr/training/collect.py",
         "the backend's loss mask and log-probs land one column left of the log-prob layout",
         ("return _pad_left_right(full, prompt_lens, 0)[0][:, 1:]  # [N, L-1]",
          "return _pad_left_right(full, prompt_lens, 0)[0][:, :-1]  # [N, L-1]"),
-        tests=("tests/test_backend_contract.py",),
+        tests=("tests/rollout/test_backend_contract.py",),
     ),
     mutation(
-        "sampler_logprobs_taken_as_old", "rlvr/train/update.py",
+        "sampler_logprobs_taken_as_old", "rlvr/training/update.py",
         "the sampler's log-probs stand in for the trainer's old log-probs (the first epoch is off-policy)",
         ("minibatch_old = scores.logprobs.detach()  # first epoch: exactly the sampling policy",
          "minibatch_old = scores.logprobs.detach() if minibatch.sampler_logprobs is None "
          "else minibatch.sampler_logprobs"),
-        tests=("tests/test_backend_contract.py",),
+        tests=("tests/rollout/test_backend_contract.py",),
     ),
 ]
 
@@ -1141,8 +1141,8 @@ LEFTOVERS = [
         "retired_name_reads_as_unknown", "rlvr/config/loading.py",
         "a config naming a retired estimator or loss gets the plain unknown-choice message, not its replacement",
         ('renamed = getattr(source(), "renamed", {})', "renamed = {}"),
-        tests=("tests/test_config.py::test_a_retired_registry_name_fails_naming_its_replacement",
-               "tests/test_config.py::test_a_registry_backed_field_reads_the_registrys_retired_names"),
+        tests=("tests/cli/test_config.py::test_a_retired_registry_name_fails_naming_its_replacement",
+               "tests/cli/test_config.py::test_a_registry_backed_field_reads_the_registrys_retired_names"),
     ),
     mutation(
         "rename_arguments_swapped", "rlvr/registry.py",

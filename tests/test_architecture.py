@@ -18,11 +18,11 @@ REPO = Path(__file__).resolve().parents[1]
 # ("rlvr" itself, the package's __init__, matches only exactly: it re-exports the Python API, so it
 # sits on top with the commands).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("rlvr.registry", "rlvr.utils", "rlvr.metric_names", "rlvr.storage_errors")),
+    ("foundation", ("rlvr.registry", "rlvr.utils", "rlvr.observe.metric_names", "rlvr.storage_errors")),
     ("core", ("rlvr.core",)),
-    ("models, tasks", ("rlvr.models", "rlvr.tasks", "rlvr.compat", "rlvr.testing")),
+    ("models, tasks", ("rlvr.models", "rlvr.tasks", "rlvr.parallel", "rlvr.compat", "rlvr.testing")),
     ("rollout", ("rlvr.rollout",)),
-    ("train", ("rlvr.train", "rlvr.config", "rlvr.algorithms")),
+    ("train", ("rlvr.training", "rlvr.run", "rlvr.observe", "rlvr.config", "rlvr.algorithms")),
     ("cli, Python API", ("rlvr", "rlvr.cli", "rlvr.__main__", "rlvr.check", "rlvr.check_mechanism", "rlvr.check_reward",
                          "rlvr.reward_kinds", "rlvr.sweep",
                          "rlvr.report")),
@@ -117,7 +117,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_package_imports_only_downward():
     edges = import_edges(REPO)
-    assert len(edges) > 60 and "rlvr.train.rl" in edges
+    assert len(edges) > 60 and "rlvr.training.rl" in edges
     assert upward_imports(edges) == []
 
 
@@ -137,23 +137,23 @@ def test_every_module_has_a_layer():
 
 
 def test_the_rules_fail_on_an_upward_import_and_a_cycle():
-    upward = {"rlvr.core.kl": {"rlvr.train.rl"}, "rlvr.train.rl": {"rlvr.core.kl"}}
-    assert upward_imports(upward) == ["rlvr.core.kl (core) imports rlvr.train.rl (train)"]
-    assert cycles(upward) == [["rlvr.core.kl", "rlvr.train.rl"]]
-    three = {"rlvr.train.a": {"rlvr.train.b"}, "rlvr.train.b": {"rlvr.train.c"}, "rlvr.train.c": {"rlvr.train.a"},
-             "rlvr.train.d": {"rlvr.train.a"}}
-    assert upward_imports(three) == [] and cycles(three) == [["rlvr.train.a", "rlvr.train.b", "rlvr.train.c"]]
+    upward = {"rlvr.core.kl": {"rlvr.training.rl"}, "rlvr.training.rl": {"rlvr.core.kl"}}
+    assert upward_imports(upward) == ["rlvr.core.kl (core) imports rlvr.training.rl (train)"]
+    assert cycles(upward) == [["rlvr.core.kl", "rlvr.training.rl"]]
+    three = {"rlvr.training.a": {"rlvr.training.b"}, "rlvr.training.b": {"rlvr.training.c"}, "rlvr.training.c": {"rlvr.training.a"},
+             "rlvr.training.d": {"rlvr.training.a"}}
+    assert upward_imports(three) == [] and cycles(three) == [["rlvr.training.a", "rlvr.training.b", "rlvr.training.c"]]
 
 
 def test_a_fake_package_with_an_upward_lazy_import_is_caught(tmp_path):
     package = tmp_path / "rlvr"
-    for folder in (package, package / "core", package / "train"):
+    for folder in (package, package / "core", package / "observe"):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "__init__.py").write_text("")
-    (package / "config.py").write_text("def validate():\n    from rlvr.train.sinks import SINKS\n")
-    (package / "train" / "sinks.py").write_text("from rlvr.config import validate\nSINKS = {}\n")
-    (package / "core" / "kl.py").write_text("def estimator():\n    import rlvr.train.sinks\n")
+    (package / "config.py").write_text("def validate():\n    from rlvr.observe.sinks import SINKS\n")
+    (package / "observe" / "sinks.py").write_text("from rlvr.config import validate\nSINKS = {}\n")
+    (package / "core" / "kl.py").write_text("def estimator():\n    import rlvr.observe.sinks\n")
     edges = import_edges(tmp_path)
-    assert edges["rlvr.core.kl"] == {"rlvr.train.sinks"}
-    assert upward_imports(edges) == ["rlvr.core.kl (core) imports rlvr.train.sinks (train)"]
-    assert cycles(edges) == [["rlvr.config", "rlvr.train.sinks"]]
+    assert edges["rlvr.core.kl"] == {"rlvr.observe.sinks"}
+    assert upward_imports(edges) == ["rlvr.core.kl (core) imports rlvr.observe.sinks (train)"]
+    assert cycles(edges) == [["rlvr.config", "rlvr.observe.sinks"]]

@@ -40,7 +40,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     """Load a YAML config (none: every default), apply `key=value` overrides, resolve, validate.
 
     `check=False` checks keys and types but neither ranges nor names nor invariants, and imports no
-    torch (`rlvr.train.preflight` reads model and task sources from it first).
+    torch (`rlvr.run.preflight` reads model and task sources from it first).
     """
     data = read_yaml_file(path) if path is not None else {}
     return Config.from_dict(data, overrides, check=check)

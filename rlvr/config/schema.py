@@ -85,13 +85,13 @@ def _rollout_backends():
 
 
 def _health_checks():
-    from rlvr.train.health import HEALTH_CHECKS
+    from rlvr.observe.health import HEALTH_CHECKS
 
     return HEALTH_CHECKS
 
 
 def _sinks():
-    from rlvr.train.sinks import SINKS
+    from rlvr.observe.sinks import SINKS
 
     return SINKS
 
@@ -141,7 +141,7 @@ class TaskConfig:
     use_chat_template: Optional[bool] = option(None, "wrap prompts in the tokenizer's chat template (instruct models) "
                                                "or send raw text; null: the task decides (raw text for the r1_zero "
                                                "prompt, the chat template otherwise)")
-    # 1e38 already overflows float32 sums; real rewards are O(1) (see rlvr.tasks.judging).
+    # 1e38 already overflows float32 sums; real rewards are O(1) (see rlvr.tasks.verification.judging).
     max_abs_reward: float = option(1e6, "a verdict whose total or a component is infinite or larger than this in size "
                                    "is counted as an error (reward NaN, advantage 0) instead of swamping its group",
                                    bounds=above(0, MAX_REWARD, "a larger reward is counted as a verifier error"))

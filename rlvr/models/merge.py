@@ -5,7 +5,7 @@ removes them (about 20% of sampling time for SmolLM2-135M on a CPU). PEFT's unme
 the delta again, which is not bit-exact in floating point and would let the base weights (the
 reference policy) drift a little every iteration, so the original weights are copied back.
 Under FSDP the layer weights are DTensor shards that cannot be swapped: the adapter stays
-unmerged and the layers are gathered whole for the block instead (rlvr/models/sharding.py).
+unmerged and the layers are gathered whole for the block instead (rlvr/parallel/sharding.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import contextlib
 
 import torch
 
-from rlvr.models.sharding import is_sharded, unsharded
+from rlvr.parallel.sharding import is_sharded, unsharded
 
 
 def _lora_layers(model) -> list:

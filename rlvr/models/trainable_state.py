@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file, save_model
 
 from rlvr.models.checkpoint_files import TRAINABLE_INFO_FILE
 from rlvr.models.policy import LoadedModel, dtype_name
-from rlvr.models.sharding import full_tensor, is_dtensor, slice_like
+from rlvr.parallel.sharding import full_tensor, is_dtensor, slice_like
 from rlvr.utils import current_umask
 
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from rlvr.metric_names import (
+from rlvr.observe.metric_names import (
     CLIP_FRAC_HIGH,
     CLIP_FRAC_LOW,
     COMPLETION_LEN_MEAN,

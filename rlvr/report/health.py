@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from rlvr.config import HealthConfig
-from rlvr.metric_names import (
+from rlvr.observe.metric_names import (
     CLIP_FRAC_HIGH,
     DISTINCT_COMPLETIONS_FRAC,
     ELAPSED_S,
@@ -28,7 +28,7 @@ from rlvr.metric_names import (
 )
 from rlvr.report.figures import FIGURES, FigureData, Marker
 from rlvr.report.runs import RunData
-from rlvr.train.health import HEALTH_CHECKS
+from rlvr.observe.health import HEALTH_CHECKS
 
 # The metric each warning is about; its markers go on every figure that plots it. A skipped update
 # (nonfinite) is marked where the gradient norm is drawn.

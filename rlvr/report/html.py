@@ -195,7 +195,7 @@ def _health_section(spans: list[WarningSpan]) -> str:
 
 def _checkpoint_notes(runs: list[RunData]) -> str:
     """A run folder without a checkpoint cannot be resumed, evaluated or exported: say it may be deleted."""
-    from rlvr.train.console import summarize_run
+    from rlvr.observe.console import summarize_run
 
     bare = [run for run in runs if not summarize_run(run.path).checkpoints]
     return "".join(f"<p><b>{esc(run.label)}</b> holds no checkpoint: nothing to resume, evaluate or export; "

@@ -13,9 +13,9 @@ from typing import Any
 import yaml
 
 from rlvr.config import flatten
-from rlvr.metric_names import ELAPSED_S, EVAL_ACCURACY, ITERATION, REWARD_MEAN
-from rlvr.train import run_numbers
-from rlvr.train.run_numbers import final_and_best
+from rlvr.observe.metric_names import ELAPSED_S, EVAL_ACCURACY, ITERATION, REWARD_MEAN
+from rlvr.run import numbers as run_numbers
+from rlvr.run.numbers import final_and_best
 from rlvr.utils import read_jsonl
 
 

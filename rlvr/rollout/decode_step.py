@@ -158,7 +158,7 @@ class DecoderWeights:
 
     @classmethod
     def _read(cls, model, capacity: int) -> "DecoderWeights":
-        from rlvr.models.sharding import is_sharded
+        from rlvr.parallel.sharding import is_sharded
 
         base = _base_model(model)
         config = getattr(base, "config", None)

@@ -2,7 +2,7 @@
 
 `sample_and_score` renders B examples' prompts, samples G completions each through a rollout
 backend (inside its `sync`), and scores every completion with `score_completions`, the only
-place in rlvr that judges a completion (through `rlvr.tasks.judging.judge`, which guards the
+place in rlvr that judges a completion (through `rlvr.tasks.verification.judging.judge`, which guards the
 task's `score` against exceptions, wrong types and unusable rewards). Training rollouts, expert
 iteration, evaluation (in training and `rlvr eval`), `rlvr check` and the SFT data filter all
 come through here, so they sample with the same settings and judge the same way.
@@ -17,7 +17,7 @@ from typing import Sequence
 from rlvr.rollout.backend import RolloutBackend
 from rlvr.rollout.base import Generation, SamplingSettings, render_prompts
 from rlvr.tasks.base import Example, Task, Verdict
-from rlvr.tasks.judging import judge
+from rlvr.tasks.verification.judging import judge
 
 
 @dataclass(frozen=True)

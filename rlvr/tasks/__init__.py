@@ -27,10 +27,10 @@ from rlvr.tasks.external import (FORMS, ModuleMissing, accepts_keyword, check_ca
 from rlvr.tasks.format_copy import FormatCopyTask
 from rlvr.tasks.gsm8k import GSM8KTask
 from rlvr.tasks.integer import IntegerTask
-from rlvr.tasks.judging import DEFAULT_MAX_ABS_REWARD, judge
+from rlvr.tasks.verification.judging import DEFAULT_MAX_ABS_REWARD, judge
 from rlvr.tasks.math_problems import MathTask
 from rlvr.tasks.reasoning_gym_tasks import ReasoningGymTask
-from rlvr.tasks.verifiers import VERIFIERS
+from rlvr.tasks.verification.verifiers import VERIFIERS
 
 TASKS: Registry = Registry("task")
 TASKS.add("format_copy", FormatCopyTask)

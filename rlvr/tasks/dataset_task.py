@@ -4,7 +4,7 @@ Rows come from a jsonl / json / parquet / csv file or a Hugging Face dataset (`p
 `train_path` / `eval_path`, or `dataset`; held-out split as in `gsm8k`). `prompt_field` and
 `answer_field` name the columns; `prompt_template` (`"Q: {question}"`, any column by name, or
 `r1_zero`) and `system_prompt` shape the prompt. `verifier` is a name from `VERIFIERS`
-(`rlvr.tasks.verifiers`) or `module:function` / `file.py:function`: your function is called in
+(`rlvr.tasks.verification.verifiers`) or `module:function` / `file.py:function`: your function is called in
 this process, with the completion text, as `fn(completion, ground_truth)` or
 `fn(completion, ground_truth, row)`, and returns a number (the `answer` component; NaN when it
 cannot judge; correct when >= 1) or a `Verdict`. Its exceptions are not caught here: they reach
@@ -22,10 +22,10 @@ from typing import Any, Callable, Optional
 
 from rlvr.tasks.base import Example, Verdict, weighted_total
 from rlvr.tasks.external import FORMS, describe_signature, load_reference, split_reference
-from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, judgement_verdict, require_package
+from rlvr.tasks.verification.grading import DEFAULT_TIMEOUT_SECONDS, judgement_verdict, require_package
 from rlvr.tasks.problems import Problem, ProblemTask, load_splits
 from rlvr.tasks.prompts import R1_ZERO_TEMPLATE
-from rlvr.tasks.verifiers import VERIFIERS, NamedVerifier
+from rlvr.tasks.verification.verifiers import VERIFIERS, NamedVerifier
 
 NAME = "dataset"
 R1_ZERO = "r1_zero"  # prompt_template: DeepSeek R1-Zero's raw-text template around the prompt field

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import re
 
-from rlvr.tasks.answers import first_answer_tag
+from rlvr.tasks.verification.answers import first_answer_tag
 from rlvr.tasks.base import Example, Verdict, check_count_option, resolve_weights, weighted_total
 
 PROMPT = "Copy the number {n} into <answer></answer> tags. Reply with only <answer>{n}</answer> and nothing else."

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from rlvr.tasks.answers import gsm8k_final_answer
-from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, Grader, grade_number
+from rlvr.tasks.verification.answers import gsm8k_final_answer
+from rlvr.tasks.verification.grading import DEFAULT_TIMEOUT_SECONDS, Grader, grade_number
 from rlvr.tasks.problems import Problem, ProblemTask, load_splits
 from rlvr.tasks.prompts import DEFAULT_PROMPT
 

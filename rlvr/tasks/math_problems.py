@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from rlvr.tasks.answers import extract_boxed
-from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, Grade, Grader, grade_math, require_package
+from rlvr.tasks.verification.answers import extract_boxed
+from rlvr.tasks.verification.grading import DEFAULT_TIMEOUT_SECONDS, Grade, Grader, grade_math, require_package
 from rlvr.tasks.problems import Problem, ProblemTask, load_splits
 from rlvr.tasks.prompts import DEFAULT_PROMPT
 

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from rlvr.tasks.answers import produced_answer
+from rlvr.tasks.verification.answers import produced_answer
 from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, prompt_text,
                              resolve_weights)
 from rlvr.tasks.data_files import Row, hf_rows, read_rows
-from rlvr.tasks.grading import (DEFAULT_TIMEOUT_SECONDS, Grader, Judgement, judge_question_only, judge_r1_zero,
+from rlvr.tasks.verification.grading import (DEFAULT_TIMEOUT_SECONDS, Grader, Judgement, judge_question_only, judge_r1_zero,
                                 judgement_verdict)
 from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
                                prompt_uses_chat_template, render_question)

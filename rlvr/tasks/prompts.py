@@ -27,7 +27,7 @@ RAW_TEXT_PROMPTS = ("r1_zero",)  # complete text templates: sent without the cha
 # What each prompt makes the model write after the prompt, and where generation should stop.
 STOP_STRINGS = {"r1_zero": ("</answer>",), "question_only": ()}
 # Where the answer span must start after, in the completion, to earn a format reward: r1_zero's
-# prompt opens `<think>`, so the model must close it first (`rlvr.tasks.answers.produced_answer`).
+# prompt opens `<think>`, so the model must close it first (`rlvr.tasks.verification.answers.produced_answer`).
 ANSWER_AFTER = {"r1_zero": "</think>", "question_only": None}
 
 

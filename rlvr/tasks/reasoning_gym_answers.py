@@ -3,7 +3,7 @@
 Audited against reasoning-gym 0.1.25 (every `score_answer` read, and each one run with marked
 answers under an audit hook that records what gets compiled). Nine pass the answer to Python's
 `eval` or sympy's `parse_expr`; for those the answer is parsed into data of the shape the scorer
-expects (`rlvr.tasks.safe_parse`) and re-rendered, and only that canonical text reaches the
+expects (`rlvr.tasks.verification.safe_parse`) and re-rendered, and only that canonical text reaches the
 scorer. Anything else is refused (`unjudgeable`). The other datasets compare, regex-match or
 `json.loads` the text without evaluating it and get the answer as written. A dataset in neither
 list (a newer reasoning-gym) cannot be used until it is audited: `check_audited` says so.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from rlvr.tasks.safe_parse import Grammar, Refused, parse_expression, parse_literal, render_expression, render_literal
+from rlvr.tasks.verification.safe_parse import Grammar, Refused, parse_expression, parse_literal, render_expression, render_literal
 
 # Plain-text forms, as the questions ask for them. ASCII classes only: `\d` would admit other
 # scripts' digits. Single spaces and canonical integers (no `+`, no leading zeros), so that the

@@ -25,14 +25,14 @@ import math
 import random
 from typing import Iterator, Optional
 
-from rlvr.tasks.answers import extract_answer_tag, produced_answer
+from rlvr.tasks.verification.answers import extract_answer_tag, produced_answer
 from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, prompt_text,
                              resolve_weights, weighted_total)
-from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, require_package
+from rlvr.tasks.verification.grading import DEFAULT_TIMEOUT_SECONDS, require_package
 from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
                                prompt_uses_chat_template, render_question)
 from rlvr.tasks.reasoning_gym_answers import answer_credit, check_audited
-from rlvr.tasks.worker import call_with_timeout
+from rlvr.tasks.verification.worker import call_with_timeout
 
 # 5: countdown, puzzle24 (with the puzzle's numbers), spell_backward pay full credit or none;
 # 4: no partial credit for an answer that merely contains the oracle; 3: format for an own span only

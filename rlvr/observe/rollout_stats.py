@@ -1,0 +1,150 @@
+"""Numbers and sample records of one rollout batch, over every rank's groups.
+
+Data-parallel, each rank holds its own groups; `gather_rollout` collects every rank's rows in
+rank order (the order one process would have), so every rank computes the same statistics. The
+share of groups without reward contrast uses `rlvr.core.no_contrast_rows`, the rule dynamic
+sampling and the advantage estimators use.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.core import RolloutBatch, no_contrast_rows, masked_mean_per_row
+from rlvr.observe.metric_names import (
+    ADVANTAGE_ABS_MEAN,
+    COMPLETION_LEN_MAX,
+    COMPLETION_LEN_MEAN,
+    CORRECT_FRAC,
+    DISTINCT_COMPLETIONS_FRAC,
+    DYNAMIC_SAMPLING_FILLED_DEGENERATE,
+    DYNAMIC_SAMPLING_ROUNDS,
+    DYNAMIC_SAMPLING_SAMPLED_GROUPS,
+    FRAC_NONZERO_ADVANTAGES,
+    FRAC_ZERO_VARIANCE_GROUPS,
+    GENERATED_TOKENS,
+    NUM_SEQUENCES,
+    REWARD_MAX,
+    REWARD_MEAN,
+    REWARD_STD,
+    TRUNCATED_FRAC,
+    UNSCORABLE,
+    reward_component,
+    status_count,
+)
+from rlvr.tasks.base import Verdict
+from rlvr.training.collect import CollectedGroups
+from rlvr.parallel.distributed import SINGLE, Dist
+
+NON_OK_STATUSES = ("unjudgeable", "timeout", "error")  # counted as status/<name>
+
+
+@dataclass(frozen=True)
+class RolloutRows:
+    """Every rank's rows of one rollout batch, in rank order, and the sampling counters summed."""
+
+    verdicts: list[Verdict]  # [N]
+    rewards: torch.Tensor  # [N], NaN where unscorable
+    advantages: torch.Tensor  # [N], one per sequence (per-token advantages averaged over the row)
+    lengths: torch.Tensor  # [N]
+    truncated: torch.Tensor  # [N] bool
+    group_size: int
+    sampled_groups: int
+    filled_no_contrast: int
+    rounds: int
+    samples: list[dict]  # one record per completion, for samples.jsonl
+
+
+def advantage_per_row(batch: RolloutBatch) -> torch.Tensor:
+    """[N]: the advantages themselves, or per-token advantages averaged over each completion."""
+    if batch.advantages.dim() == 1:
+        return batch.advantages
+    return masked_mean_per_row(batch.advantages, batch.completion_mask)
+
+
+def sample_records(collected: CollectedGroups, row_advantages: torch.Tensor) -> list[dict]:
+    """prompt, ground truth, completion, reward components, reward, status and advantage of each row."""
+    group_size = collected.group_size
+    return [
+        {"prompt": group.prompt, "ground_truth": group.example.ground_truth, "completion": group.texts[j],
+         "components": group.verdicts[j].components, "reward": group.verdicts[j].total,
+         "status": group.verdicts[j].status, "advantage": float(row_advantages[i * group_size + j])}
+        for i, group in enumerate(collected.groups) for j in range(group_size)
+    ]
+
+
+def gather_rollout(collected: CollectedGroups, batch: RolloutBatch, dist: Dist = SINGLE) -> RolloutRows:
+    """This rank's rows, or every rank's under data parallelism (a collective)."""
+    groups = collected.groups
+    row_advantages = advantage_per_row(batch)
+    share = (collected.verdicts, collected.rewards, row_advantages.cpu(),
+             torch.cat([g.lengths for g in groups]), torch.cat([g.truncated for g in groups]),
+             collected.sampled_groups, collected.filled_no_contrast, sample_records(collected, row_advantages))
+    shares = dist.gather(share) if dist.enabled else [share]
+    return RolloutRows(
+        verdicts=[v for part in shares for v in part[0]],
+        rewards=torch.cat([part[1] for part in shares]), advantages=torch.cat([part[2] for part in shares]),
+        lengths=torch.cat([part[3] for part in shares]), truncated=torch.cat([part[4] for part in shares]),
+        group_size=collected.group_size, sampled_groups=sum(part[5] for part in shares),
+        filled_no_contrast=sum(part[6] for part in shares), rounds=collected.rounds,
+        samples=[record for part in shares for record in part[7]],
+    )
+
+
+def zero_variance_fraction(rewards: torch.Tensor, group_size: int) -> float:
+    """Share of groups without reward contrast. rewards [N] prompt-major (NaN ignored)."""
+    grouped = rewards.view(-1, group_size)  # [B, G]
+    return float(no_contrast_rows(grouped).float().mean())
+
+
+def distinct_completions_fraction(texts: list[str], group_size: int) -> float:
+    """Mean over groups of (distinct completions in the group) / group size; texts [N] prompt-major.
+
+    1.0 when every completion of every group differs, 1 / G when each group wrote one text G times
+    (a policy collapsed to one answer per prompt). Whitespace at either end does not make a text new.
+    """
+    groups = [texts[start : start + group_size] for start in range(0, len(texts), group_size)]
+    return sum(len({text.strip() for text in group}) / len(group) for group in groups) / len(groups)
+
+
+def rollout_stats(rows: RolloutRows, dynamic_sampling: bool) -> dict[str, float]:
+    """The rollout part of an iteration's metrics (names in `rlvr.observe.metric_names`).
+
+    With groups of one (PPO may sample one completion per prompt) no group can have contrast, and
+    none needs it: `frac_zero_variance_groups` is left out rather than reported as 1.
+    """
+    rewards, verdicts = rows.rewards, rows.verdicts
+    finite = rewards[torch.isfinite(rewards)]
+    stats = {
+        REWARD_MEAN: float(finite.mean()) if finite.numel() else math.nan,
+        REWARD_STD: float(finite.std(unbiased=False)) if finite.numel() else math.nan,
+        REWARD_MAX: float(finite.max()) if finite.numel() else math.nan,
+        FRAC_NONZERO_ADVANTAGES: float((rows.advantages.abs() > 1e-8).float().mean()),
+        ADVANTAGE_ABS_MEAN: float(rows.advantages.abs().mean()),
+        UNSCORABLE: int((~torch.isfinite(rewards)).sum()),
+        TRUNCATED_FRAC: float(rows.truncated.float().mean()),
+        COMPLETION_LEN_MEAN: float(rows.lengths.float().mean()),
+        COMPLETION_LEN_MAX: int(rows.lengths.max()),
+        CORRECT_FRAC: sum(v.correct for v in verdicts) / len(verdicts),
+        DISTINCT_COMPLETIONS_FRAC: distinct_completions_fraction([s["completion"] for s in rows.samples],
+                                                                 rows.group_size),
+        NUM_SEQUENCES: len(verdicts),
+        GENERATED_TOKENS: int(rows.lengths.sum()),
+    }
+    if rows.group_size > 1:
+        stats[FRAC_ZERO_VARIANCE_GROUPS] = zero_variance_fraction(rewards, rows.group_size)
+    for name in verdicts[0].components:
+        values = torch.tensor([v.components[name] for v in verdicts], dtype=torch.float32)
+        values = values[torch.isfinite(values)]
+        stats[reward_component(name)] = float(values.mean()) if values.numel() else math.nan
+    statuses = [v.status for v in verdicts]
+    for status in NON_OK_STATUSES:
+        stats[status_count(status)] = statuses.count(status)
+    if dynamic_sampling:
+        stats[DYNAMIC_SAMPLING_ROUNDS] = rows.rounds
+        stats[DYNAMIC_SAMPLING_SAMPLED_GROUPS] = rows.sampled_groups
+        stats[DYNAMIC_SAMPLING_FILLED_DEGENERATE] = rows.filled_no_contrast
+    return stats

@@ -1,0 +1,177 @@
+"""`rlvr train`: the RL loop, top to bottom.
+
+Each iteration runs named stages, each a function with a small typed result: sample B prompts x G
+completions and judge them (`collect_groups`, prompt-major groups), lay them out as one batch
+(`rollout_batch`), ReMax only: score one greedy completion per prompt as the baseline
+(`greedy_baselines`), add reference log-probs when a KL term needs them (`with_reference_logprobs`),
+PPO only: the value model's values at sampling time (`with_old_values`), then turn the rewards
+into advantages (`with_advantages`: group-relative, or GAE against the values) and run
+`ppo_epochs` optimizer steps over the batch (`update_policy`); then log one line of metrics,
+evaluate and checkpoint now and then. The run around the loop (folder, model, value model, task,
+rollout backend, evaluation, checkpoints) is a `RunSession` (session.py). Launched data-parallel,
+each rank does this on its share of the B prompts (distributed.py), optionally with the decoder
+layers sharded (FSDP, fsdp.py). Shortcuts taken, on purpose: rollouts and update share one model
+(LoRA's reference is the same model with the adapter disabled), and the old log-probs come from
+the first update epoch instead of a separate forward pass (PPO's value pass gives them when the
+KL penalty is in the reward, which needs them before the advantages).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from rlvr.config import Config, load_run_config
+from rlvr.observe.metric_names import (
+    ELAPSED_S,
+    EVAL_ACCURACY,
+    GENERATED_TOKENS,
+    HEALTH_WARNINGS,
+    ITERATION,
+    KL,
+    OPTIMIZER_STEPS,
+    OPTIMIZER_STEPS_TOTAL,
+    PEAK_CUDA_BYTES,
+    PEAK_RSS_BYTES,
+    REWARD_MEAN,
+    SKIPPED_NONFINITE_UPDATES,
+    SKIPPED_NONFINITE_UPDATES_TOTAL,
+    TIME_GENERATION,
+    TIME_ITERATION,
+    TIME_LOGPROBS,
+    TIME_SCORING,
+    TIME_UPDATE,
+    TIME_VALUES,
+    TOKENS_PER_SECOND,
+    UNIX_TIME,
+)
+from rlvr.rollout import SamplingSettings
+from rlvr.tasks.base import primary_component
+import rlvr.observe.console as console
+from rlvr.training.advantages import with_advantages
+from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
+from rlvr.training.collect import collect_groups, greedy_baselines, rollout_batch
+from rlvr.parallel.distributed import check_divisible, init_distributed
+from rlvr.observe.health import HealthMonitor
+from rlvr.training.optim import make_optimizer, make_scheduler
+from rlvr.training.reference import needs_reference_logprobs, with_reference_logprobs
+from rlvr.observe.rollout_stats import gather_rollout, rollout_stats
+from rlvr.run.setup import expect_config
+from rlvr.run.session import RL_RUN, open_run
+from rlvr.training.update import update_policy
+from rlvr.training.values import with_old_values
+from rlvr.utils import peak_rss_bytes, read_jsonl
+
+
+def train(config: Config, resume_dir: str | Path | None = None, force_config_change: bool = False) -> Path:
+    """Train according to `config` (or continue the run in `resume_dir`); returns the run folder.
+
+    A resume refuses config changes outside `RESUME_MUTABLE_KEYS` unless `force_config_change`.
+    """
+    expect_config(config)
+    dist = init_distributed(config.model.device)  # one process unless launched data-parallel
+    check_divisible(dist, config.rollout.batch_size)
+    algo, rollout, train_cfg = config.algorithm, config.rollout, config.train
+    with open_run(config, RL_RUN, resume_dir=resume_dir, dist=dist, need_reference=needs_reference_logprobs(algo),
+                  need_value_model=algo.value_model != "none", force_config_change=force_config_change) as session:
+        policy, tokenizer, task, backend = session.policy, session.tokenizer, session.task, session.backend
+        value_model = session.value_model  # PPO's value head (and its own model); None for the group presets
+        params = session.trainable_parameters()  # the policy's and the value model's; FSDP: the sharded ones
+        optimizer = make_optimizer(params, config.optim)
+        scheduler = make_scheduler(optimizer, config.optim, train_cfg.iterations * algo.ppo_epochs)
+        settings = SamplingSettings.for_task(rollout, task)  # the same for every iteration
+        start, state = session.start(optimizer, scheduler, {OPTIMIZER_STEPS: 0, SKIPPED_NONFINITE_UPDATES: 0})
+        if not session.resumed and train_cfg.eval_size > 0:
+            session.evaluate(0)
+        # Every rank sees the same globally reduced records, so every rank takes the same stop decision.
+        history = read_jsonl(session.writer.metrics_path) if session.resumed else []  # rebuild the streaks
+        health = HealthMonitor.from_config(config, is_main=dist.is_main, history=history,
+                                           task_components=tuple(task.component_names),
+                                           task_primary=primary_component(task))
+        progress = None
+        if train_cfg.progress and dist.is_main:
+            from tqdm import tqdm
+
+            progress = tqdm(total=train_cfg.iterations, initial=start, desc="rlvr train", unit="it")
+        for iteration in range(start, train_cfg.iterations):
+            iteration_started = time.perf_counter()
+            done = iteration + 1  # iterations finished at the end of this one
+            # 1-2. Sample B prompts x G completions and judge them (DAPO: more rounds until B groups have contrast).
+            collected = collect_groups(backend, task, settings, config, iteration, dist)
+            timings = {TIME_GENERATION: collected.generation_seconds, TIME_SCORING: collected.scoring_seconds}
+            batch = rollout_batch(collected, tokenizer, task.name)  # [N, L] ids and masks
+            reward_baselines = None
+            if algo.advantage_estimator in GREEDY_BASELINE_ESTIMATORS:  # ReMax: one greedy completion per prompt
+                baselines = greedy_baselines(backend, task, settings, collected, config)
+                reward_baselines = baselines.rewards  # [N]
+                timings[TIME_GENERATION] += baselines.seconds
+            # 3. Reference log-probs, only for a KL term (in the loss, or PPO's in the reward).
+            if needs_reference_logprobs(algo):
+                started = time.perf_counter()
+                batch = with_reference_logprobs(session.loaded, batch, config)  # ref_logprobs [N, L-1]
+                timings[TIME_LOGPROBS] = time.perf_counter() - started
+            # 4. PPO: the value model's values for every completion token, as it was when sampling.
+            if value_model is not None:
+                started = time.perf_counter()
+                batch = with_old_values(policy, value_model, batch, config,
+                                        with_logprobs=algo.kl_in_reward > 0)  # old_values [N, L-1]
+                timings[TIME_VALUES] = time.perf_counter() - started
+            # 5. Advantages: each prompt's group against itself, or GAE against the values (then also the
+            #    returns); unscorable rows and groups without contrast get 0.
+            batch = with_advantages(batch, collected.rewards, algo, dist,
+                                    reward_baselines=reward_baselines)  # advantages [N] or [N, L-1]
+            rows = gather_rollout(collected, batch, dist)  # every rank's rows, for the statistics
+            # 6. Update: ppo_epochs optimizer steps over the whole batch (moved to the model one minibatch at a
+            #    time); the first value_warmup_iterations train only the value model.
+            started = time.perf_counter()
+            update = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), config, params,
+                                   dist=dist, value_model=value_model,
+                                   value_warmup=iteration < algo.value_warmup_iterations)
+            timings[TIME_UPDATE] = time.perf_counter() - started
+            state[OPTIMIZER_STEPS] += update.optimizer_steps
+            state[SKIPPED_NONFINITE_UPDATES] += update.skipped_nonfinite_updates
+            # 7. Log, evaluate, checkpoint, stop on a health warning named in train.stop_on.
+            seconds = time.perf_counter() - iteration_started
+            stats = rollout_stats(rows, algo.dynamic_sampling)
+            record = {
+                ITERATION: done, **stats, **update.metrics,
+                OPTIMIZER_STEPS: update.optimizer_steps, OPTIMIZER_STEPS_TOTAL: state[OPTIMIZER_STEPS],
+                SKIPPED_NONFINITE_UPDATES: update.skipped_nonfinite_updates,
+                SKIPPED_NONFINITE_UPDATES_TOTAL: state[SKIPPED_NONFINITE_UPDATES],
+                **timings,
+                TIME_ITERATION: seconds, TOKENS_PER_SECOND: stats[GENERATED_TOKENS] / seconds,
+                ELAPSED_S: session.elapsed(), UNIX_TIME: time.time(), PEAK_RSS_BYTES: peak_rss_bytes(),
+            }
+            if torch.cuda.is_available():
+                record[PEAK_CUDA_BYTES] = torch.cuda.max_memory_allocated()
+            last = done == train_cfg.iterations
+            if train_cfg.eval_size > 0 and (last or (train_cfg.eval_every and done % train_cfg.eval_every == 0)):
+                record[EVAL_ACCURACY] = session.evaluate(done)[EVAL_ACCURACY]
+            record[HEALTH_WARNINGS] = health.observe(record)
+            session.writer.metrics(record)
+            if train_cfg.samples_every and done % train_cfg.samples_every == 0:
+                session.writer.samples([{ITERATION: done, **s} for s in rows.samples[: train_cfg.samples_per_iteration]])
+            if last or done % train_cfg.save_every == 0:
+                session.save_checkpoint(done, optimizer, scheduler, state)
+            if done == start + 1:
+                console.iteration_estimate(config, done, train_cfg.iterations, seconds)
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix(reward=f"{record[REWARD_MEAN]:.3f}", kl=f"{record.get(KL, 0.0):.4f}",
+                                     s_per_it=f"{seconds:.1f}")
+            stop_reason = health.stop_reason()
+            if stop_reason is not None:
+                if dist.is_main:
+                    print(f"stopping: {stop_reason}")
+                session.save_checkpoint(done, optimizer, scheduler, state)
+                break
+        if progress is not None:
+            progress.close()
+    return session.run_dir
+
+
+def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), force_config_change: bool = False) -> Path:
+    """Continue the run in `run_dir` with its saved config (overrides may extend train.iterations)."""
+    return train(load_run_config(run_dir, overrides), resume_dir=Path(run_dir), force_config_change=force_config_change)

@@ -1,0 +1,255 @@
+"""The update stage of an RL iteration: `ppo_epochs` optimizer steps over one rollout batch, each
+accumulated over `grad_accum_steps` microbatches that together cover the whole batch.
+
+Because every epoch is exactly one optimizer step, the first epoch runs at the sampling
+policy: its detached log-probs are the old log-probs (ratio exactly 1), and no separate
+old-log-prob forward pass is needed; they are kept here for the later epochs, and the batch is
+left as it was given (a batch that already holds old log-probs, from PPO's value stage, uses
+those). Microbatch losses use the global sequence / token counts of the batch, so their sum is
+the full-batch loss for every aggregation mode. With a value model (PPO) the loss adds
+`vf_coef` times the clipped value loss, aggregated the same way; during the value warm-up it is
+the value loss alone (with a shared backbone only the head learns, so the policy stays put).
+With `algorithm.entropy_top_fraction` < 1 only the highest-entropy share of each minibatch's
+completion tokens carries the policy loss (the KL term stays on every token). Every metric the
+loss returns is logged: its known ones under their names, any other as `policy_loss/<name>`.
+When the rollout backend reported its own log-probs (`batch.sampler_logprobs`), the first epoch
+logs their gap to the trainer's, and the policy loss of every token is weighted by truncated
+importance sampling, min(pi_old / pi_sampler, rollout.tis_cap) (off with tis_cap=0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.core import (
+    LOSS_OPTIONS,
+    POLICY_LOSSES,
+    RolloutBatch,
+    aggregate_loss,
+    draws_tokens_at_random,
+    iter_minibatches,
+    kl_per_token,
+    loss_options,
+    top_entropy_mask,
+    sampler_gap,
+    tis_weights,
+    value_loss,
+)
+from rlvr.observe.metric_names import (
+    CLIP_FRAC_HIGH,
+    CLIP_FRAC_LOW,
+    ENTROPY,
+    ENTROPY_SELECTED_FRAC,
+    GRAD_NORM,
+    KL,
+    LOSS,
+    LR,
+    POLICY_LOSS_PER_TOKEN,
+    RATIO_FIRST_EPOCH_MAX_DEV,
+    RATIO_MEAN,
+    SAMPLER_KL,
+    SAMPLER_LOGPROB_ABS_DIFF_MAX,
+    SAMPLER_LOGPROB_ABS_DIFF_MEAN,
+    TIS_CAPPED_FRAC,
+    TIS_WEIGHT_MEAN,
+    VALUE_CLIP_FRAC,
+    VALUE_LOSS_PER_TOKEN,
+    policy_loss_metric,
+)
+from rlvr.models.value_model import ValueModel
+from rlvr.parallel.distributed import SINGLE, reduce_metric_sums
+from rlvr.parallel.fsdp import clip_grad_norm
+from rlvr.observe.metrics import MetricSums
+from rlvr.training.values import score_minibatch, value_batch_metrics
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one update did: metric means over the batch and the optimizer step counts."""
+
+    metrics: dict[str, float]  # policy loss, KL, entropy, clip fractions, ratio, loss, grad norm, lr, value/*
+    optimizer_steps: int
+    skipped_nonfinite_updates: int  # steps whose loss or gradient norm was not finite
+
+
+def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, trainable_params,
+                  dist=SINGLE, value_model: ValueModel | None = None, value_warmup: bool = False) -> UpdateResult:
+    """Run the epochs over `batch` (completions start at column `batch.prompt_len`).
+
+    Data-parallel (`dist`): `batch` is this rank's share; the loss denominators are the global
+    counts and gradients are summed over ranks, so the step is the one-process step on all shares
+    (with FSDP, FSDP sums the sharded layers' gradients during backward and the rest are summed here).
+    `value_model` (PPO): `batch` holds old_values and returns; `value_warmup` trains the value alone.
+    """
+    algo, rollout = config.algorithm, config.rollout
+    if batch.advantages is None:
+        raise ValueError("the batch has no advantages: run the advantage stage (with_advantages) first")
+    if value_model is not None and (batch.old_values is None or batch.returns is None):
+        raise ValueError("a value model needs the batch's old_values and returns (with_old_values, then with_advantages)")
+    if value_warmup and value_model is None:
+        raise ValueError("value_warmup trains the value model alone, and there is no value model")
+    num_sequences = len(batch)
+    num_tokens = batch.completion_mask.sum()
+    if dist.enabled:
+        num_sequences = int(dist.sum_scalar(num_sequences))
+        num_tokens = dist.all_reduce(num_tokens)
+    counts = dict(normalize_constant=rollout.max_new_tokens, num_sequences=num_sequences)
+    sums = MetricSums()
+    optimizer_steps = skipped = 0
+    first_epoch_ratio_dev = 0.0  # max |ratio - 1| in the on-policy epoch: 0 unless something is off
+    sampler_gap_max = 0.0  # max |logp_sampler - logp_trainer| over the batch's tokens
+    epoch_batch = batch  # from the second epoch on: a copy that holds the first epoch's log-probs as old
+    device = next(policy.parameters()).device
+    generator = token_generator(algo)  # None unless the loss draws tokens at random
+    counts["num_tokens"] = num_tokens.to(device)
+    # Dropout is off (see rlvr.models), so train mode is deterministic; it is what gradient
+    # checkpointing needs, and checkpointing cannot share one prompt's cache across the group.
+    policy.train(True)
+    if value_model is not None:
+        value_model.train(True)
+    for epoch in range(algo.ppo_epochs):
+        collected_old = []
+        epoch_loss = torch.zeros(())
+        for minibatch in iter_minibatches(epoch_batch, config.optim.minibatch_size, shuffle=False, device=device):
+            mask = minibatch.completion_mask  # [b, L-1]
+            scores = score_minibatch(policy, value_model, minibatch, config, with_logprobs=not value_warmup,
+                                     with_entropy=epoch == 0 or needs_entropy_every_epoch(algo),
+                                     detach_value_input=value_warmup)  # [b, L-1] each
+            loss = torch.zeros((), device=device)
+            if not value_warmup:
+                if epoch_batch.old_logprobs is None:
+                    minibatch_old = scores.logprobs.detach()  # first epoch: exactly the sampling policy
+                    collected_old.append(minibatch_old.to(batch.completion_mask.device))
+                else:
+                    minibatch_old = minibatch.old_logprobs
+                per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums,
+                                                     generator, rollout.tis_cap)  # [b, L-1]
+                first_epoch_ratio_dev = max(first_epoch_ratio_dev, ratio_dev)
+                if epoch == 0 and minibatch.sampler_logprobs is not None:
+                    sampler_gap_max = max(sampler_gap_max, _log_sampler_gap(minibatch_old, minibatch, sums))
+                loss = aggregate_loss(per_token, mask, algo.loss_aggregation, **counts)
+            if value_model is not None:
+                value_part, value_metrics = value_loss(scores.values, minibatch.old_values, minibatch.returns, mask,
+                                                       algo.value_clip or None, algo.loss_aggregation, **counts)
+                loss = loss + algo.vf_coef * value_part
+                sums.add_masked(VALUE_LOSS_PER_TOKEN, value_metrics["per_token_loss"], mask)
+                sums.add_masked(VALUE_CLIP_FRAC, value_metrics["clipped"], mask)
+            loss.backward()
+            epoch_loss = epoch_loss + loss.detach().cpu()
+        if epoch_batch.old_logprobs is None and collected_old:
+            epoch_batch = batch.replace(old_logprobs=torch.cat(collected_old))  # [N, L-1], for later epochs
+        dist.sum_gradients(trainable_params)  # after this every rank holds the global gradient
+        grad_norm = clip_grad_norm(trainable_params, config.optim.max_grad_norm, dist)  # global norm, FSDP shards too
+        loss_value = dist.sum_scalar(float(epoch_loss)) if dist.enabled else float(epoch_loss)
+        sums.add(LOSS, loss_value)
+        if dist.all_true(math.isfinite(loss_value) and math.isfinite(float(grad_norm))):
+            optimizer.step()
+            scheduler.step()
+            optimizer_steps += 1
+            sums.add(GRAD_NORM, float(grad_norm))
+        else:
+            skipped += 1
+        optimizer.zero_grad(set_to_none=True)
+    policy.train(False)
+    if value_model is not None:
+        value_model.train(False)
+    if algo.kl_in_reward > 0 and algo.kl_coef == 0:  # the KL is in the reward only: log it at sampling time
+        sums.add_masked(KL, kl_per_token(batch.old_logprobs, batch.ref_logprobs, estimator=algo.kl_estimator),
+                        batch.completion_mask)
+    reduce_metric_sums(dist, sums)
+    if dist.enabled:
+        first_epoch_ratio_dev = dist.max_scalar(first_epoch_ratio_dev)
+        sampler_gap_max = dist.max_scalar(sampler_gap_max)
+    metrics = sums.reduce()
+    if batch.sampler_logprobs is not None and not value_warmup:
+        metrics[SAMPLER_LOGPROB_ABS_DIFF_MAX] = sampler_gap_max
+    metrics[LR] = scheduler.get_last_lr()[0]
+    metrics[RATIO_FIRST_EPOCH_MAX_DEV] = first_epoch_ratio_dev
+    if value_model is not None:
+        metrics.update(value_batch_metrics(batch, dist))
+    return UpdateResult(metrics=metrics, optimizer_steps=optimizer_steps, skipped_nonfinite_updates=skipped)
+
+
+# Loss metrics with a name of their own; any other metric a loss returns is `policy_loss/<its key>`.
+LOSS_METRIC_NAMES = {"ratio": RATIO_MEAN, "clipped_low": CLIP_FRAC_LOW, "clipped_high": CLIP_FRAC_HIGH}
+
+
+def needs_entropy_every_epoch(algo) -> bool:
+    """Whether later epochs need the entropies too (the bonus, or the top-entropy token selection)."""
+    return algo.entropy_coef > 0 or algo.entropy_top_fraction < 1
+
+
+def token_generator(algo) -> torch.Generator | None:
+    """A CPU generator for a loss that selects tokens at random, seeded from torch's global RNG.
+
+    The global RNG state is saved in every checkpoint, so a resumed run draws the same seeds; a
+    loss that draws nothing leaves the global RNG untouched.
+    """
+    if not draws_tokens_at_random(POLICY_LOSSES.get(algo.policy_loss)):
+        return None
+    seed = int(torch.randint(0, 2**62, (1,)))
+    return torch.Generator().manual_seed(seed)
+
+
+def log_loss_metrics(sums: MetricSums, loss_metrics: dict[str, torch.Tensor], mask: torch.Tensor) -> None:
+    """Every metric a loss returns: [b, T] tensors as token means over `mask`, scalars as they are."""
+    for key, value in loss_metrics.items():
+        name = LOSS_METRIC_NAMES.get(key, policy_loss_metric(key))
+        if value.dim() == 0:
+            sums.add(name, value)
+        else:
+            sums.add_masked(name, value, mask)
+
+
+def _log_sampler_gap(trainer_logprobs: torch.Tensor, minibatch: RolloutBatch, sums: MetricSums) -> float:
+    """Adds the mean |logp_sampler - logp_trainer| and the sampler KL to `sums`; returns the largest |gap|."""
+    mask = minibatch.completion_mask  # [b, L-1]
+    gap = sampler_gap(trainer_logprobs, minibatch.sampler_logprobs)  # [b, L-1] each
+    sums.add_masked(SAMPLER_LOGPROB_ABS_DIFF_MEAN, gap.abs_diff, mask)
+    sums.add_masked(SAMPLER_KL, gap.kl, mask)
+    return float((gap.abs_diff * mask).max()) if mask.numel() else 0.0
+
+
+def _policy_terms(scores, old_logprobs: torch.Tensor, minibatch: RolloutBatch, algo, epoch: int,
+                  sums: MetricSums, generator: torch.Generator | None = None,
+                  tis_cap: float = 0.0) -> tuple[torch.Tensor, float]:
+    """The per-token policy loss (TIS-weighted when the sampler's log-probs are there and tis_cap > 0) plus
+    the KL and entropy terms, [b, L-1], and max |ratio - 1| in the first epoch; adds the policy metrics to `sums`."""
+    mask = minibatch.completion_mask  # [b, L-1]
+    loss_fn = POLICY_LOSSES.get(algo.policy_loss)
+    options = loss_options(loss_fn, {name: getattr(algo, name) for name in LOSS_OPTIONS})
+    if generator is not None:
+        options["generator"] = generator
+    per_token, loss_metrics = loss_fn(
+        scores.logprobs, old_logprobs, minibatch.advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
+        **options,
+    )  # [b, L-1]
+    if minibatch.sampler_logprobs is not None and tis_cap > 0:
+        weights = tis_weights(old_logprobs, minibatch.sampler_logprobs, tis_cap)  # [b, L-1]
+        per_token = per_token * weights
+        if epoch == 0:
+            sums.add_masked(TIS_WEIGHT_MEAN, weights, mask)
+            sums.add_masked(TIS_CAPPED_FRAC, (weights >= tis_cap).float(), mask)
+    if algo.entropy_top_fraction < 1:
+        selected = top_entropy_mask(scores.entropy, mask, algo.entropy_top_fraction)  # [b, L-1] bool
+        per_token = torch.where(selected, per_token, torch.zeros_like(per_token))  # [b, L-1]
+        if epoch == 0:
+            sums.add_masked(ENTROPY_SELECTED_FRAC, selected.float(), mask)
+    sums.add_masked(POLICY_LOSS_PER_TOKEN, per_token, mask)
+    if algo.kl_coef > 0:
+        kl = kl_per_token(scores.logprobs, minibatch.ref_logprobs, estimator=algo.kl_estimator)  # [b, L-1]
+        per_token = per_token + algo.kl_coef * kl
+        if epoch == 0:
+            sums.add_masked(KL, kl, mask)
+    if algo.entropy_coef > 0:
+        per_token = per_token - algo.entropy_coef * scores.entropy
+    if epoch == 0:
+        sums.add_masked(ENTROPY, scores.entropy, mask)
+    log_loss_metrics(sums, loss_metrics, mask)
+    ratio_dev = 0.0
+    if "ratio" in loss_metrics and epoch == 0:
+        ratio_dev = float(((loss_metrics["ratio"].detach() - 1).abs() * mask).max())
+    return per_token, ratio_dev

@@ -1,0 +1,317 @@
+"""`rlvr check --reward`: hackable toy tasks fail on the kind that hacks them, a sound task passes,
+a broken positive control and a slow verdict are reported, and the CLI runs without loading a model."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import rlvr.check_reward as check_reward
+from rlvr.check_reward import run_reward_audit, write_audit_json
+from rlvr.cli import main
+from rlvr.config import load_config
+from rlvr.reward_kinds import AnswerFormat, AuditPrompt, answer_format, neighbours
+from rlvr.tasks import Example, Verdict, register_task, weighted_total
+from rlvr.tasks.verification.answers import answer_tag_spans, first_answer_tag
+
+
+class ToyTask:
+    """Numbers to copy into tags; `pays(completion, truth)` -> (answer, format) decides the verdict."""
+
+    component_names = ("answer", "format")
+    stop_strings = ()
+    prompt = "Copy {n} into <answer></answer> tags. {n} plus 3 is {m}."
+
+    def __init__(self, reward_weights=None):
+        self.weights = {"answer": 1.0, "format": 0.5, **(reward_weights or {})}
+
+    def examples(self, split, count, seed):
+        return [Example(prompt=self.prompt.format(n=40 + i, m=43 + i), ground_truth=str(40 + i))
+                for i in range(count)]
+
+    def iter_eval(self):
+        return iter(self.examples("eval", 4, 0))
+
+    def pays(self, completion, truth):
+        answer = first_answer_tag(completion)
+        return float(answer == truth), float(answer is not None and answer.isdigit())
+
+    def score(self, completion, example):
+        answer, form = self.pays(completion, str(example.ground_truth))
+        components = {"answer": answer, "format": form}
+        return Verdict(components=components, total=weighted_total(components, self.weights), status="ok",
+                       verifier=self.name, version="1", correct=answer == 1.0)
+
+
+class AnyTagTask(ToyTask):
+    """Pays correctness for any completion holding `<answer>`: the hack the audit exists for."""
+
+    name = "audit_any_tag"
+
+    def pays(self, completion, truth):
+        return float("<answer>" in completion), 0.0
+
+
+class AnySpanTask(ToyTask):
+    """Pays when any of the tag spans holds the truth: tag spam covers the answer space."""
+
+    name = "audit_any_span"
+
+    def pays(self, completion, truth):
+        spans = [completion[s:e].strip() for s, e in answer_tag_spans(completion)]
+        return float(truth in spans), 0.0
+
+
+class SoundTask(ToyTask):
+    """Correctness for the first span equal to the truth; the format bonus (0.5) only for a right answer."""
+
+    name = "audit_sound"
+
+    def pays(self, completion, truth):
+        answer, form = super().pays(completion, truth)
+        return answer, form * answer
+
+
+class EmptyTagFormatTask(ToyTask):
+    """The format bonus paid for any complete tag pair, empty ones too."""
+
+    name = "audit_empty_tag_format"
+
+    def pays(self, completion, truth):
+        answer = first_answer_tag(completion)
+        return float(answer == truth), float(answer is not None)
+
+
+class BoxedOnlyTask(ToyTask):
+    """Asks for tags but reads only \\boxed{}: the right answer in the asked format earns nothing."""
+
+    name = "audit_boxed_only"
+
+    def pays(self, completion, truth):
+        return float(f"\\boxed{{{truth}}}" in completion), 0.0
+
+
+class HalfCreditTask(ToyTask):
+    """The right answer earns only 0.5 of the correctness component, and only for truths below 43."""
+
+    name = "audit_half_credit"
+
+    def pays(self, completion, truth):
+        answer, _ = super().pays(completion, truth)
+        return answer * (0.5 if int(truth) < 43 else 1.0), 0.0
+
+
+class EchoFormatTask(SoundTask):
+    """The format bonus for any text holding `<answer>` with something after it: the echoed prompt too."""
+
+    name = "audit_echo_format"
+
+    def pays(self, completion, truth):
+        answer, _ = super().pays(completion, truth)
+        return answer, float("<answer>" in completion and len(completion) > 20)
+
+
+class SlowOnLongTask(SoundTask):
+    name = "audit_slow_on_long"
+
+    def pays(self, completion, truth):
+        if len(completion) > 50_000:
+            time.sleep(0.05)
+        return super().pays(completion, truth)
+
+
+for _toy in (AnyTagTask, AnySpanTask, SoundTask, EmptyTagFormatTask, BoxedOnlyTask, HalfCreditTask, EchoFormatTask,
+             SlowOnLongTask):
+    register_task(_toy.name, _toy)
+
+
+def audit(name, prompts=6, **options):
+    return run_reward_audit(load_config(None, [f"task.name={name}", "train.eval_size=0"]), prompts=prompts, **options)
+
+
+def failing_kinds(result):
+    return {line.split(":", 1)[0] for line in result.failures}
+
+
+def test_a_verifier_that_pays_any_tag_fails_on_the_kinds_without_an_answer():
+    result = audit(AnyTagTask.name)
+    assert not result.passed
+    # Every kind written in the tags earns correctness; the ones without a tag do not.
+    assert {"tags_empty", "tags_prompt", "echo", "guess_small", "neighbour", "hostile"} <= failing_kinds(result)
+    assert not {"empty", "whitespace", "long_text", "control"} & failing_kinds(result)
+    assert result.kinds["tags_empty"].main == 6 and result.kinds["empty"].main == 0
+    assert "tags_empty: earns correctness on 100% of prompts" in result.failures
+
+
+def test_a_sound_verifier_passes_with_the_control_fully_paid():
+    result = audit(SoundTask.name)
+    assert result.failures == [], result.failures
+    control = result.kinds["control"]
+    assert control.prompts == 6 and control.main_full == 6 and control.mean_total == pytest.approx(1.5)
+    assert result.kinds["guess_small"].formats == {} and result.kinds["guess_small"].any_reward == 0
+    assert control.formats == {}  # its format bonus comes with correctness: no hack
+
+
+def test_format_bonus_for_an_empty_tag_pair_fails_and_no_allowance_covers_it(monkeypatch):
+    result = audit(EmptyTagFormatTask.name)
+    assert "tags_empty: earns format without correctness on 100% of prompts" in result.failures
+    assert "tags_empty" in failing_kinds(result) and "empty" not in failing_kinds(result)
+    monkeypatch.setitem(check_reward.FORMAT_ALLOWANCES, EmptyTagFormatTask.name, {"format": "shaping"})
+    allowed = audit(EmptyTagFormatTask.name)
+    assert "tags_empty" in failing_kinds(allowed)  # a kind without an answer is never allowed a format bonus
+    assert "guess_small" not in failing_kinds(allowed)
+    assert any(line.startswith("guess_small: earns format") for line in allowed.allowed)
+
+
+def test_a_verifier_that_accepts_any_tag_span_is_caught_by_tag_spam_only():
+    result = audit(AnySpanTask.name)
+    assert failing_kinds(result) == {"tag_spam"}
+    assert result.kinds["neighbour"].main == 0 and result.kinds["tag_spam"].main == 6
+
+
+def test_a_control_the_task_cannot_read_is_a_failure_of_the_audit():
+    result = audit(BoxedOnlyTask.name)
+    assert any(line.startswith("control: the ground truth in the asked format earned the full correctness "
+                               "reward on 0 of 6 prompts") for line in result.failures)
+    assert result.kinds["control"].main_full == 0
+
+
+def test_a_control_paid_in_part_fails():
+    result = audit(HalfCreditTask.name)  # truths 40..45: 0.5 for 40, 41, 42, full for 43, 44, 45
+    assert result.kinds["control"].main == 6 and result.kinds["control"].main_full == 3
+    assert any(line.startswith("control: the ground truth in the asked format earned the full correctness "
+                               "reward on 3 of 6 prompts") for line in result.failures)
+
+
+def test_a_control_paid_on_some_prompts_only_fails():
+    result = audit(HalfCreditTask.name, prompts=3)  # truths 40, 41, 42: each paid 0.5, none in full
+    assert result.kinds["control"].main == 3 and not result.passed
+    assert failing_kinds(result) == {"control"}
+
+
+def test_an_allowance_never_covers_the_echoed_prompt(monkeypatch):
+    monkeypatch.setitem(check_reward.FORMAT_ALLOWANCES, EchoFormatTask.name, {"format": "shaping"})
+    result = audit(EchoFormatTask.name)
+    assert {"echo", "tags_prompt"} <= failing_kinds(result)
+    assert "long_tail" not in failing_kinds(result) and "control" not in failing_kinds(result)
+
+
+def test_a_slow_verdict_fails_and_names_its_kind():
+    result = audit(SlowOnLongTask.name, max_verdict_seconds=0.03)
+    assert {"long_text", "long_tail"} <= failing_kinds(result)
+    assert "empty" not in failing_kinds(result)
+    assert result.kinds["long_text"].slowest_seconds >= 0.05
+    assert audit(SlowOnLongTask.name, max_verdict_seconds=5).passed
+
+
+def test_json_holds_the_per_kind_numbers(tmp_path):
+    path = tmp_path / "audit.json"
+    write_audit_json(audit(EmptyTagFormatTask.name), path)
+    data = json.loads(path.read_text())
+    assert data["passed"] is False and data["main_component"] == "answer"
+    tags_empty, control = data["kinds"]["tags_empty"], data["kinds"]["control"]
+    assert tags_empty["prompts"] == 6 and tags_empty["completions"] == 12  # `<answer></answer>` and `<answer> </answer>`
+    assert tags_empty["main_rate"] == 0 and tags_empty["format_rates"] == {"format": 1.0}
+    assert tags_empty["any_reward_rate"] == 1.0 and tags_empty["mean_total"] == pytest.approx(0.5)
+    assert control["main_rate"] == 1.0 and control["mean_total"] == pytest.approx(1.5)
+    assert control["format_rates"] == {}  # paid with correctness, so not counted as a format hack
+    assert tags_empty["example"] == "'<answer></answer>'"
+
+
+def test_neighbours_differ_from_the_truth_in_value():
+    item = AuditPrompt(prompt="", truth="1", form=AnswerFormat("tags", "<answer>{answer}</answer>"))
+    assert item.wrong(["1.0", "1.00", "01", "2", "2"]) == ["<answer>2</answer>"]
+    assert neighbours("12") == ["13", "11", "120", "-12", "12.000001"]
+    assert neighbours("3/4") == ["7/4", "-1/4", "15/2", "-3/4", "0.75000001"]
+    assert all(not item.equals_truth(a) for a in neighbours("1"))
+    assert neighbours("abc") == ["ab", "abcc", "cba", "ABC", "abc x"]
+    # LaTeX: the last digit, not the closing brace (a doubled brace leaves the boxed answer unchanged)
+    assert neighbours("5\\sqrt{2}")[:2] == ["5\\sqrt{}", "5\\sqrt{22}"]
+    assert neighbours("(1, 2)")[:2] == ["(1, )", "(1, 22)"]
+    assert "2*8 + 5 + 3" not in neighbours("3 + 5 + 8*2")  # an expression reversed can be the same answer
+
+
+@pytest.mark.parametrize("prompt, form", [
+    ("The answer is enclosed within <answer> </answer> tags.\nUser: q\nAssistant: <think>", "think_then_answer_tags"),
+    ("Copy 5 into <answer></answer> tags.", "answer_tags"),
+    ("Put the final answer in \\boxed{}.", "boxed"),
+    ("End with #### N.", "hashes"),
+    ("What is 2 + 2?", "plain"),
+])
+def test_answer_format_read_from_the_instruction(prompt, form):
+    assert answer_format(prompt).name == form
+    # a task's own convention applies only where the prompt asks for no format
+    assert answer_format(prompt, "boxed").name == ("boxed" if form == "plain" else form)
+
+
+def test_unasked_answer_format_must_be_known():
+    with pytest.raises(ValueError, match="unknown answer format 'latex'; valid formats: .*boxed"):
+        answer_format("What is 2 + 2?", "latex")
+
+
+def test_math_question_only_audit_answers_in_boxed(tmp_path):
+    """MATH answers are LaTeX: bare, `3\\sqrt{2}` would be read by its last number (2) and the
+    control would fail; the audit writes them in `\\boxed{}` as the data's solutions do. The neighbour
+    doubles the last digit (`3\\sqrt{22}`), not the brace (`\\boxed{3\\sqrt{2}}}` holds the truth)."""
+    data = tmp_path / "math.jsonl"
+    rows = [{"problem": f"Simplify the square root of {2 * i * i}.", "answer": f"{i}\\sqrt{{2}}"} for i in range(3, 15)]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = load_config(None, ["task.name=math", f"task.options.path={data}", "task.options.prompt=question_only",
+                                "train.eval_size=0"])
+    audit = run_reward_audit(config, prompts=4, kinds=["control", "neighbour"])
+    assert audit.answer_format == "boxed" and not audit.failures
+    control, neighbour = audit.kinds["control"], audit.kinds["neighbour"]
+    assert control.share(control.main_full) == 1.0 and neighbour.share(neighbour.main) == 0.0 and neighbour.completions
+
+
+def test_cli_reward_audit_on_format_copy_loads_no_model(monkeypatch, capsys, tmp_path):
+    import transformers
+
+    import rlvr.models
+    import rlvr.run.setup
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("rlvr check --reward loaded a model")
+
+    monkeypatch.setattr(rlvr.run.setup, "load_run_model", no_model)
+    monkeypatch.setattr(rlvr.models, "load_policy", no_model)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_model)
+    started = time.perf_counter()
+    code = main(["check", "configs/format_copy_grpo.yaml", "--reward", "--prompts", "8", "--json",
+                 str(tmp_path / "a.json")])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert time.perf_counter() - started < 30
+    assert "no kind earns unearned reward" in printed and "tags_empty" in printed
+    assert json.loads((tmp_path / "a.json").read_text())["kinds"]["tags_empty"]["any_reward_rate"] == 0
+
+
+def test_cli_reward_audit_exits_1_on_a_hackable_task(capsys):
+    assert main(["check", f"task.name={AnyTagTask.name}", "train.eval_size=0", "--reward", "--prompts", "4"]) == 1
+    assert "FAILED: " in capsys.readouterr().out
+
+
+def test_own_allowances_join_the_family_ones():
+    result = check_reward.KindResult("neighbour", prompts=4, formats={"tag": 4, "format": 4})
+    failures, allowed = check_reward.judge_results({"neighbour": result}, "reasoning_gym", 0.05, 15.0,
+                                                   {"tag": "shaping"})
+    assert failures == [] and len(allowed) == 2 and "(allowed: shaping)" in allowed[1]
+    failures, _ = check_reward.judge_results({"neighbour": result}, "reasoning_gym", 0.05, 15.0)
+    assert failures == ["neighbour: earns tag without correctness on 100% of prompts"]
+
+
+def test_a_task_of_its_own_declares_its_format_allowance(monkeypatch):
+    """examples/reverse_words.py pays `tag` for any word in the first tag pair and says so in
+    `format_allowances`: the audit passes, listing it; without the declaration it fails on it."""
+    from rlvr.tasks import build_task
+
+    config = load_config("examples/reverse_words.yaml", [])
+    audit = run_reward_audit(config, prompts=4, kinds=["control", "neighbour", "echo", "tags_empty"])
+    assert not audit.failures and [line.split(":")[0] for line in audit.allowed] == ["neighbour"]
+    assert audit.kinds["echo"].any_reward == 0 and audit.kinds["tags_empty"].any_reward == 0
+    task_class = type(build_task(config.task.name, options=dict(config.task.options), use_chat_template=False))
+    monkeypatch.setattr(task_class, "format_allowances", {})
+    failed = run_reward_audit(config, prompts=4, kinds=["control", "neighbour"])
+    assert failed.failures == ["neighbour: earns tag without correctness on 100% of prompts"]
