@@ -1156,6 +1156,19 @@ LEFTOVERS = [
         ("            if name in self.renamed:", "            if name in self._items:"),
         tests=("tests/core/test_policy_losses.py", "tests/core/test_advantages.py"),
     ),
+    mutation(
+        "sft_rows_prompts_right_padded", "rlvr/core/masks.py",
+        "SFT rows put each prompt at column 0 (right-padded) instead of ending every prompt at column P",
+        ("start, end = width_prompt - len(prompt), width_prompt + len(completion)",
+         "start, end = 0, len(prompt) + len(completion)"),
+        tests=("tests/core/test_masks.py", "tests/training/test_sft.py"),
+    ),
+    mutation(
+        "sft_empty_prompt_scores_its_first_token", "rlvr/core/masks.py",
+        "a response after an empty prompt has its first token scored from a padding position",
+        ("        if not prompt and completion:\n", "        if False:\n"),
+        tests=("tests/core/test_masks.py", "tests/training/test_sft.py"),
+    ),
 ]
 
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA

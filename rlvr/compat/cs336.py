@@ -11,17 +11,17 @@ this module follows the course:
   response tokens makes the loss NaN, as in the course.
 
 Everything else delegates to `rlvr.core` (the same math the loop runs): the clipped surrogate,
-REINFORCE, log-probs, entropy and the prompt / output tokenizer.
+REINFORCE, the log-prob kernel and entropy. The training loop and SFT never call this module: they
+score completions through `rlvr.models.completion_logprobs`.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
-from rlvr.core.logprobs import compute_entropy, get_response_log_probs
-from rlvr.core.masks import tokenize_prompt_and_output
+from rlvr.core.logprobs import DEFAULT_MAX_CHUNK_BYTES, _logprobs_and_entropy, compute_entropy
 from rlvr.core.policy_losses import Metrics, grpo_clip_loss, grpo_no_clip_loss, reinforce_per_token
 
 __all__ = [
@@ -54,6 +54,57 @@ def masked_normalize(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None =
     """sum(tensor * mask, dim) / normalize_constant (dim=None sums everything)."""
     masked = tensor * mask
     return (masked.sum() if dim is None else masked.sum(dim)) / normalize_constant
+
+
+def tokenize_prompt_and_output(
+    prompt_strs: Sequence[str], output_strs: Sequence[str], tokenizer: Any
+) -> dict[str, torch.Tensor]:
+    """Tokenize prompts and outputs separately and concatenate them.
+
+    Each row is prompt ids + output ids (no special tokens added), right-padded with
+    `tokenizer.pad_token_id` to the longest row, length M. Returns
+    input_ids [B, M-1] (the row without its last token), labels [B, M-1] (without its first token)
+    and response_mask [B, M-1] bool, True where the label is an output token.
+    """
+    if len(prompt_strs) != len(output_strs):
+        raise ValueError(f"{len(prompt_strs)} prompts but {len(output_strs)} outputs")
+    if tokenizer.pad_token_id is None:
+        raise ValueError("tokenizer has no pad_token_id; set one (for example to the EOS id)")
+    prompt_ids = [tokenizer.encode(text, add_special_tokens=False) for text in prompt_strs]
+    output_ids = [tokenizer.encode(text, add_special_tokens=False) for text in output_strs]
+    row_lengths = [len(p) + len(o) for p, o in zip(prompt_ids, output_ids)]
+    max_len = max(row_lengths, default=0)
+    if max_len < 2:
+        raise ValueError("every batch needs at least one row of 2 or more tokens")
+    full_ids = torch.full((len(prompt_ids), max_len), tokenizer.pad_token_id, dtype=torch.long)  # [B, M]
+    is_output = torch.zeros((len(prompt_ids), max_len), dtype=torch.bool)  # [B, M]
+    for row, (prompt, output) in enumerate(zip(prompt_ids, output_ids)):
+        full_ids[row, : len(prompt) + len(output)] = torch.tensor(prompt + output, dtype=torch.long)
+        is_output[row, len(prompt) : len(prompt) + len(output)] = True
+    return {
+        "input_ids": full_ids[:, :-1],  # [B, M-1]
+        "labels": full_ids[:, 1:],  # [B, M-1]
+        "response_mask": is_output[:, 1:],  # [B, M-1]
+    }
+
+
+def get_response_log_probs(
+    model: Any,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    return_token_entropy: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Log-probs of `labels` under `model(input_ids)`, unmasked.
+
+    input_ids [B, L], labels [B, L] (already shifted, see `tokenize_prompt_and_output`) ->
+    {"log_probs": [B, L], "token_entropy": [B, L] (only if requested)}.
+    """
+    logits = model(input_ids).logits  # [B, L, V]
+    logprobs, _ = _logprobs_and_entropy(logits, labels, 1.0, DEFAULT_MAX_CHUNK_BYTES, with_entropy=False)
+    result = {"log_probs": logprobs}  # [B, L]
+    if return_token_entropy:
+        result["token_entropy"] = compute_entropy(logits)  # [B, L]
+    return result
 
 
 def compute_group_normalized_rewards(

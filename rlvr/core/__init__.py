@@ -23,7 +23,6 @@ from rlvr.core.logprobs import (
     compute_entropy,
     compute_per_token_logprobs,
     compute_per_token_logprobs_and_entropy,
-    get_response_log_probs,
     logprobs_from_logits,
     position_ids_from_attention_mask,
 )
@@ -32,7 +31,7 @@ from rlvr.core.masks import (
     masked_mean,
     masked_mean_per_row,
     masked_normalize,
-    tokenize_prompt_and_output,
+    prompt_completion_rows,
     top_entropy_mask,
 )
 from rlvr.core.policy_losses import (
@@ -85,7 +84,6 @@ __all__ = [
     "explained_variance_from_sums",
     "explained_variance_sums",
     "gae_advantages",
-    "get_response_log_probs",
     "grpo_clip_loss",
     "head_logprobs",
     "iter_minibatches",
@@ -94,6 +92,7 @@ __all__ = [
     "masked_mean",
     "masked_mean_per_row",
     "masked_normalize",
+    "prompt_completion_rows",
     "masked_whiten",
     "maybe_normalize_advantages",
     "no_contrast",
@@ -101,6 +100,5 @@ __all__ = [
     "position_ids_from_attention_mask",
     "reinforce_per_token",
     "terminal_token_rewards",
-    "tokenize_prompt_and_output",
     "value_loss",
 ]

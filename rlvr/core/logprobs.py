@@ -189,22 +189,3 @@ def compute_per_token_logprobs_and_entropy(
     )
     assert entropy is not None
     return logprobs, entropy
-
-
-def get_response_log_probs(
-    model: Any,
-    input_ids: torch.Tensor,
-    labels: torch.Tensor,
-    return_token_entropy: bool = False,
-) -> dict[str, torch.Tensor]:
-    """CS336 assignment 5: log-probs of `labels` under `model(input_ids)`, unmasked.
-
-    input_ids [B, L], labels [B, L] (already shifted, see `tokenize_prompt_and_output`) ->
-    {"log_probs": [B, L], "token_entropy": [B, L] (only if requested)}.
-    """
-    logits = model(input_ids).logits  # [B, L, V]
-    logprobs, _ = _logprobs_and_entropy(logits, labels, 1.0, DEFAULT_MAX_CHUNK_BYTES, with_entropy=False)
-    result = {"log_probs": logprobs}  # [B, L]
-    if return_token_entropy:
-        result["token_entropy"] = compute_entropy(logits)  # [B, L]
-    return result

@@ -1,4 +1,4 @@
-"""Completion masks, masked reductions, and prompt/output tokenization for supervised losses.
+"""Completion masks, masked reductions, and token lists laid out as prompt / completion rows.
 
 Masks follow the log-prob alignment of `rlvr.core.logprobs`: column t of a [B, L-1] mask refers to
 token t+1. Padding is read from the attention mask, never from token ids (pad may equal EOS).
@@ -7,7 +7,7 @@ Masked reductions use `torch.where`, so masked positions may hold anything (inf,
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
@@ -74,36 +74,38 @@ def masked_normalize(
     return total / normalize_constant
 
 
-def tokenize_prompt_and_output(
-    prompt_strs: Sequence[str], output_strs: Sequence[str], tokenizer: Any
-) -> dict[str, torch.Tensor]:
-    """CS336 assignment 5: tokenize prompts and outputs separately and concatenate them.
+def prompt_completion_rows(
+    prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], fill_id: int
+) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
+    """Token lists in the rollout layout: each prompt left-padded to width P, its completion right-padded after.
 
-    Each row is prompt ids + output ids (no special tokens added), right-padded with
-    `tokenizer.pad_token_id` to the longest row, length M. Returns
-    input_ids [B, M-1] (the row without its last token), labels [B, M-1] (without its first token)
-    and response_mask [B, M-1] bool, True where the label is an output token.
+    -> (input_ids [N, P+C] long, attention_mask [N, P+C] long, P, completion_mask [N, P+C-1] float), the
+    layout `build_completion_mask` and the completion log-prob path read: completion token k of row i sits
+    at column P+k and is scored at column P+k-1. A row with an empty prompt has nothing to score its first
+    completion token from, so that token is taken as the prompt (and not scored).
     """
-    if len(prompt_strs) != len(output_strs):
-        raise ValueError(f"{len(prompt_strs)} prompts but {len(output_strs)} outputs")
-    if tokenizer.pad_token_id is None:
-        raise ValueError("tokenizer has no pad_token_id; set one (for example to the EOS id)")
-    prompt_ids = [tokenizer.encode(text, add_special_tokens=False) for text in prompt_strs]
-    output_ids = [tokenizer.encode(text, add_special_tokens=False) for text in output_strs]
-    row_lengths = [len(p) + len(o) for p, o in zip(prompt_ids, output_ids)]
-    max_len = max(row_lengths, default=0)
-    if max_len < 2:
-        raise ValueError("every batch needs at least one row of 2 or more tokens")
-    full_ids = torch.full((len(prompt_ids), max_len), tokenizer.pad_token_id, dtype=torch.long)  # [B, M]
-    is_output = torch.zeros((len(prompt_ids), max_len), dtype=torch.bool)  # [B, M]
-    for row, (prompt, output) in enumerate(zip(prompt_ids, output_ids)):
-        full_ids[row, : len(prompt) + len(output)] = torch.tensor(prompt + output, dtype=torch.long)
-        is_output[row, len(prompt) : len(prompt) + len(output)] = True
-    return {
-        "input_ids": full_ids[:, :-1],  # [B, M-1]
-        "labels": full_ids[:, 1:],  # [B, M-1]
-        "response_mask": is_output[:, 1:],  # [B, M-1]
-    }
+    if len(prompt_ids) != len(completion_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
+    prompts, completions = [], []
+    for prompt, completion in zip(prompt_ids, completion_ids):
+        prompt, completion = list(prompt), list(completion)
+        if not prompt and completion:
+            prompt, completion = completion[:1], completion[1:]
+        prompts.append(prompt)
+        completions.append(completion)
+    width_prompt = max((len(p) for p in prompts), default=0)
+    width_completion = max((len(c) for c in completions), default=0)
+    if width_prompt < 1 or width_completion < 1:
+        raise ValueError("every batch needs a prompt token and a completion token to score")
+    num_rows, width = len(prompts), width_prompt + width_completion
+    input_ids = torch.full((num_rows, width), fill_id, dtype=torch.long)  # [N, P+C]
+    attention_mask = torch.zeros((num_rows, width), dtype=torch.long)  # [N, P+C]
+    for row, (prompt, completion) in enumerate(zip(prompts, completions)):
+        start, end = width_prompt - len(prompt), width_prompt + len(completion)
+        input_ids[row, start:end] = torch.tensor(prompt + completion, dtype=torch.long)
+        attention_mask[row, start:end] = 1
+    completion_mask = build_completion_mask(input_ids, attention_mask, width_prompt)  # [N, P+C-1]
+    return input_ids, attention_mask, width_prompt, completion_mask
 
 
 QUANTILE_MAX_ELEMENTS = 2**24  # torch.quantile refuses larger inputs; above it the same value comes from a sort

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import torch
 
 from rlvr.core.head_logprobs import head_logprobs
+from rlvr.core.masks import prompt_completion_rows
 from rlvr.core.logprobs import (
     DEFAULT_MAX_CHUNK_BYTES,
     compute_per_token_logprobs_and_entropy,
@@ -191,3 +192,35 @@ def _completion_columns(per_completion_token: torch.Tensor, length: int, prompt_
     num_rows = per_completion_token.shape[0]
     prompt_columns = per_completion_token.new_zeros(num_rows, prompt_len - 1)  # [N, P-1]
     return torch.cat([prompt_columns, per_completion_token], dim=1)  # [N, L-1]
+
+
+def response_logprobs(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    responses: list[str],
+    *,
+    enable_grad: bool = True,
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-probs (and entropies) of given responses after given prompts, through the completion path.
+
+    SFT's loss and the generation logs' entropy use this, so they score tokens exactly as the RL loop
+    does (one decoder pass, the LM head only at response tokens, upcast in chunks). Prompt and response
+    are tokenized apart (no special tokens added) and joined as ids, the response right after its
+    prompt. -> (logprobs [N, L-1], entropy [N, L-1], response_mask [N, L-1] float), laid out like
+    `rlvr.core.compute_per_token_logprobs` (column t scores token t+1), 0 outside the mask.
+    """
+    fill_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if fill_id is None:
+        raise ValueError("tokenizer has neither a pad token nor an EOS token to pad rows with")
+    prompt_ids = [tokenizer.encode(text, add_special_tokens=False) for text in prompts]
+    response_ids = [tokenizer.encode(text, add_special_tokens=False) for text in responses]
+    input_ids, attention_mask, prompt_len, mask = prompt_completion_rows(prompt_ids, response_ids, fill_id)
+    device = next(model.parameters()).device
+    input_ids, attention_mask, mask = input_ids.to(device), attention_mask.to(device), mask.to(device)
+    logprobs, entropy = compute_completion_logprobs(
+        model, input_ids, attention_mask, prompt_len, enable_grad=enable_grad, with_entropy=with_entropy,
+        completion_mask=mask,
+    )  # [N, L-1] each
+    return logprobs, entropy, mask

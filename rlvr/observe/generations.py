@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from rlvr.core import get_response_log_probs, masked_mean, tokenize_prompt_and_output
+from rlvr.core import masked_mean
+from rlvr.models.completion_logprobs import response_logprobs
 from rlvr.observe.metric_names import (
     GEN_ACCURACY,
     GEN_ENTROPY,
@@ -37,12 +38,8 @@ def response_entropy(model, tokenizer, prompts: list[str], responses: list[str])
             if not response:
                 entropies.append(math.nan)
                 continue
-            batch = tokenize_prompt_and_output([prompt], [response], tokenizer)
-            device = next(model.parameters()).device
-            out = get_response_log_probs(model, batch["input_ids"].to(device), batch["labels"].to(device),
-                                         return_token_entropy=True)
-            mask = batch["response_mask"].to(device)  # [1, T]
-            entropies.append(float(masked_mean(out["token_entropy"], mask)))
+            _, entropy, mask = response_logprobs(model, tokenizer, [prompt], [response], enable_grad=False)
+            entropies.append(float(masked_mean(entropy, mask)))
     return entropies
 
 

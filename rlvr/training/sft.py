@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from rlvr.config import Config, load_run_config
-from rlvr.core import get_response_log_probs, masked_normalize, tokenize_prompt_and_output
+from rlvr.core import masked_normalize, prompt_completion_rows
 from rlvr.observe.metric_names import (
     DATA_SIZE,
     DATA_SIZE_BEFORE_FILTER,
@@ -38,6 +38,7 @@ from rlvr.observe.metric_names import (
     UNIX_TIME,
 )
 from rlvr.models import trainable_parameters
+from rlvr.models.completion_logprobs import response_logprobs
 from rlvr.rollout import score_completions
 from rlvr.tasks.base import Example
 from rlvr.observe.metrics import MetricSums
@@ -65,6 +66,12 @@ def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, normalization
     raise ValueError(f"unknown loss normalization {normalization!r}; valid: token_mean, constant")
 
 
+def _token_lists(tokenizer, pairs: list[dict]) -> tuple[list[list[int]], list[list[int]]]:
+    """Prompt and response ids of `pairs`, tokenized apart as `response_logprobs` does."""
+    return ([tokenizer.encode(p["prompt"], add_special_tokens=False) for p in pairs],
+            [tokenizer.encode(p["response"], add_special_tokens=False) for p in pairs])
+
+
 def filter_correct(pairs: list[dict], task, eos_text: str | None = None) -> list[dict]:
     """The pairs whose response the task's verifier accepts (verdict.correct); the EOS text is not scored."""
     if any(pair["ground_truth"] is None for pair in pairs):
@@ -80,29 +87,27 @@ def filter_correct(pairs: list[dict], task, eos_text: str | None = None) -> list
 def sft_step(policy, tokenizer, optimizer, scheduler, params, pairs: list[dict], *, microbatch_size: int,
              normalization: str, normalize_constant: float, max_grad_norm: float) -> dict:
     """One optimizer step over `pairs` (accumulated in microbatches). -> metrics."""
-    device = next(policy.parameters()).device
     policy.train()
     optimizer.zero_grad(set_to_none=True)
-    batches = [tokenize_prompt_and_output([p["prompt"] for p in pairs[i : i + microbatch_size]],
-                                          [p["response"] for p in pairs[i : i + microbatch_size]], tokenizer)
-               for i in range(0, len(pairs), microbatch_size)]
-    total_tokens = float(sum(b["response_mask"].sum() for b in batches))
+    chunks = [pairs[i : i + microbatch_size] for i in range(0, len(pairs), microbatch_size)]
+    # The token_mean loss divides by the whole batch's response tokens: counted before any backward.
+    masks = [prompt_completion_rows(*_token_lists(tokenizer, chunk), fill_id=0)[3] for chunk in chunks]
+    total_tokens = float(sum(mask.sum() for mask in masks))
     sums = MetricSums()
-    for batch in batches:
-        input_ids, labels = batch["input_ids"].to(device), batch["labels"].to(device)  # [b, T]
-        mask = batch["response_mask"].to(device).float()  # [b, T]
-        out = get_response_log_probs(policy, input_ids, labels, return_token_entropy=True)
-        share = len(input_ids) / len(pairs)  # sequence-mean losses weigh each microbatch by its rows
+    for chunk in chunks:
+        log_probs, entropy, mask = response_logprobs(policy, tokenizer, [p["prompt"] for p in chunk],
+                                                     [p["response"] for p in chunk])  # [b, L-1] each
+        share = len(chunk) / len(pairs)  # sequence-mean losses weigh each microbatch by its rows
         if normalization == "token_mean":
-            loss = sft_loss(out["log_probs"], mask, normalization, token_count=total_tokens)
+            loss = sft_loss(log_probs, mask, normalization, token_count=total_tokens)
         else:
-            loss = sft_loss(out["log_probs"], mask, normalization, normalize_constant) * share
+            loss = sft_loss(log_probs, mask, normalization, normalize_constant) * share
         loss.backward()
         sums.add(LOSS, loss.detach(), 1.0)  # summed below: the batch loss is the sum of the parts
-        sums.add_masked(NLL_PER_TOKEN, -out["log_probs"], mask)
-        sums.add_masked(ENTROPY, out["token_entropy"], mask)
+        sums.add_masked(NLL_PER_TOKEN, -log_probs, mask)
+        sums.add_masked(ENTROPY, entropy, mask)
     metrics = sums.reduce()
-    metrics[LOSS] *= len(batches)
+    metrics[LOSS] *= len(chunks)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     skipped = not torch.isfinite(grad_norm)
     if skipped:

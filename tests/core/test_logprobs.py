@@ -11,9 +11,9 @@ from rlvr.core import (
     compute_entropy,
     compute_per_token_logprobs,
     compute_per_token_logprobs_and_entropy,
-    get_response_log_probs,
     logprobs_from_logits,
 )
+from rlvr.compat.cs336 import get_response_log_probs
 
 VOCAB = 64
 

@@ -10,8 +10,9 @@ from rlvr.core import (
     masked_mean,
     masked_mean_per_row,
     masked_normalize,
-    tokenize_prompt_and_output,
+    prompt_completion_rows,
 )
+from rlvr.compat.cs336 import tokenize_prompt_and_output
 
 PAD = EOS = 2  # pad id equals EOS id, as with many chat models
 
@@ -163,3 +164,20 @@ def test_losses_under_the_mask_ignore_prompt_and_padding_columns():
     by_hand = sum(per_token[row, prompt_len - 1 : prompt_len - 1 + n].sum() for row, n in enumerate(completion_lengths))
     loss = aggregate_loss(garbage, mask, "token_mean")
     assert loss.item() == pytest.approx(by_hand.item() / sum(completion_lengths), abs=1e-9)
+
+
+def test_prompt_completion_rows_left_pad_prompts_and_right_pad_completions():
+    rows = [[5, 6], [7], []]  # the third prompt is empty
+    completions = [[8, 9, 10], [11], [12, 13]]
+    input_ids, attention_mask, prompt_len, mask = prompt_completion_rows(rows, completions, fill_id=PAD)
+    # P = 2 (the empty prompt takes its completion's first token, which nothing before it can score).
+    assert prompt_len == 2
+    assert input_ids.tolist() == [[5, 6, 8, 9, 10], [PAD, 7, 11, PAD, PAD], [PAD, 12, 13, PAD, PAD]]
+    assert attention_mask.tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 0, 0], [0, 1, 1, 0, 0]]
+    # Column t scores token t+1: completion tokens sit at columns >= P, so they are scored at >= P-1.
+    assert mask.tolist() == [[0, 1, 1, 1], [0, 1, 0, 0], [0, 1, 0, 0]]
+    assert mask.dtype == torch.float32
+    with pytest.raises(ValueError, match="3 prompts but 2 completions"):
+        prompt_completion_rows(rows, completions[:2], fill_id=PAD)
+    with pytest.raises(ValueError, match="a prompt token and a completion token"):
+        prompt_completion_rows([[1]], [[]], fill_id=PAD)

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from rlvr.cli import main
-from rlvr.core import get_response_log_probs, tokenize_prompt_and_output
+from rlvr.compat.cs336 import get_response_log_probs, tokenize_prompt_and_output
+from rlvr.core import prompt_completion_rows
+from rlvr.models.completion_logprobs import response_logprobs
 from rlvr.models import LoraSettings, load_policy, load_trainable
 from rlvr.tasks import FormatCopyTask
 from rlvr.testing import IM_END_TOKEN, build_tiny_model, build_tiny_tokenizer
@@ -44,10 +46,7 @@ def _hand_nll(model, tokenizer):
 
 def test_sft_loss_equals_hand_computed_masked_nll():
     model, tokenizer = build_tiny_model(), build_tiny_tokenizer()
-    batch = tokenize_prompt_and_output(PROMPTS, RESPONSES, tokenizer)
-    with torch.no_grad():
-        log_probs = get_response_log_probs(model, batch["input_ids"], batch["labels"])["log_probs"]  # [B, T]
-    mask = batch["response_mask"]
+    log_probs, _, mask = response_logprobs(model, tokenizer, PROMPTS, RESPONSES, enable_grad=False)  # [B, L-1]
     rows = _hand_nll(model, tokenizer)
     # token_mean: every response token of the batch weighs the same: sum of all NLLs / number of tokens.
     token_mean = sum(sum(r) for r in rows) / sum(len(r) for r in rows)
@@ -61,6 +60,36 @@ def test_sft_loss_equals_hand_computed_masked_nll():
     assert abs(seq_mean - token_mean) > 1e-3
     everything = float(sft_loss(log_probs, torch.ones_like(mask), "token_mean"))
     assert abs(everything - token_mean) > 1e-3
+
+
+def test_sft_scores_responses_on_the_rl_path_as_the_full_logits_path_does():
+    """SFT's log-probs come from the completion path (left-padded prompts, LM head at response tokens only)
+    and equal the course's full-logits path on right-padded rows, token for token, gradients included."""
+    tokenizer = build_tiny_tokenizer()
+    prompts, responses = PROMPTS + [""], RESPONSES + ["ok"]  # an empty prompt: its first token is unscored
+    model = build_tiny_model()
+    log_probs, entropy, mask = response_logprobs(model, tokenizer, prompts, responses)
+    batch = tokenize_prompt_and_output(prompts, responses, tokenizer)
+    full = get_response_log_probs(model, batch["input_ids"], batch["labels"], return_token_entropy=True)
+    for row in range(len(prompts)):
+        ours = log_probs[row][mask[row] != 0]
+        theirs = full["log_probs"][row][batch["response_mask"][row]]
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(entropy[row][mask[row] != 0], full["token_entropy"][row][batch["response_mask"][row]],
+                                   rtol=1e-5, atol=1e-5)
+    ours_grad = torch.autograd.grad((log_probs * mask).sum(), list(model.parameters()), allow_unused=True)
+    theirs_grad = torch.autograd.grad((full["log_probs"] * batch["response_mask"]).sum(), list(model.parameters()),
+                                      allow_unused=True)
+    for one, two in zip(ours_grad, theirs_grad):
+        if one is not None and two is not None:
+            torch.testing.assert_close(one, two, rtol=1e-4, atol=1e-6)
+    # The layout is the RL one: prompts end at column P, so no response token is scored before P-1 ...
+    _, _, prompt_len, expected_mask = prompt_completion_rows(
+        [tokenizer.encode(p, add_special_tokens=False) for p in prompts],
+        [tokenizer.encode(r, add_special_tokens=False) for r in responses], fill_id=tokenizer.pad_token_id)
+    assert torch.equal(mask, expected_mask) and not bool(mask[:, : prompt_len - 1].any())
+    # ... and the counts differ from a mask that scored every response token of the empty-prompt row.
+    assert int(mask.sum()) == sum(len(tokenizer.encode(r, add_special_tokens=False)) for r in responses) - 1
 
 
 def test_accumulated_microbatches_give_the_full_batch_loss_and_gradient():
