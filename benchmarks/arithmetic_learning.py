@@ -48,7 +48,7 @@ from rlvr.observe.metric_names import (CORRECT_FRAC, DISTINCT_COMPLETIONS_FRAC, 
 SIDES = ("rlvr", "trl")
 # rlvr aggregation -> TRL loss_type, and rlvr estimator -> TRL scale_rewards (the GRPO family only).
 TRL_LOSS = {"seq_mean_token_mean": "grpo", "token_mean": "dapo", "seq_mean_token_sum_norm": "dr_grpo"}
-TRL_SCALE = {"grpo": "group", "dr_grpo": "none"}
+TRL_SCALE = {"grpo": "group", "mean_centered": "none"}
 
 
 def run_name(config: str, side: str, seed: int) -> str:

@@ -42,7 +42,7 @@ _preset(
 # GR-REINFORCE: one on-policy pass, group-mean baseline, no importance ratio (so no clipping).
 _preset(
     "gr_reinforce",
-    advantage_estimator="dr_grpo", policy_loss="reinforce", loss_aggregation="seq_mean_token_mean",
+    advantage_estimator="mean_centered", policy_loss="reinforce", loss_aggregation="seq_mean_token_mean",
     ppo_epochs=1, clip_low=0.2, clip_high=0.2, kl_coef=0.04,
     description="group-mean baseline REINFORCE, one on-policy pass, k3 KL",
 )
@@ -57,7 +57,7 @@ _preset(
 # difficulty biases; no KL.
 _preset(
     "dr_grpo",
-    advantage_estimator="dr_grpo", policy_loss="grpo_clip", loss_aggregation="seq_mean_token_sum_norm",
+    advantage_estimator="mean_centered", policy_loss="grpo_clip", loss_aggregation="seq_mean_token_sum_norm",
     ppo_epochs=2, clip_low=0.2, clip_high=0.2, kl_coef=0.0,
     description="Dr. GRPO: mean-centred advantages, token sum / max_new_tokens, no KL",
 )

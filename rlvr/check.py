@@ -34,7 +34,7 @@ from rlvr.training.update import update_policy
 from rlvr.training.values import forward_group_size, with_old_values
 
 # Estimators whose advantages sum to 0 within each group (z-score, mean-centring, leave-one-out).
-CENTRING_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
+CENTRING_ESTIMATORS = ("grpo", "mean_centered", "rloo")
 
 RATIO_TOLERANCE = 1e-3  # max |pi_update / pi_sampling - 1| on the first minibatch
 ADVANTAGE_SUM_TOLERANCE = 1e-4  # max |sum of a group's advantages|

@@ -1157,6 +1157,13 @@ LEFTOVERS = [
         tests=("tests/core/test_policy_losses.py", "tests/core/test_advantages.py"),
     ),
     mutation(
+        "saved_run_keeps_a_retired_name", "rlvr/config/loading.py",
+        "a run saved under a since-retired estimator or loss name cannot resume without an override",
+        ("            data[section][name] = renamed.get(value, value)", "            data[section][name] = value"),
+        tests=("tests/cli/test_config.py::test_a_retired_registry_name_fails_naming_its_replacement",
+               "tests/cli/test_config.py::test_saved_data_reads_retired_names_as_their_successors_in_names_and_lists"),
+    ),
+    mutation(
         "sft_rows_prompts_right_padded", "rlvr/core/masks.py",
         "SFT rows put each prompt at column 0 (right-padded) instead of ending every prompt at column P",
         ("start, end = width_prompt - len(prompt), width_prompt + len(completion)",

@@ -55,11 +55,15 @@ def save_config(config: Config, path: str | Path) -> None:
 def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
                     check: bool = True) -> Config:
     """The resolved config saved in a run folder, with `key=value` overrides applied (for resume);
-    `check` as for `load_config`."""
+    `check` as for `load_config`. A registry name retired since the run was saved reads as its successor
+    (with `check`, which imports the registries)."""
     config_path = Path(run_dir) / "config.yaml"
     if not config_path.exists():
         raise FileNotFoundError(f"{run_dir} is not a run folder: config.yaml is missing")
-    return Config.from_dict(saved_run_data(yaml.safe_load(config_path.read_text())), overrides, check=check)
+    data = saved_run_data(yaml.safe_load(config_path.read_text()))
+    if check:
+        data = loading.with_current_names(Config, data)
+    return Config.from_dict(data, overrides, check=check)
 
 
 def saved_run_data(data: Any) -> Any:

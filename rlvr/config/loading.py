@@ -190,6 +190,27 @@ def first_choice_error(config: Any) -> str | None:
     return None
 
 
+def with_current_names(root: type, data: Any) -> Any:
+    """Nested config data with every registry name that was retired (`Registry.rename`) replaced by its
+    successor: a saved run from before a rename resumes as it ran (a rename never changes what a name does).
+    Imports the registries the names come from."""
+    if not isinstance(data, dict):
+        return data
+    data = {name: dict(section) if isinstance(section, dict) else section for name, section in data.items()}
+    for key, f, _ in leaf_fields(root):
+        source = f.metadata.get("choices")
+        section, name = key.split(".")
+        if source is None or not isinstance(data.get(section), dict) or name not in data[section]:
+            continue
+        renamed = getattr(source(), "renamed", {})
+        value = data[section][name]
+        if isinstance(value, list):
+            data[section][name] = [renamed.get(item, item) if isinstance(item, str) else item for item in value]
+        elif isinstance(value, str):
+            data[section][name] = renamed.get(value, value)
+    return data
+
+
 # ----------------------------------------------------------------------------- reading data
 
 

@@ -192,7 +192,7 @@ class AlgorithmConfig:
 
     name: str = option("grpo", "a preset from `rlvr algorithms`: its settings replace the defaults below (a key set in "
                        "the file or an override still wins)", choices=_algorithms)
-    advantage_estimator: str = option("grpo", "advantage estimator: grpo (group z-score), dr_grpo (group mean), "
+    advantage_estimator: str = option("grpo", "advantage estimator: grpo (group z-score), mean_centered (group mean), "
                                       "rloo (leave-one-out), gae (learned value), no_baseline (the raw reward), or one of verl's "
                                       "(reinforce_plus_plus, remax, opo, grpo_passk, gpg, ...)", choices=_advantage_estimators)
     policy_loss: str = option("grpo_clip", "policy loss: grpo_clip (clipped ratio, PPO's too), gspo "

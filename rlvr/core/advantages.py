@@ -180,12 +180,13 @@ def grpo_advantages(
     return compute_group_advantages(rewards, group_size, group_ids, scale="std", **_std_and_eps(options))
 
 
-@ADVANTAGE_ESTIMATORS.register("dr_grpo")
-def dr_grpo_advantages(
+@ADVANTAGE_ESTIMATORS.register("mean_centered")
+def mean_centered_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
-    """r - mean_g (Dr. GRPO: no std division). Options: eps (the zero-spread tolerance); std is ignored."""
-    _check_options("dr_grpo", options)
+    """r - mean_g, no std division (Dr. GRPO's and GR-REINFORCE's advantage). Options: eps (the zero-spread
+    tolerance); std is ignored."""
+    _check_options("mean_centered", options)
     return compute_group_advantages(rewards, group_size, group_ids, scale="none", **_std_and_eps(options))
 
 
@@ -208,6 +209,7 @@ def no_baseline_advantages(
 
 
 ADVANTAGE_ESTIMATORS.rename("none", "no_baseline")
+ADVANTAGE_ESTIMATORS.rename("dr_grpo", "mean_centered")  # the estimator says what it does; the preset keeps the name
 
 
 @ADVANTAGE_ESTIMATORS.register("gae")
@@ -229,7 +231,7 @@ def gae_estimator(
 
 # The estimators whose baseline comes from the other members of the group: a group of one
 # (group_size 1) gives every completion advantage 0, so a run with them could never learn.
-GROUP_BASELINE_ESTIMATORS = frozenset({"grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "opo",
+GROUP_BASELINE_ESTIMATORS = frozenset({"grpo", "mean_centered", "rloo", "reinforce_plus_plus_baseline", "opo",
                                        "grpo_passk", "gpg"})
 # The estimators whose baseline is a learned value: they need a value model and per-token rewards.
 VALUE_BASELINE_ESTIMATORS = frozenset({"gae"})

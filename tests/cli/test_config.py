@@ -349,7 +349,7 @@ def test_a_section_given_as_its_dataclass_sets_the_fields_that_differ_from_their
 
 @pytest.mark.parametrize("override, expected", [
     ("algorithm.advantage_estimator=grp", "algorithm.advantage_estimator: unknown choice 'grp' (did you mean "
-                                          "'grpo'?); valid choices: dr_grpo, gae, gpg, grpo"),
+                                          "'grpo'?); valid choices: gae, gpg, grpo, grpo_passk"),
     ("algorithm.kl_estimator=kk3", "algorithm.kl_estimator: unknown choice 'kk3' (did you mean 'k3'?); valid "
                                    "choices: k1, k2, k3"),
     ("algorithm.kl_estimator=k9", "algorithm.kl_estimator: unknown choice 'k9'; valid choices: k1, k2, k3"),
@@ -434,6 +434,7 @@ def test_a_saved_config_drops_a_removed_key_only_at_its_off_value():
     ("algorithm.advantage_estimator", "none", "no_baseline"),
     ("algorithm.policy_loss", "ppo_clip", "grpo_clip"),
     ("algorithm.policy_loss", "gr_reinforce", "reinforce"),
+    ("algorithm.advantage_estimator", "dr_grpo", "mean_centered"),
 ])
 def test_a_retired_registry_name_fails_naming_its_replacement(tmp_path, key, old, new):
     import yaml
@@ -442,14 +443,15 @@ def test_a_retired_registry_name_fails_naming_its_replacement(tmp_path, key, old
 
     with pytest.raises(ConfigError, match=f"{key}: '{old}' was renamed to '{new}'; set {key}: {new}"):
         load_config(None, [f"{key}={old}"])
-    # A run folder saved under the old name fails the same way and resumes with the new name set.
+    # A run folder saved under the old name resumes as it ran: the retired name reads as its successor,
+    # and the config equals the one saved under the new name (a rename changes no behaviour).
     section, name = key.split(".")
     saved = load_config(None, [f"{key}={new}"]).as_dict()
-    saved[section][name] = old
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
-    with pytest.raises(ConfigError, match=f"'{old}' was renamed to '{new}'"):
-        load_run_config(tmp_path)
-    assert getattr(load_run_config(tmp_path, [f"{key}={new}"]).algorithm, name) == new
+    renamed = {**saved, section: {**saved[section], name: old}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(renamed))
+    assert load_run_config(tmp_path).as_dict() == saved
+    # Only the saved file is read so: without the registries (check=False) the name is left as saved.
+    assert getattr(load_run_config(tmp_path, check=False).algorithm, name) == old
 
 
 def test_a_registry_backed_field_reads_the_registrys_retired_names():
@@ -479,3 +481,32 @@ def test_a_registry_backed_field_reads_the_registrys_retired_names():
     assert first_choice_error(built("gauss")) is None
     assert first_choice_error(built("normal")) == "smooth.kernel: 'normal' was renamed to 'gauss'; set smooth.kernel: gauss"
     assert first_choice_error(built("box")) == "smooth.kernel: unknown choice 'box'; valid choices: gauss"
+
+
+def test_saved_data_reads_retired_names_as_their_successors_in_names_and_lists():
+    import dataclasses
+
+    from rlvr.config.loading import option, with_current_names
+    from rlvr.registry import Registry
+
+    kernels: Registry[int] = Registry("kernel")
+    kernels.add("gauss", 1)
+    kernels.rename("normal", "gauss")
+
+    @dataclasses.dataclass
+    class Section:
+        """A made-up section."""
+
+        kernel: str = option("gauss", "a name from a registry", choices=lambda: kernels)
+        kernels: list = option(factory=list, help="names from a registry", choices=lambda: kernels)
+        label: str = option("normal", "free text, no registry")
+
+    @dataclasses.dataclass
+    class Root:
+        smooth: Section = dataclasses.field(default_factory=Section)
+
+    saved = {"smooth": {"kernel": "normal", "kernels": ["box", "normal"], "label": "normal"}}
+    assert with_current_names(Root, saved) == {"smooth": {"kernel": "gauss", "kernels": ["box", "gauss"],
+                                                          "label": "normal"}}
+    assert saved["smooth"]["kernel"] == "normal"  # the caller's data is not changed
+    assert with_current_names(Root, {"other": 1}) == {"other": 1} and with_current_names(Root, None) is None

@@ -90,9 +90,9 @@ def test_eps_is_added_to_std_by_hand():
     assert advantages.tolist() == [-0.5, 0.5, 0.0, 0.0]
 
 
-def test_dr_grpo_centres_without_scaling():
+def test_mean_centered_centres_without_scaling():
     rewards = torch.tensor([1.0, 2.0, 3.0, 6.0, 0.0, 4.0], dtype=torch.float64)
-    advantages = ADVANTAGE_ESTIMATORS.get("dr_grpo")(rewards, group_size=3)
+    advantages = ADVANTAGE_ESTIMATORS.get("mean_centered")(rewards, group_size=3)
     # Means 2 and 10/3.
     expected = [-1.0, 0.0, 1.0, 6 - 10 / 3, -10 / 3, 4 - 10 / 3]
     assert torch.allclose(advantages, torch.tensor(expected, dtype=torch.float64), atol=1e-12)
@@ -142,7 +142,7 @@ def test_bad_grouping_arguments_raise():
 
 
 def test_registry_and_no_baseline():
-    assert set(ADVANTAGE_ESTIMATORS.names()) == {"grpo", "dr_grpo", "rloo", "no_baseline", "gae",
+    assert set(ADVANTAGE_ESTIMATORS.names()) == {"grpo", "mean_centered", "rloo", "no_baseline", "gae",
                                                  "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax",
                                                  "opo", "grpo_passk", "gpg"}
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.5])
@@ -150,9 +150,11 @@ def test_registry_and_no_baseline():
     assert torch.equal(ADVANTAGE_ESTIMATORS.get("no_baseline")(rewards), rewards)
     with pytest.raises(KeyError, match="advantage estimator 'none' was renamed to 'no_baseline'"):
         ADVANTAGE_ESTIMATORS.get("none")
+    with pytest.raises(KeyError, match="advantage estimator 'dr_grpo' was renamed to 'mean_centered'"):
+        ADVANTAGE_ESTIMATORS.get("dr_grpo")
     grpo = ADVANTAGE_ESTIMATORS.get("grpo")(rewards, group_size=2, std="sample")
     assert torch.allclose(grpo, compute_group_advantages(rewards, group_size=2, std="sample"))
-    with pytest.raises(KeyError, match="dr_grpo, gae, gpg, grpo, grpo_passk, no_baseline, opo"):
+    with pytest.raises(KeyError, match="gae, gpg, grpo, grpo_passk, mean_centered, no_baseline, opo"):
         ADVANTAGE_ESTIMATORS.get("ppo")
     # One call works for every sequence-level estimator (gae, token-level: tests/core/test_value.py);
     # unknown options are refused.
@@ -186,7 +188,7 @@ def test_mixed_batch_by_hand_with_a_solved_prompt():
     expected = torch.tensor([0.0, 0.0, 0.0] + [c / (std + 1e-6) for c in (2 / 3, -1 / 3, -1 / 3)], dtype=torch.float64)
     assert torch.equal(grpo[:3], torch.zeros(3, dtype=torch.float64))
     assert torch.allclose(grpo, expected, atol=1e-12, rtol=0)
-    dr_grpo = ADVANTAGE_ESTIMATORS.get("dr_grpo")(rewards, group_size=3)
+    dr_grpo = ADVANTAGE_ESTIMATORS.get("mean_centered")(rewards, group_size=3)
     assert torch.equal(dr_grpo[:3], torch.zeros(3, dtype=torch.float64))
     assert torch.allclose(dr_grpo[3:], torch.tensor([2 / 3, -1 / 3, -1 / 3], dtype=torch.float64), atol=1e-12)
     naive = (rewards[:3] - rewards[:3].mean()) / (rewards[:3].std(unbiased=False) + 1e-6)

@@ -104,7 +104,7 @@ def test_dynamic_sampling_statistics_and_advantages_agree_on_borderline_groups()
     # The statistics count the others.
     assert zero_variance_fraction(rewards, 4) == pytest.approx(expected_contrast.count(False) / len(GROUPS))
     # Every estimator gives exactly 0 to a group without contrast, and something else to the others.
-    for name in ("grpo", "dr_grpo", "rloo"):
+    for name in ("grpo", "mean_centered", "rloo"):
         advantages = compute_advantages(rewards, group_ids, _algo(name)).view(-1, 4)
         nonzero = [bool(row.abs().max() > 0) for row in advantages]
         assert nonzero == expected_contrast, name
