@@ -1118,6 +1118,32 @@ ROLLOUT_CONTRACT = [
         tests=ROLLOUT_CONTRACT_TESTS,
     ),
     mutation(
+        "sequence_tis_uses_mean_log_ratio", "rlvr/core/sampler_correction.py",
+        "tis_sequence weighs by the geometric mean of the token ratios, not the sequence's likelihood ratio",
+        ("sequence = torch.exp(_sequence_log_ratio(old_logprobs, sampler_logprobs, mask, mean=False)).clamp(max=cap)",
+         "sequence = torch.exp(_sequence_log_ratio(old_logprobs, sampler_logprobs, mask, mean=True)).clamp(max=cap)"),
+        tests=("tests/core/test_sampler_correction.py", "tests/rollout/test_backend_contract.py"),
+    ),
+    mutation(
+        "sequence_ratio_reads_padding", "rlvr/core/sampler_correction.py",
+        "the sequence log ratio sums the garbage under the padding too",
+        ("    log_ratio = torch.where(weights != 0, _log_ratio(old_logprobs, sampler_logprobs), torch.zeros_like(weights))",
+         "    log_ratio = _log_ratio(old_logprobs, sampler_logprobs)"),
+        tests=("tests/core/test_sampler_correction.py",),
+    ),
+    mutation(
+        "token_mask_one_sided", "rlvr/core/sampler_correction.py",
+        "mask_token drops only ratios above C and keeps tokens the sampler found far likelier",
+        ("    return ((ratio >= low) & (ratio <= high)).float()  # [B, T]", "    return (ratio <= high).float()  # [B, T]"),
+        tests=("tests/core/test_sampler_correction.py", "tests/rollout/test_backend_contract.py"),
+    ),
+    mutation(
+        "correction_option_ignored", "rlvr/training/update.py",
+        "the loop always applies token-level TIS whatever rollout.correction names",
+        ("        correct = SAMPLER_CORRECTIONS.get(rollout.correction)", '        correct = SAMPLER_CORRECTIONS.get("tis_token")'),
+        tests=("tests/rollout/test_backend_contract.py",),
+    ),
+    mutation(
         "sampler_logprobs_one_column_off", "rlvr/training/collect.py",
         "the backend's loss mask and log-probs land one column left of the log-prob layout",
         ("return _pad_left_right(full, prompt_lens, 0)[0][:, 1:]  # [N, L-1]",
@@ -1159,7 +1185,7 @@ LEFTOVERS = [
     mutation(
         "saved_run_keeps_a_retired_name", "rlvr/config/loading.py",
         "a run saved under a since-retired estimator or loss name cannot resume without an override",
-        ("            data[section][name] = renamed.get(value, value)", "            data[section][name] = value"),
+        ("            data[section][name] = retired.get(value, value)", "            data[section][name] = value"),
         tests=("tests/cli/test_config.py::test_a_retired_registry_name_fails_naming_its_replacement",
                "tests/cli/test_config.py::test_saved_data_reads_retired_names_as_their_successors_in_names_and_lists"),
     ),

@@ -202,12 +202,12 @@ def with_current_names(root: type, data: Any) -> Any:
         section, name = key.split(".")
         if source is None or not isinstance(data.get(section), dict) or name not in data[section]:
             continue
-        renamed = getattr(source(), "renamed", {})
+        retired = getattr(source(), "renamed", {})
         value = data[section][name]
         if isinstance(value, list):
-            data[section][name] = [renamed.get(item, item) if isinstance(item, str) else item for item in value]
+            data[section][name] = [retired.get(item, item) if isinstance(item, str) else item for item in value]
         elif isinstance(value, str):
-            data[section][name] = renamed.get(value, value)
+            data[section][name] = retired.get(value, value)
     return data
 
 

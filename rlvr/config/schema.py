@@ -54,6 +54,12 @@ def _advantage_estimators():
     return ADVANTAGE_ESTIMATORS
 
 
+def _sampler_corrections():
+    from rlvr.core import SAMPLER_CORRECTIONS
+
+    return SAMPLER_CORRECTIONS
+
+
 def _policy_losses():
     from rlvr.core import POLICY_LOSSES
 
@@ -176,10 +182,15 @@ class RolloutConfig:
                                  "accelerator memory)")
     backend_options: dict[str, Any] = option(help="options passed to the rollout backend, checked against its own "
                                              "list at load (decode_loop: cache, compact_fraction)", factory=dict)
-    # verl / TRL call this TIS: the sampler's log-probs differ a little from the trainer's (another
-    # engine, other kernels), so its samples are reweighted by min(exp(logp_trainer - logp_sampler), C).
-    tis_cap: float = option(2.0, "truncated importance sampling cap C when the backend returns its own log-probs "
-                            "(vllm); 0 disables; the in-process backends sample with the trainer's weights and need none",
+    # The sampler's log-probs differ a little from the trainer's (another engine, other kernels, a stale
+    # copy): its samples are reweighted or dropped by rollout.correction with cap C (rlvr/core/sampler_correction.py).
+    correction: str = option("tis_token", "how the policy loss corrects for the sampler/trainer gap when the backend "
+                             "returns its own log-probs (vllm): tis_token min(r, C), tis_sequence min(prod r, C), "
+                             "mask_token (drop tokens with r outside [1/C, C]), mask_sequence (drop sequences whose "
+                             "geometric-mean r is outside it)", choices=_sampler_corrections)
+    tis_cap: float = option(2.0, "the correction's cap C (truncation, or the band [1/C, C] of the masks) when the "
+                            "backend returns its own log-probs (vllm); 0 disables; the in-process backends sample with "
+                            "the trainer's weights and need none",
                             bounds=Bounds(0.0, MAX_COEF, note="0 disables the correction"))
 
 

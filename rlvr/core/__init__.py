@@ -44,7 +44,8 @@ from rlvr.core.policy_losses import (
 )
 import rlvr.core.covariance_losses  # noqa: F401,E402  (registers clip_cov, kl_cov)
 import rlvr.core.surrogate_losses  # noqa: F401,E402  (registers cispo, sapo, geo_mean, dual_clip, gpg)
-from rlvr.core.sampler_correction import SamplerGap, sampler_gap, tis_weights
+from rlvr.core.sampler_correction import (MISMATCH_BAND, SAMPLER_CORRECTIONS, SamplerGap, mismatch_ratio_out,
+                                          sampler_gap, tis_weights)
 from rlvr.core.value import (
     explained_variance,
     explained_variance_from_sums,
@@ -69,6 +70,9 @@ __all__ = [
     "RolloutBatch",
     "SamplerGap",
     "sampler_gap",
+    "SAMPLER_CORRECTIONS",
+    "MISMATCH_BAND",
+    "mismatch_ratio_out",
     "tis_weights",
     "aggregate_loss",
     "approx_kl",

@@ -57,12 +57,14 @@ OPTIMIZER_STEPS = "optimizer_steps"
 OPTIMIZER_STEPS_TOTAL = "optimizer_steps_total"
 SKIPPED_NONFINITE_UPDATES = "skipped_nonfinite_updates"
 SKIPPED_NONFINITE_UPDATES_TOTAL = "skipped_nonfinite_updates_total"
-# a rollout backend that reports its own log-probs (vllm): their gap to the trainer's, and the TIS weights
+# a rollout backend that reports its own log-probs (vllm): their gap to the trainer's, and the correction's weights
 SAMPLER_LOGPROB_ABS_DIFF_MEAN = "rollout/logprob_abs_diff_mean"  # mean |logp_sampler - logp_trainer| per token
 SAMPLER_LOGPROB_ABS_DIFF_MAX = "rollout/logprob_abs_diff_max"  # its largest value over the batch
-SAMPLER_KL = "rollout/sampler_kl"  # k3 estimate of KL(pi_sampler || pi_trainer), token mean
-TIS_WEIGHT_MEAN = "rollout/tis_weight_mean"  # min(pi_trainer / pi_sampler, rollout.tis_cap), token mean
-TIS_CAPPED_FRAC = "rollout/tis_capped_frac"  # share of tokens whose weight hit the cap
+MISMATCH_KL = "rollout/mismatch_kl"  # k3 estimate of KL(pi_sampler || pi_trainer), token mean
+MISMATCH_RATIO_OUT_FRAC = "rollout/mismatch_ratio_out_frac"  # share of tokens with pi_trainer / pi_sampler outside [0.5, 2]
+IS_WEIGHT_MEAN = "rollout/is_weight_mean"  # the rollout.correction weight (e.g. min(pi_trainer / pi_sampler, C)), token mean
+IS_CAPPED_FRAC = "rollout/is_capped_frac"  # share of tokens whose weight hit the cap C (tis_token, tis_sequence)
+IS_DROPPED_FRAC = "rollout/is_dropped_frac"  # share of tokens the correction dropped (weight 0: mask_token, mask_sequence)
 # PPO's value model (algorithm.value_model shared or separate)
 VALUE_LOSS_PER_TOKEN = "value/loss_per_token"  # 0.5 * the larger squared error, token mean over the epochs
 VALUE_CLIP_FRAC = "value/clip_frac"  # share of tokens where the clipped value error is the larger one

@@ -24,8 +24,8 @@ trainer talks to every engine through these four steps and nothing else:
   of each sampled token, or None when it does not report them). The trainer never takes the
   sampler's log-probs for its own: they travel as a separate field (`RolloutBatch.sampler_logprobs`),
   the update logs how far they are from the trainer's (`rollout/logprob_abs_diff_*`,
-  `rollout/sampler_kl`) and, when present, corrects for the gap with truncated importance
-  sampling (`rollout.tis_cap`, `rlvr.core.tis_weights`).
+  `rollout/mismatch_kl`) and, when present, corrects for the gap by importance sampling
+  (`rollout.correction`, `rollout.tis_cap`, `rlvr.core.SAMPLER_CORRECTIONS`).
 
 A new backend is one file: a `RolloutBackend` subclass registered with
 `@ROLLOUT_BACKENDS.register(name)` that implements `build`, `synced` (what the outermost `sync()`

@@ -13,8 +13,8 @@ With `algorithm.entropy_top_fraction` < 1 only the highest-entropy share of each
 completion tokens carries the policy loss (the KL term stays on every token). Every metric the
 loss returns is logged: its known ones under their names, any other as `policy_loss/<name>`.
 When the rollout backend reported its own log-probs (`batch.sampler_logprobs`), the first epoch
-logs their gap to the trainer's, and the policy loss of every token is weighted by truncated
-importance sampling, min(pi_old / pi_sampler, rollout.tis_cap) (off with tis_cap=0).
+logs their gap to the trainer's, and the policy loss of every token is weighted by the importance-sampling
+correction `rollout.correction` (default tis_token: min(pi_old / pi_sampler, rollout.tis_cap); off with tis_cap=0).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from rlvr.core import (
     loss_options,
     top_entropy_mask,
     sampler_gap,
-    tis_weights,
+    SAMPLER_CORRECTIONS,
+    mismatch_ratio_out,
     value_loss,
 )
 from rlvr.observe.metric_names import (
@@ -50,11 +51,13 @@ from rlvr.observe.metric_names import (
     POLICY_LOSS_PER_TOKEN,
     RATIO_FIRST_EPOCH_MAX_DEV,
     RATIO_MEAN,
-    SAMPLER_KL,
+    MISMATCH_KL,
+    MISMATCH_RATIO_OUT_FRAC,
     SAMPLER_LOGPROB_ABS_DIFF_MAX,
     SAMPLER_LOGPROB_ABS_DIFF_MEAN,
-    TIS_CAPPED_FRAC,
-    TIS_WEIGHT_MEAN,
+    IS_CAPPED_FRAC,
+    IS_DROPPED_FRAC,
+    IS_WEIGHT_MEAN,
     VALUE_CLIP_FRAC,
     VALUE_LOSS_PER_TOKEN,
     policy_loss_metric,
@@ -126,7 +129,7 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
                 else:
                     minibatch_old = minibatch.old_logprobs
                 per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums,
-                                                     generator, rollout.tis_cap)  # [b, L-1]
+                                                     generator, rollout)  # [b, L-1]
                 first_epoch_ratio_dev = max(first_epoch_ratio_dev, ratio_dev)
                 if epoch == 0 and minibatch.sampler_logprobs is not None:
                     sampler_gap_max = max(sampler_gap_max, _log_sampler_gap(minibatch_old, minibatch, sums))
@@ -209,15 +212,17 @@ def _log_sampler_gap(trainer_logprobs: torch.Tensor, minibatch: RolloutBatch, su
     mask = minibatch.completion_mask  # [b, L-1]
     gap = sampler_gap(trainer_logprobs, minibatch.sampler_logprobs)  # [b, L-1] each
     sums.add_masked(SAMPLER_LOGPROB_ABS_DIFF_MEAN, gap.abs_diff, mask)
-    sums.add_masked(SAMPLER_KL, gap.kl, mask)
+    sums.add_masked(MISMATCH_KL, gap.kl, mask)
+    sums.add_masked(MISMATCH_RATIO_OUT_FRAC, mismatch_ratio_out(trainer_logprobs, minibatch.sampler_logprobs), mask)
     return float((gap.abs_diff * mask).max()) if mask.numel() else 0.0
 
 
 def _policy_terms(scores, old_logprobs: torch.Tensor, minibatch: RolloutBatch, algo, epoch: int,
                   sums: MetricSums, generator: torch.Generator | None = None,
-                  tis_cap: float = 0.0) -> tuple[torch.Tensor, float]:
-    """The per-token policy loss (TIS-weighted when the sampler's log-probs are there and tis_cap > 0) plus
-    the KL and entropy terms, [b, L-1], and max |ratio - 1| in the first epoch; adds the policy metrics to `sums`."""
+                  rollout=None) -> tuple[torch.Tensor, float]:
+    """The per-token policy loss (weighted by `rollout.correction` when the sampler's log-probs are there and
+    rollout.tis_cap > 0) plus the KL and entropy terms, [b, L-1], and max |ratio - 1| in the first epoch; adds
+    the policy metrics to `sums`."""
     mask = minibatch.completion_mask  # [b, L-1]
     loss_fn = POLICY_LOSSES.get(algo.policy_loss)
     options = loss_options(loss_fn, {name: getattr(algo, name) for name in LOSS_OPTIONS})
@@ -227,12 +232,14 @@ def _policy_terms(scores, old_logprobs: torch.Tensor, minibatch: RolloutBatch, a
         scores.logprobs, old_logprobs, minibatch.advantages, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
         **options,
     )  # [b, L-1]
-    if minibatch.sampler_logprobs is not None and tis_cap > 0:
-        weights = tis_weights(old_logprobs, minibatch.sampler_logprobs, tis_cap)  # [b, L-1]
+    if minibatch.sampler_logprobs is not None and rollout is not None and rollout.tis_cap > 0:
+        correct = SAMPLER_CORRECTIONS.get(rollout.correction)
+        weights = correct(old_logprobs, minibatch.sampler_logprobs, mask, rollout.tis_cap)  # [b, L-1], detached
         per_token = per_token * weights
         if epoch == 0:
-            sums.add_masked(TIS_WEIGHT_MEAN, weights, mask)
-            sums.add_masked(TIS_CAPPED_FRAC, (weights >= tis_cap).float(), mask)
+            sums.add_masked(IS_WEIGHT_MEAN, weights, mask)
+            sums.add_masked(IS_CAPPED_FRAC, (weights >= rollout.tis_cap).float(), mask)
+            sums.add_masked(IS_DROPPED_FRAC, (weights == 0).float(), mask)
     if algo.entropy_top_fraction < 1:
         selected = top_entropy_mask(scores.entropy, mask, algo.entropy_top_fraction)  # [b, L-1] bool
         per_token = torch.where(selected, per_token, torch.zeros_like(per_token))  # [b, L-1]

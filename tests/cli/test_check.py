@@ -139,16 +139,19 @@ def test_mechanism_separates_positive_from_negative_responses(tiny_model_dir):
 def test_mechanism_fails_when_the_loss_has_the_wrong_sign(tiny_model_dir):
     from rlvr.core import POLICY_LOSSES
 
-    if "test_wrong_sign" not in POLICY_LOSSES:
-        @POLICY_LOSSES.register("test_wrong_sign")
-        def wrong_sign(logprobs, old_logprobs, advantages, mask, *, clip_low=0.2, clip_high=None):
-            per_token, metrics = POLICY_LOSSES.get("grpo_clip")(logprobs, old_logprobs, advantages, mask,
-                                                                clip_low=clip_low, clip_high=clip_high)
-            return -per_token, metrics  # gradient ascent on the surrogate loss
+    @POLICY_LOSSES.register("test_wrong_sign")
+    def wrong_sign(logprobs, old_logprobs, advantages, mask, *, clip_low=0.2, clip_high=None):
+        per_token, metrics = POLICY_LOSSES.get("grpo_clip")(logprobs, old_logprobs, advantages, mask,
+                                                            clip_low=clip_low, clip_high=clip_high)
+        return -per_token, metrics  # gradient ascent on the surrogate loss
 
-    config = load_config(None, _overrides(tiny_model_dir, **{"task.name": "format_copy", "task.use_chat_template": "true",
-                                                             "optim.lr": 1e-3, "algorithm.policy_loss": "test_wrong_sign"}))
-    _, rows = run_mechanism_check(config)
+    try:  # registered for this test only: other tests list the registry
+        config = load_config(None, _overrides(tiny_model_dir, **{"task.name": "format_copy",
+                                                                 "task.use_chat_template": "true", "optim.lr": 1e-3,
+                                                                 "algorithm.policy_loss": "test_wrong_sign"}))
+        _, rows = run_mechanism_check(config)
+    finally:
+        POLICY_LOSSES.remove("test_wrong_sign")
     separation = next(r for r in rows if r.name == "policy separation")
     assert separation.result == "FAIL" and float(separation.value) < 0
 

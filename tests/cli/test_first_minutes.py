@@ -136,7 +136,7 @@ def test_config_show_default_is_what_runs_when_the_key_is_unset(tmp_path, capsys
         "algorithm.entropy_top_fraction": 1.0, "algorithm.clip_ratio_c": 3.0, "algorithm.tau_pos": 1.0,
         "algorithm.tau_neg": 1.05, "algorithm.clip_cov_ratio": 2e-4, "algorithm.clip_cov_lb": 1.0,
         "algorithm.clip_cov_ub": 5.0, "algorithm.kl_cov_ratio": 2e-4, "algorithm.ppo_kl_coef": 0.1,
-        "rollout.backend_options": {}, "rollout.tis_cap": 2.0,
+        "rollout.backend_options": {}, "rollout.tis_cap": 2.0, "rollout.correction": "tis_token",
     }
     assert resolved == {**recorded, **added}
 

@@ -102,9 +102,10 @@ def test_a_backend_registered_from_a_test_file_trains(engine_copy_backend, tiny_
         assert record["rollout/logprob_abs_diff_mean"] == pytest.approx(shift, abs=1e-4)
         assert record["rollout/logprob_abs_diff_max"] == pytest.approx(shift, abs=1e-4)
         # k3 with log r = logp_trainer - logp_sampler = -shift: e^-s - 1 + s (the reversed KL: e^s - 1 - s = 0.0340)
-        assert record["rollout/sampler_kl"] == pytest.approx(math.exp(-shift) - 1 + shift, abs=1e-4)
-        assert record["rollout/tis_weight_mean"] == pytest.approx(math.exp(-shift), abs=1e-4)
-        assert record["rollout/tis_capped_frac"] == 0.0
+        assert record["rollout/mismatch_kl"] == pytest.approx(math.exp(-shift) - 1 + shift, abs=1e-4)
+        assert record["rollout/is_weight_mean"] == pytest.approx(math.exp(-shift), abs=1e-4)
+        assert record["rollout/is_capped_frac"] == 0.0 and record["rollout/is_dropped_frac"] == 0.0
+        assert record["rollout/mismatch_ratio_out_frac"] == 0.0  # e^-0.25 = 0.78 is inside [0.5, 2]
         # The trainer's old log-probs are its own: the first epoch stays exactly on-policy.
         assert record["ratio/first_epoch_max_dev"] < 1e-6
 
@@ -175,7 +176,55 @@ def test_tis_weights_the_policy_loss_by_the_trainer_over_sampler_ratio(engine_co
     weighted, plain = records[2.0]["policy_loss_per_token"], records[0.0]["policy_loss_per_token"]
     assert abs(plain) > 1e-3  # a loss far enough from 0 for the ratio to mean something
     assert weighted == pytest.approx(math.exp(-shift) * plain, rel=1e-4)
-    assert "rollout/tis_weight_mean" not in records[0.0]  # tis_cap=0: no correction
+    assert "rollout/is_weight_mean" not in records[0.0]  # tis_cap=0: no correction
     assert records[0.0]["rollout/logprob_abs_diff_mean"] == pytest.approx(shift, abs=1e-4)  # the gap is still logged
     for record in records.values():
         assert record["ratio/first_epoch_max_dev"] < 1e-6  # old log-probs: the trainer's, never the sampler's
+
+
+@pytest.mark.parametrize("correction, cap, scale, dropped", [
+    # shift 0.25: every token's ratio is e^-0.25 = 0.78, every completion's geometric mean too.
+    ("mask_token", 2.0, 1.0, 0.0),  # 0.78 is inside [1/2, 2]: every token kept, unweighted
+    ("mask_token", 1.2, 0.0, 1.0),  # outside [0.83, 1.2]: every token dropped, no policy loss left
+    ("mask_sequence", 1.2, 0.0, 1.0),
+])
+def test_the_masking_corrections_keep_or_drop_tokens_in_the_loop(engine_copy_backend, tiny_model_dir, tmp_path,
+                                                                correction, cap, scale, dropped):
+    from rlvr.training.rl import train
+
+    records = {}
+    for name, overrides in (("plain", {"rollout.tis_cap": 0.0}),
+                            ("corrected", {"rollout.tis_cap": cap, "rollout.correction": correction})):
+        run_dir = tmp_path / name
+        train(load_config(None, tiny_overrides(tiny_model_dir, run_dir, **{
+            "rollout.backend": NAME, "rollout.backend_options.logprob_shift": 0.25, "train.iterations": 1,
+            "train.eval_size": 0, "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1, "train.seed": 3,
+            **overrides})))
+        records[name] = read_jsonl(run_dir / "metrics.jsonl")[0]
+    plain = records["plain"]["policy_loss_per_token"]
+    assert abs(plain) > 1e-3
+    assert records["corrected"]["policy_loss_per_token"] == pytest.approx(scale * plain, rel=1e-4, abs=1e-7)
+    assert records["corrected"]["rollout/is_dropped_frac"] == dropped
+    assert records["corrected"]["rollout/is_weight_mean"] == pytest.approx(1.0 - dropped, abs=1e-6)
+    # The gap is the same for both runs, and no token's ratio leaves [0.5, 2] at this shift.
+    assert records["corrected"]["rollout/mismatch_ratio_out_frac"] == 0.0
+
+
+def test_sequence_tis_weighs_each_completion_by_its_whole_ratio(engine_copy_backend, tiny_model_dir, tmp_path):
+    """tis_sequence: weight min(e^(-0.25 n), C) for a completion of n tokens, so a token's weight depends on
+    its completion's length (tis_token gives every token e^-0.25)."""
+    from rlvr.training.rl import train
+
+    records = {}
+    for correction in ("tis_token", "tis_sequence"):
+        run_dir = tmp_path / correction
+        train(load_config(None, tiny_overrides(tiny_model_dir, run_dir, **{
+            "rollout.backend": NAME, "rollout.backend_options.logprob_shift": 0.25, "train.iterations": 1,
+            "train.eval_size": 0, "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1, "train.seed": 3,
+            "rollout.tis_cap": 2.0, "rollout.correction": correction})))
+        records[correction] = read_jsonl(run_dir / "metrics.jsonl")[0]
+    assert records["tis_token"]["rollout/is_weight_mean"] == pytest.approx(math.exp(-0.25), abs=1e-4)
+    # Completions of the tiny model run several tokens: e^(-0.25 n) < e^-0.25 for n >= 2.
+    sequence_mean = records["tis_sequence"]["rollout/is_weight_mean"]
+    assert sequence_mean < math.exp(-0.25) - 0.05 and sequence_mean > 0.0
+    assert records["tis_sequence"]["rollout/is_capped_frac"] == 0.0

@@ -165,8 +165,8 @@ def test_one_training_iteration_logs_a_near_zero_sampler_gap(head32_model_dir, t
     record = read_jsonl(run_dir / "metrics.jsonl")[0]
     assert record["rollout/logprob_abs_diff_mean"] < 1e-4
     assert record["rollout/logprob_abs_diff_max"] < 1e-3
-    assert abs(record["rollout/sampler_kl"]) < 1e-6
-    assert record["rollout/tis_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert abs(record["rollout/mismatch_kl"]) < 1e-6
+    assert record["rollout/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
     assert record["ratio/first_epoch_max_dev"] < 1e-6
 
 
