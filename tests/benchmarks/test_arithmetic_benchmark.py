@@ -18,7 +18,6 @@ REPO = Path(__file__).resolve().parents[2]
 pytest.importorskip("trl", reason="TRL is in the test extra (pip install -e '.[test]')")
 from benchmarks import arithmetic_learning  # noqa: E402
 
-pytestmark = pytest.mark.benchmark
 
 
 def test_trl_side_trains_logs_and_evaluates_like_rlvr(tiny_model_dir, tmp_path):

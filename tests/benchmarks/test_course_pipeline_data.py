@@ -13,7 +13,6 @@ from rlvr.config import load_config
 from rlvr.tasks import build_task
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.benchmark
 
 
 def small_config(model_dir, name="reasoning_gym:basic_arithmetic", **options):

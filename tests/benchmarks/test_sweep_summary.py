@@ -14,7 +14,6 @@ import yaml
 from benchmarks import sweep_summary
 from rlvr.report import load_runs
 
-pytestmark = pytest.mark.benchmark
 
 
 def _write_run(folder: Path, algorithm: str, seed: int, answers: list[float], zero: list[float],
