@@ -1158,5 +1158,25 @@ LEFTOVERS = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- reasoning-gym answers, json data files
+
+AUDIT_B = [
+    mutation(
+        "json_offsets_count_characters", "rlvr/tasks/data_files.py",
+        "the json index counts the characters it passes, not their UTF-8 bytes: after any non-ASCII text "
+        "every item is read from the wrong offset",
+        ('mark_byte += len(passed.encode("utf-8", "surrogateescape"))', "mark_byte += len(passed)"),
+        tests=("tests/test_data_files.py::test_a_large_json_list_is_indexed_not_held",
+               "tests/test_data_files.py::test_a_json_item_longer_than_the_read_window_is_read_whole"),
+    ),
+    mutation(
+        "json_window_never_widens", "rlvr/tasks/data_files.py",
+        "an item that does not fit in the text read so far is an error instead of a reason to read on",
+        ('near_end = exc.pos >= len(text) - 16 or exc.msg.startswith("Unterminated string")', "near_end = False"),
+        tests=("tests/test_data_files.py::test_a_large_json_list_is_indexed_not_held",
+               "tests/test_data_files.py::test_a_json_item_longer_than_the_read_window_is_read_whole"),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
-             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS)
+             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B)
