@@ -34,9 +34,10 @@ from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, chec
 from rlvr.tasks.reasoning_gym_answers import answer_credit, check_audited
 from rlvr.tasks.worker import call_with_timeout
 
+# 6: no credit for wrong answers in 19 more datasets (ANSWER_CREDIT), polynomial roots within rounding;
 # 5: countdown, puzzle24 (with the puzzle's numbers), spell_backward pay full credit or none;
 # 4: no partial credit for an answer that merely contains the oracle; 3: format for an own span only
-VERSION = "5"
+VERSION = "6"
 EVAL_SEED_OFFSET = 1_000_003
 
 
