@@ -163,3 +163,13 @@ def test_polynomial_roots_within_rounding_earn_full_credit():
     for text, expected in (("no idea", 0.0), ("x = 2", 0.0), ('""', 1.0)):
         assert data.score_answer(text, none) == 1.0
         assert answer_credit("polynomial_equations", 1.0, text, none) == expected, text
+
+
+def test_a_dataset_too_small_for_the_size_names_the_option():
+    """word_ladder has fewer ladders than the default 100000 questions: the error says which option to lower."""
+    from rlvr.tasks import build_task
+
+    with pytest.raises(ValueError, match=r"word_ladder' of 100000 questions: .*task.options.size, now 100000"):
+        build_task("reasoning_gym:word_ladder", use_chat_template=False)
+    task = build_task("reasoning_gym:word_ladder", options={"size": 500, "eval_size": 2}, use_chat_template=False)
+    assert len(task.examples("train", 3, seed=0)) == 3

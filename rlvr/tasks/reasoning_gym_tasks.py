@@ -89,7 +89,9 @@ class ReasoningGymTask:
         try:
             return reasoning_gym.create_dataset(name, **{**self.configs[name], "seed": seed, "size": size})
         except (TypeError, ValueError, AssertionError) as exc:
-            raise ValueError(f"{self.name}: cannot create reasoning-gym dataset {name!r}: {exc}") from None
+            hint = "" if isinstance(exc, TypeError) else f" (a smaller task.options.size, now {self.size}, may fit)"
+            raise ValueError(f"{self.name}: cannot create reasoning-gym dataset {name!r} of {size} questions: "
+                             f"{exc}{hint}") from None
 
     def _draw_eval(self, count: int) -> list[tuple[str, dict]]:
         rng = random.Random(self.seed + EVAL_SEED_OFFSET)
