@@ -1204,5 +1204,50 @@ LEFTOVERS = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- reasoning-gym answers, json data files
+
+AUDIT_B = [
+    mutation(
+        "game_of_life_keeps_the_cell_share", "rlvr/tasks/reasoning_gym_answers.py",
+        "game_of_life keeps its share-of-cells credit: an all-dead grid earns about 0.95 on every prompt",
+        ('"game_of_life": (full_credit_only,', '"game_of_life": (containment_rule,'),
+        tests=("tests/test_tasks_reasoning_gym_credit.py",),
+    ),
+    mutation(
+        "prime_factorization_keeps_the_product_credit", "rlvr/tasks/reasoning_gym_answers.py",
+        "prime_factorization drops only flat credit: the number itself, copied from the question, keeps 0.5",
+        ('"prime_factorization": (full_credit_only,', '"prime_factorization": (no_flat_credit,'),
+        tests=("tests/test_tasks_reasoning_gym_credit.py",),
+    ),
+    mutation(
+        "polynomial_roots_distance_unchecked", "rlvr/tasks/reasoning_gym_answers.py",
+        "polynomial_equations checks the number of roots, not how far each is: roots 0.01 off earn full credit",
+        ("return 1.0 if all(abs(a - o) <= ROOT_TOLERANCE for a, o in zip(answer, oracle)) else 0.0", "return 1.0"),
+        tests=("tests/test_tasks_reasoning_gym_credit.py",),
+    ),
+    mutation(
+        "propositional_logic_pays_a_copied_premise", "rlvr/tasks/reasoning_gym_answers.py",
+        "a premise copied from the question is paid as a conclusion (the scorer's 1.0 for it)",
+        ('return 1.0 if score >= 1.0 and "".join(text.split()) not in premises else 0.0',
+         "return 1.0 if score >= 1.0 else 0.0"),
+        tests=("tests/test_tasks_reasoning_gym_credit.py",),
+    ),
+    mutation(
+        "json_offsets_count_characters", "rlvr/tasks/data_files.py",
+        "the json index counts the characters it passes, not their UTF-8 bytes: after any non-ASCII text "
+        "every item is read from the wrong offset",
+        ('mark_byte += len(passed.encode("utf-8", "surrogateescape"))', "mark_byte += len(passed)"),
+        tests=("tests/test_data_files.py::test_a_large_json_list_is_indexed_not_held",
+               "tests/test_data_files.py::test_a_json_item_longer_than_the_read_window_is_read_whole"),
+    ),
+    mutation(
+        "json_window_never_widens", "rlvr/tasks/data_files.py",
+        "an item that does not fit in the text read so far is an error instead of a reason to read on",
+        ('near_end = exc.pos >= len(text) - 16 or exc.msg.startswith("Unterminated string")', "near_end = False"),
+        tests=("tests/test_data_files.py::test_a_large_json_list_is_indexed_not_held",
+               "tests/test_data_files.py::test_a_json_item_longer_than_the_read_window_is_read_whole"),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
-             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS)
+             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B)

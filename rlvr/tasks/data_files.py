@@ -1,11 +1,10 @@
 """Reading question-answer rows from local files or a Hugging Face dataset, each with its location.
 
 Local files: `.jsonl` (one object a line), `.csv` (a header row; every value is text), `.parquet`
-(needs `pyarrow`, which the `datasets` package brings) and `.json` (a list of objects). jsonl and
-csv are indexed, not loaded: one pass records where each record starts, and a row is read from the
-file when it is used, so a large file costs 16 bytes a row in memory, not its size. parquet is read
-one row group at a time. A `.json` list is parsed whole (the `json` module has no incremental
-parser): above `JSON_WARN_BYTES` a warning says so and suggests jsonl.
+(needs `pyarrow`, which the `datasets` package brings) and `.json` (a list of objects). jsonl, csv
+and json are indexed, not loaded: one pass records where each record starts (a json item by `json`'s
+own decoder over a moving window of the text), and a row is read from the file when it is used, so
+a large file costs 16 bytes a row in memory, not its size. parquet is read one row group at a time.
 A Hugging Face dataset (`datasets.load_dataset(name, config, split=...)`) is read only when the
 user names one. Each row comes with where it was found (`train.jsonl line 5`), so a bad row is
 reported by file and position rather than as "some record".
@@ -14,10 +13,11 @@ reported by file and position rather than as "some record".
 from __future__ import annotations
 
 import bisect
+import codecs
 import csv
 import json
 import os
-import sys
+import re
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,8 +27,6 @@ from typing import Optional
 from rlvr.utils import decode_jsonl_record
 
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
-# A JSON list is held as Python objects, several times its size on disk: say so above 64 MiB.
-JSON_WARN_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -211,34 +209,152 @@ class ParquetRows(FileRows):
                 yield Row(f"{self.path} row {number}", record)
 
 
-def _json_rows(path: Path) -> list[Row]:
-    """The whole list at once; large files get a warning (see `JSON_WARN_BYTES`)."""
-    size = path.stat().st_size
-    if size > JSON_WARN_BYTES:
-        print(f"warning: {path}: a .json file is parsed whole ({size / 2**20:.0f} MiB here, held in memory as "
-              "Python objects several times that size); a .jsonl file (one object a line) is indexed and read "
-              "row by row instead", file=sys.stderr)
+def _whole_json_error(path: Path) -> ValueError:
+    """The error for a file that does not open a JSON list, from parsing it whole as before (it holds no rows)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
-        raise ValueError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
+        return ValueError(f"{path}: not UTF-8 text; save the file as UTF-8")
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        return ValueError(f"{path}: not valid JSON ({exc})")
     except RecursionError:  # the parser recurses once per [ or {
-        raise ValueError(f"{path}: JSON nested too deeply to read (thousands of [ or {{ inside each other); "
-                         "a data file is a list of objects of plain values") from None
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of objects, got {type(data).__name__} "
-                         "(one object per line is a .jsonl file)")
-    rows = []
-    for number, record in enumerate(data, 1):
-        if not isinstance(record, dict):
-            raise ValueError(f"{path} item {number}: expected a JSON object, got {type(record).__name__}")
-        rows.append(Row(f"{path} item {number}", record))
-    return rows
+        return ValueError(f"{path}: JSON nested too deeply to read (thousands of [ or {{ inside each other); "
+                          "a data file is a list of objects of plain values")
+    return ValueError(f"{path}: expected a JSON list of objects, got {type(data).__name__} "
+                      "(one object per line is a .jsonl file)")
 
 
-READERS = {".jsonl": JsonlRows, ".json": _json_rows, ".parquet": ParquetRows, ".csv": CsvRows}
+JSON_CHUNK_BYTES = 2**16  # read this many bytes at a time; a longer item widens the window until it fits
+JSON_SPACE = re.compile(r"[ \t\n\r]*")
+NOT_UTF8 = re.compile("[\udc80-\udcff]")  # what surrogateescape decoding makes of a byte that is not UTF-8
+
+
+def _json_records(path: Path, handle) -> Iterator[tuple[int, int, object]]:
+    """(byte offset, byte length, value) of each item of the JSON list in `handle`, in one pass that holds
+    one window of text, each item parsed by `json`'s own decoder (`raw_decode`). A file that does not start
+    with `[` is an error from `_whole_json_error`; anything else wrong is an error naming the item."""
+    decoder = json.JSONDecoder()
+    utf8 = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")  # bytes round-trip exactly
+    text, at_eof = "", False
+    mark, mark_byte, mark_line, mark_column = 0, 0, 1, 1  # text[mark] is byte mark_byte, line and column
+    number = 0  # items read so far
+
+    def fill() -> bool:
+        """Append the next chunk (at least as much as is held); False at the end of the file."""
+        nonlocal text, mark, at_eof
+        if at_eof:
+            return False
+        raw = handle.read(max(JSON_CHUNK_BYTES, len(text) - mark))
+        at_eof = not raw
+        text = text[mark:] + utf8.decode(raw, final=at_eof)
+        mark = 0
+        return True
+
+    def advance(to: int) -> None:
+        """Move the mark to text[to], counting the bytes, lines and columns passed."""
+        nonlocal mark, mark_byte, mark_line, mark_column
+        passed = text[mark:to]
+        mark_byte += len(passed.encode("utf-8", "surrogateescape"))
+        newlines = passed.count("\n")
+        mark_column = len(passed) - passed.rfind("\n") if newlines else mark_column + len(passed)
+        mark_line += newlines
+        mark = to
+
+    def where(position: int) -> str:
+        passed = text[mark:position]
+        newlines = passed.count("\n")
+        column = len(passed) - passed.rfind("\n") if newlines else mark_column + len(passed)
+        return f"line {mark_line + newlines} column {column}"
+
+    def skip_space() -> str:
+        """The next character after JSON whitespace ('' at the end of the file), with the mark on it."""
+        while True:
+            advance(JSON_SPACE.match(text, mark).end())
+            if mark < len(text) or not fill():
+                return text[mark:mark + 1]
+
+    def failure(place: str, problem: str, position: int) -> ValueError:
+        return ValueError(f"{path} {place}: not valid JSON ({problem}: {where(position)})")
+
+    fill()
+    if skip_space() != "[":
+        raise _whole_json_error(path)
+    advance(mark + 1)
+    closed = skip_space() == "]"
+    while not closed:
+        if skip_space() == "":
+            raise failure(f"after item {number}", "the list is not closed with ']'", mark)
+        while True:
+            try:
+                value, end = decoder.raw_decode(text, mark)
+            except json.JSONDecodeError as exc:
+                # an error in the last few characters, or an unclosed string, may be the window's end
+                near_end = exc.pos >= len(text) - 16 or exc.msg.startswith("Unterminated string")
+                if near_end and fill():
+                    continue
+                raise failure(f"item {number + 1}", exc.msg, exc.pos) from None
+            except RecursionError:  # the decoder recurses once per [ or {
+                raise ValueError(f"{path} item {number + 1}: JSON nested too deeply to read (thousands of [ or {{ "
+                                 "inside each other); a data file is a list of objects of plain values") from None
+            if end < len(text) or not fill():  # a number at the window's end may go on in the next chunk
+                break
+        bad = NOT_UTF8.search(text, mark, end)
+        if bad:
+            raise ValueError(f"{path} item {number + 1}: not UTF-8 text (byte 0x{ord(bad.group()) - 0xdc00:02x} "
+                             f"at {where(bad.start())}); save the file as UTF-8")
+        start = mark_byte
+        advance(end)
+        number += 1
+        yield start, mark_byte - start, value
+        after = skip_space()
+        if after not in (",", "]"):
+            raise failure(f"after item {number}", "expecting ',' or ']'", mark)
+        closed = after == "]"
+        if closed:
+            break
+        advance(mark + 1)
+    advance(mark + 1)  # the closing bracket
+    if skip_space() != "":
+        raise failure("after the list", "extra data", mark)
+
+
+def _json_item(path: Path, number: int, value) -> Row:
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} item {number}: expected a JSON object, got {type(value).__name__}")
+    return Row(f"{path} item {number}", value)
+
+
+class JsonRows(FileRows):
+    """The rows of a `.json` list, indexed like jsonl: one pass (`_json_records`) checks every item and
+    records where it starts and how many bytes it takes, and a row is parsed from those bytes when asked
+    for. Bad JSON, bytes that are not UTF-8 and items that are not objects are errors naming the item."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self.lengths = array("q")
+        with path.open("rb") as handle:
+            for number, (offset, length, value) in enumerate(_json_records(path, handle), 1):
+                _json_item(path, number, value)  # checked once now
+                self.offsets.append(offset)
+                self.lengths.append(length)
+
+    def __getitem__(self, index: int) -> Row:
+        self._check_unchanged()
+        index = range(len(self))[index]  # negative indices, and IndexError past the end
+        with self.path.open("rb") as handle:
+            handle.seek(self.offsets[index])
+            raw = handle.read(self.lengths[index])
+        return _json_item(self.path, index + 1, json.loads(raw.decode("utf-8")))
+
+    def __iter__(self) -> Iterator[Row]:
+        """Every row in one pass over the file."""
+        self._check_unchanged()
+        with self.path.open("rb") as handle:
+            for number, (_, _, value) in enumerate(_json_records(self.path, handle), 1):
+                yield _json_item(self.path, number, value)
+
+
+READERS = {".jsonl": JsonlRows, ".json": JsonRows, ".parquet": ParquetRows, ".csv": CsvRows}
 
 
 def check_data_file(path: str | Path) -> Path:

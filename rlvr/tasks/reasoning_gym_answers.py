@@ -204,6 +204,38 @@ def no_flat_credit(score: float, text: str, entry: dict) -> float:
     return containment_rule(score, text, entry) if score > 0.1 else 0.0
 
 
+# polynomial_equations' score is the mean of exp(-10 x distance) over the roots, less 0.5 for each one
+# missing or extra, so a root 0.0003 off in three still scores 0.999. A root may be one unit off in the 4th
+# decimal (the question's rounding rule is ambiguous), not more.
+ROOT_TOLERANCE = 1.5e-4
+
+
+def _roots(text: str) -> list[float] | None:
+    """The comma-separated numbers of `text` in order of size; [] for no roots (`""`); None if any is no number."""
+    if text.strip() in ("", '""'):
+        return []
+    try:
+        return sorted(float(value) for value in text.split(","))
+    except ValueError:
+        return None
+
+
+def roots_within_rounding(score: float, text: str, entry: dict) -> float:
+    """1 when the scorer pays and the answer names the oracle's roots, each within `ROOT_TOLERANCE`, else 0.
+
+    The scorer ignores what is no number, so where the equation has no real roots any text scores 1."""
+    answer, oracle = _roots(text), _roots(str(entry["answer"] or ""))
+    if score <= 0 or answer is None or oracle is None or len(answer) != len(oracle):
+        return 0.0
+    return 1.0 if all(abs(a - o) <= ROOT_TOLERANCE for a, o in zip(answer, oracle)) else 0.0
+
+
+def no_premise_copy(score: float, text: str, entry: dict) -> float:
+    """1 when the scorer pays full credit for a conclusion that is not one of the question's premises, else 0."""
+    premises = {"".join(str(p).split()) for p in entry["metadata"]["premises"]}
+    return 1.0 if score >= 1.0 and "".join(text.split()) not in premises else 0.0
+
+
 def given_numbers_only(score: float, text: str, entry: dict) -> float:
     """1 when the scorer pays full credit and the expression uses the puzzle's numbers, each once."""
     used = sorted(int(n) for n in re.findall(r"[0-9]+", text))
@@ -234,6 +266,39 @@ ANSWER_CREDIT: dict[str, tuple[Credit, str]] = {
                                                     "(exp(-nan) is nan, and min(1.0, nan) is 1.0) on every prompt"),
     "advanced_geometry": (no_flat_credit, "0.05 for any wrong non-empty number, 0.01 for anything else; "
                                           "the 0.5 for an incircle radius right to two decimals is kept"),
+    "game_of_life": (full_credit_only, "the share of cells right: an all-dead grid earns about 0.95"),
+    "polynomial_equations": (roots_within_rounding, "mean exp(-10 x distance) over the roots, less 0.5 a root "
+                                                    "missing or extra (`0` earns 0.5 where 0 is one of two roots, "
+                                                    "a last digit dropped 0.999), and 1 for any text without a "
+                                                    "number where there is no real root"),
+    "pool_matrix": (full_credit_only, "0.1 for any matrix of the right shape (all zeros)"),
+    "power_function": (full_credit_only, "0.01 for any answer, number or not"),
+    "prime_factorization": (full_credit_only, "0.5 for factors whose product is the number (the number itself, "
+                                              "copied from the question), 0.01 for anything else"),
+    "propositional_logic": (no_premise_copy, "1 for a premise copied from the question (it follows from "
+                                             "itself), 0.25 for a trivial one (`P`, `P ∨ ¬P`), 0.05 for any wrong "
+                                             "conclusion"),
+    "quantum_lock": (full_credit_only, "0.5 for a longer sequence than the shortest one asked for"),
+    "rearc": (full_credit_only, "0.05 for any parsable wrong board"),
+    "rectangle_count": (full_credit_only, "0.8 x (1 - distance / 5) for a count off by up to 4: a count off by "
+                                          "one earns 0.64"),
+    "rubiks_cube": (full_credit_only, "0.01 for any answer that does not solve the cube (its partial credit, "
+                                      "the share of stickers in place, fails in 0.1.25 and falls back to 0.01)"),
+    "rush_hour": (full_credit_only, "0.01 for any legal moves that do not free the car"),
+    "sentence_reordering": (full_credit_only, "the share of words in place for as many words, 0.05 for "
+                                              "any other text"),
+    "shortest_path": (full_credit_only, "0.5 for a longer path than the shortest one asked for"),
+    "sudoku": (full_credit_only, "0.9 x the share of cells right for rows of digits: any filled grid earns "
+                                 "for the givens"),
+    "time_intervals": (full_credit_only, "1 - error / (the largest difference the dataset draws) for any "
+                                         "duration: `00:00:00` earns about 0.9"),
+    "tower_of_hanoi": (no_flat_credit, "0.05 for legal moves that do not solve it (the first move alone); a "
+                                       "longer solution keeps its optimal / moves"),
+    "tsumego": (no_flat_credit, "0.05 for any coordinate, 0.01 for anything else"),
+    "word_ladder": (full_credit_only, "1 halved for each step that is not an English word: a ladder of "
+                                      "non-words (`TIPS,BIPS,BRPS,BRAS,BRAN`) earns 0.25"),
+    "word_sorting": (full_credit_only, "the share of words in place, at least 0.2 for the words in any "
+                                       "order (the question's own)"),
 }
 
 

@@ -34,9 +34,10 @@ from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, chec
 from rlvr.tasks.reasoning_gym_answers import answer_credit, check_audited
 from rlvr.tasks.verification.worker import call_with_timeout
 
+# 6: no credit for wrong answers in 19 more datasets (ANSWER_CREDIT), polynomial roots within rounding;
 # 5: countdown, puzzle24 (with the puzzle's numbers), spell_backward pay full credit or none;
 # 4: no partial credit for an answer that merely contains the oracle; 3: format for an own span only
-VERSION = "5"
+VERSION = "6"
 EVAL_SEED_OFFSET = 1_000_003
 
 
@@ -88,7 +89,9 @@ class ReasoningGymTask:
         try:
             return reasoning_gym.create_dataset(name, **{**self.configs[name], "seed": seed, "size": size})
         except (TypeError, ValueError, AssertionError) as exc:
-            raise ValueError(f"{self.name}: cannot create reasoning-gym dataset {name!r}: {exc}") from None
+            hint = "" if isinstance(exc, TypeError) else f" (a smaller task.options.size, now {self.size}, may fit)"
+            raise ValueError(f"{self.name}: cannot create reasoning-gym dataset {name!r} of {size} questions: "
+                             f"{exc}{hint}") from None
 
     def _draw_eval(self, count: int) -> list[tuple[str, dict]]:
         rng = random.Random(self.seed + EVAL_SEED_OFFSET)

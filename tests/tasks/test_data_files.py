@@ -1,5 +1,5 @@
-"""Data files at size: jsonl and csv files are indexed and read row by row, parquet one row group at a
-time, never held whole; defects, deep nesting and held-out duplicates give messages that name the
+"""Data files at size: jsonl, csv and json files are indexed and read row by row, parquet one row group
+at a time, never held whole; defects, deep nesting and held-out duplicates give messages that name the
 file, the row or line and what to do."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_blank_lines_keep_the_line_numbers(tmp_path):
         rows[2]
 
 
-@pytest.mark.parametrize("suffix, where", [(".jsonl", "rows.jsonl:2: "), (".json", "rows.json: ")])
+@pytest.mark.parametrize("suffix, where", [(".jsonl", "rows.jsonl:2: "), (".json", "rows.json item 2: ")])
 def test_deep_nesting_names_the_file_and_the_line(tmp_path, suffix, where):
     path = tmp_path / f"rows{suffix}"
     deep = "[" * 100_000
@@ -206,16 +206,80 @@ def test_parquet_defects_name_the_file(tmp_path):
         read_rows(path)
 
 
-def test_a_large_json_list_is_read_whole_with_a_warning(tmp_path, monkeypatch, capsys):
+def write_large_json(path) -> int:
+    """ROW_COUNT objects in one JSON list, one item a line, with non-ASCII text (a character is then not a
+    byte) and, in every 1000th item, a string holding `]`, `,` and an escaped quote."""
+    with path.open("w", encoding="utf-8") as handle:
+        handle.write("[\n")
+        for i in range(ROW_COUNT):
+            notes = f'"}}], [{i}' if i % 1000 == 0 else PADDING
+            record = {"q": f"Wie viel ist {i} plus {i}? \u00e4\u4e2d", "a": str(2 * i), "notes": notes}
+            handle.write(("  " if i == 0 else ", ") + json.dumps(record, ensure_ascii=False) + "\n")
+        handle.write("]\n")
+    return path.stat().st_size
+
+
+def test_a_large_json_list_is_indexed_not_held(tmp_path):
+    path = tmp_path / "large.json"
+    size = write_large_json(path)
+    assert size > 20_000_000
+    tracemalloc.start()
+    try:
+        rows = read_rows(path)
+        seen = sum(len(row.record["q"]) for row in rows)  # every row is still read, one at a time
+        middle, marked, last = rows[5_001], rows[3_000], rows[-1]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(rows) == ROW_COUNT and seen == sum(len(f"Wie viel ist {i} plus {i}? \u00e4\u4e2d") for i in range(ROW_COUNT))
+    # each item from its own byte offset (past 5001 two-byte and three-byte characters)
+    assert middle.where == f"{path} item 5002" and middle.record["a"] == "10002" and middle.record["notes"] == PADDING
+    assert marked.record == {"q": "Wie viel ist 3000 plus 3000? \u00e4\u4e2d", "a": "6000", "notes": '"}], [3000'}
+    assert last.where == f"{path} item {ROW_COUNT}" and last.record["a"] == str(2 * (ROW_COUNT - 1))
+    # parsed whole, the list would hold more than the file's size; the index holds 16 bytes a row
+    assert peak < size / 20, f"peak {peak} bytes for a {size}-byte file"
+
+
+def test_a_json_item_longer_than_the_read_window_is_read_whole(tmp_path, monkeypatch):
     import rlvr.tasks.data_files as data_files
 
+    monkeypatch.setattr(data_files, "JSON_CHUNK_BYTES", 5)  # every item, number and string spans windows
     path = tmp_path / "rows.json"
-    path.write_text(json.dumps([{"q": "a?", "a": "1"}, {"q": "b?", "a": "2"}]))
-    assert [row.where for row in read_rows(path)] == [f"{path} item 1", f"{path} item 2"]
-    assert capsys.readouterr().err == ""
-    monkeypatch.setattr(data_files, "JSON_WARN_BYTES", path.stat().st_size - 1)
-    assert len(read_rows(path)) == 2
-    assert "rows.json: a .json file is parsed whole" in capsys.readouterr().err
+    records = [{"q": "\u00e4" * 40, "a": 1234567}, {"q": "b", "a": -1.5e-7}, {"q": "c", "a": [True, None]}]
+    path.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
+    rows = read_rows(path)
+    assert [row.record for row in rows] == records and [rows[k].record for k in (2, 1, 0)] == records[::-1]
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'[{"q": "a"},\n {"q": "b" "a": 1}]', r"rows.json item 2: not valid JSON \(Expecting ',' delimiter: line 2 column 12\)"),
+    (b'[{"q": "a"}, {"q": "b"} {"q": "c"}]', r"rows.json after item 2: not valid JSON \(expecting ',' or '\]': line 1 column 25\)"),
+    (b'[{"q": "a"}, {"q": "b"},]', r"rows.json item 3: not valid JSON \(Expecting value: line 1 column 25\)"),
+    (b'[{"q": "a"}, {"q": "b"', r"rows.json item 2: not valid JSON \(Expecting ',' delimiter: line 1 column 23\)"),
+    (b'[{"q": "a"}] {"q": "b"}', r"rows.json after the list: not valid JSON \(extra data: line 1 column 14\)"),
+    (b'[{"q": "a"}, ["b"]]', r"rows.json item 2: expected a JSON object, got list"),
+    (b'[{"q": "a"}, {"q": "sec\xffond"}]', r"rows.json item 2: not UTF-8 text \(byte 0xff at line 1 column 24\)"),
+    (b'{"q": "a"}', r"rows.json: expected a JSON list of objects, got dict"),
+    (b'', r"rows.json: not valid JSON \(Expecting value"),
+    (b' [ ] ', r"rows.json: the file is empty"),
+])
+def test_json_defects_name_the_file_and_the_item(tmp_path, content, message):
+    path = tmp_path / "rows.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        read_rows(path)
+
+
+def test_a_json_row_read_after_the_file_changed_is_an_error(tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_text('[{"q": "a?", "a": "1"}, {"q": "b?", "a": "2"}]')
+    rows = read_rows(path)
+    assert rows[1].record == {"q": "b?", "a": "2"} and [row.where for row in rows] == [f"{path} item 1", f"{path} item 2"]
+    path.write_text('[{"q": "a?", "a": "1"}, {"q": "longer b?", "a": "2"}]')
+    with pytest.raises(ValueError, match="rows.json: the file changed after it was read"):
+        rows[1]
+    with pytest.raises(ValueError, match="rows.json: the file changed after it was read"):
+        list(rows)
 
 
 def test_a_task_on_parquet_row_groups_reads_the_rows_a_jsonl_file_gives(tmp_path):
