@@ -177,8 +177,6 @@ def run_check(config) -> list[CheckRow]:
               f"{transcript(collected.groups[0].episodes[0].episode, mark_environment=True)}", file=sys.stderr)
     else:
         rows.append(completion_mask_row(batch, tokenizer, policy, rollout, settings))
-batch.input_ids, prompt_len, eos_token_ids(tokenizer, policy),
-                                        rollout.max_new_tokens, tokenizer, settings.stop_strings)
 
     # 4. Advantages sum to 0 within each group (for the estimators that centre).
     if algo.advantage_estimator in CENTRING_ESTIMATORS and algo.advantage_clip == 0:
