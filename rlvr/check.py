@@ -173,8 +173,9 @@ def run_check(config) -> list[CheckRow]:
     # for episodes, exactly the policy's tokens of each conversation (the environment's never).
     if collected.groups and collected.groups[0].episodes is not None:
         rows.append(episode_mask_row(collected, batch))
-        print(f"rlvr check: one episode, the environment's (masked) spans in {ENV_SPAN_OPEN} {ENV_SPAN_CLOSE}:\n"
-              f"{transcript(collected.groups[0].episodes[0].episode, mark_environment=True)}", file=sys.stderr)
+        longest = max((record for group in collected.groups for record in group.episodes), key=lambda r: r.turns)
+        print(f"rlvr check: the longest episode ({longest.turns} turns), the environment's (masked) spans in "
+              f"{ENV_SPAN_OPEN} {ENV_SPAN_CLOSE}:\n{transcript(longest.episode, mark_environment=True)}", file=sys.stderr)
     else:
         rows.append(completion_mask_row(batch, tokenizer, policy, rollout, settings))
 

@@ -127,3 +127,17 @@ def test_rlvr_train_runs_grpo_on_guess_number(tiny_model_dir, tmp_path, backend)
     samples = read_jsonl(run_dir / "samples.jsonl")
     assert any("⟦user: " in sample["transcript"] for sample in samples)
     assert all(sample["turns"] >= 1 for sample in samples)
+
+
+def test_rlvr_check_on_guess_number_passes_and_shows_a_marked_transcript(tiny_model_dir, capsys):
+    from rlvr.check import run_check
+
+    overrides = [f"model.name={tiny_model_dir}", "task.name=guess_number", "task.options.max_turns=3",
+                 "rollout.batch_size=2", "rollout.group_size=4", "rollout.max_new_tokens=6",
+                 "rollout.stop_strings=[a, e, o]", "model.lora_rank=4", "model.lora_alpha=8"]
+    rows = {row.name: row for row in run_check(load_config(None, overrides))}
+    # (a random policy never finds the number: no reward contrast, so the gradient norm is 0 here)
+    for name in ("completion mask", "importance ratio at step 0", "loss finite"):
+        assert rows[name].result == "PASS", (name, rows[name])
+    assert "environment tokens kept out of the loss" in rows["completion mask"].note
+    assert "⟦user: " in capsys.readouterr().err
