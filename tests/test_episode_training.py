@@ -20,6 +20,7 @@ from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, sample_and_score
 from rlvr.tasks.base import Example
 from rlvr.testing import build_tiny_model, build_tiny_tokenizer
 from rlvr.train.collect import CollectedGroups, rollout_batch, split_groups
+from rlvr.train.rollout_stats import EpisodeCounts, episode_stats
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
 from tests.test_episodes import CountdownEnv
@@ -75,6 +76,16 @@ def _episode_batch():
     collected = CollectedGroups(groups=groups, group_size=2, sampled_groups=2, filled_no_contrast=0, rounds=1,
                                 generation_seconds=0.0, scoring_seconds=0.0)
     return model, scored, rollout_batch(collected, tokenizer, task.name)
+
+
+def test_env_token_frac_of_a_real_rollout_is_the_masked_share_of_its_tokens():
+    _, scored, _ = _episode_batch()
+    generation = scored.generation
+    real = generation.attention_mask[:, generation.prompt_len:]  # [N, C]
+    env = real * (1 - generation.loss_mask)  # [N, C]
+    stats = episode_stats([EpisodeCounts.of(record) for record in scored.episodes])
+    assert stats["episode/env_token_frac"] == pytest.approx(float(env.sum() / real.sum()))
+    assert stats["episode/turns"] == pytest.approx(sum(r.turns for r in scored.episodes) / len(scored.episodes))
 
 
 def test_the_batch_loss_mask_is_the_policy_tokens_and_env_advantages_never_reach_the_gradient():

@@ -249,8 +249,47 @@ def test_real_backends_train_on_exactly_the_ids_they_sampled(backend_name):
         assert len(call) == len(live)
         for row, tokens in zip(live, call):
             policy_tokens[row] += tokens
-    for row, record in enumerate(scored.episodes):
+    prompts = [ids(p) for p in scored.prompts]
+    for row, record in enumerate(scored.episodes):  # prompt-major: rows 0, 1 are example 0's
+        prompt = prompts[row // 2]
+        assert generation.input_ids[row, generation.prompt_len - len(prompt):generation.prompt_len].tolist() == prompt
+        assert record.episode.example is examples[row // 2]
         completion = generation.input_ids[row, generation.prompt_len:]
         mask = generation.loss_mask[row].bool()
         assert completion[mask].tolist() == policy_tokens[row]
         assert int(mask.sum()) + record.env_tokens == int(generation.attention_mask[row, generation.prompt_len:].sum())
+
+
+def test_the_last_allowed_turn_gets_no_reply_tokens_and_counts_as_cut():
+    task = CountdownEnv(max_turns=2)
+    example = Example(prompt="p", ground_truth=None, metadata={"turns": 10})
+    turn = char_ids("ab") + [EOS]
+    _, _, result = run(lambda k, r, p: turn, task, [example], 1)
+    record = result.records[0]
+    assert record.token_ids[-len(turn):] == turn and record.policy_mask[-1] == 1  # ends on the policy's token
+    assert record.token_ids == turn + ids(chat_reply("ok1", after_eos=True)) + turn
+    assert bool(result.generation.truncated[0])
+    assert [t.role for t in record.episode.turns] == ["assistant", "user", "assistant", "user"]  # "ok2" shown
+
+
+@pytest.mark.parametrize("backend_name", ["decode_loop", "hf_generate"])
+def test_no_episode_passes_max_episode_tokens_and_each_cut_is_named_right(backend_name):
+    model = build_tiny_model(vocab_size=len(TOKENIZER), seed=3)
+    backend = ROLLOUT_BACKENDS.get(backend_name)(model, TOKENIZER)
+    task = CountdownEnv(max_turns=6)
+    examples = [Example(prompt=f"go {i}", ground_truth=None, metadata={"turns": 6}) for i in range(3)]
+    limit, per_turn = 30, 8
+    torch.manual_seed(2)
+    scored = sample_and_score(backend, task, examples, group_size=2, use_chat_template=False,
+                              settings=SamplingSettings(max_new_tokens=per_turn, stop_strings=tuple("aeiou "),
+                                                        max_episode_tokens=limit))
+    cuts = [record.episode.truncated_by for record in scored.episodes]
+    assert "episode_tokens" in cuts
+    for record in scored.episodes:
+        assert len(record.token_ids) <= limit
+        last_turn = len(record.policy_mask) - record.policy_mask[::-1].index(0) if 0 in record.policy_mask else 0
+        last_turn_tokens = len(record.policy_mask) - last_turn
+        if record.episode.truncated_by == "turn_tokens":
+            assert last_turn_tokens == per_turn
+        if record.episode.truncated_by == "episode_tokens":
+            assert len(record.token_ids) == limit or last_turn_tokens < per_turn
