@@ -412,7 +412,8 @@ VERIFIER = [
     mutation(
         "judge_reraises", "rlvr/tasks/judging.py",
         "judge re-raises a score() exception instead of returning an error verdict",
-        ("(SystemExit included)\n        return _error(task, _raised(task, exc))", "(SystemExit included)\n        raise"),
+        ("(SystemExit included)\n        return _error(task, _raised(task, exc, method))",
+         "(SystemExit included)\n        raise"),
         tests=("tests/test_judging.py",),
     ),
     mutation(
