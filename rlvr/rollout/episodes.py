@@ -42,6 +42,8 @@ class EpisodeRecord:
     policy_mask: list[int] = field(default_factory=list)  # 1: sampled by the policy, 0: the environment's
     tool_calls: dict[str, int] = field(default_factory=dict)
     tool_errors: dict[str, int] = field(default_factory=dict)
+    # the sampler's log-prob of each token (0 on the environment's), when the backend reports them
+    sampler_logprobs: list[float] | None = field(default_factory=list)
 
     @property
     def env_tokens(self) -> int:
@@ -169,6 +171,10 @@ def run_episodes(backend: RolloutBackend, task, examples: Sequence[Example], pro
                                stops)
             record.token_ids += sampled
             record.policy_mask += [1] * len(sampled)
+            if generation.sampler_logprobs is None or record.sampler_logprobs is None:
+                record.sampler_logprobs = None
+            else:
+                record.sampler_logprobs += generation.sampler_logprobs[position, :len(sampled)].tolist()
             record.episode.turns.append(Turn("assistant", text))
             if limit is not None:
                 record.episode.truncated_by = limit
@@ -189,6 +195,8 @@ def run_episodes(backend: RolloutBackend, task, examples: Sequence[Example], pro
                 continue
             record.token_ids += reply_ids
             record.policy_mask += [0] * len(reply_ids)
+            if record.sampler_logprobs is not None:
+                record.sampler_logprobs += [0.0] * len(reply_ids)
             still_live.append(row)
         live = still_live
     verdicts = [judge_episode(task, record.episode) for record in records]
@@ -204,6 +212,8 @@ def episode_generation(records: list[EpisodeRecord], prompt_ids: list[list[int]]
     input_ids = torch.full((num_rows, prompt_len + width), fill_id, dtype=torch.long)  # [N, P+C]
     attention_mask = torch.zeros((num_rows, prompt_len + width), dtype=torch.long)  # [N, P+C]
     loss_mask = torch.zeros((num_rows, width), dtype=torch.long)  # [N, C]
+    reported = all(record.sampler_logprobs is not None for record in records)
+    sampler_logprobs = torch.zeros((num_rows, width)) if reported else None  # [N, C]
     for row, (record, (prompt_index, _)) in enumerate(zip(records, rows)):
         prompt = prompt_ids[prompt_index]
         input_ids[row, prompt_len - len(prompt):prompt_len] = torch.tensor(prompt, dtype=torch.long)
@@ -211,12 +221,14 @@ def episode_generation(records: list[EpisodeRecord], prompt_ids: list[list[int]]
         if record.token_ids:
             input_ids[row, prompt_len:prompt_len + len(record.token_ids)] = torch.tensor(record.token_ids)
             loss_mask[row, :len(record.policy_mask)] = torch.tensor(record.policy_mask, dtype=torch.long)
+            if sampler_logprobs is not None:
+                sampler_logprobs[row, :len(record.sampler_logprobs)] = torch.tensor(record.sampler_logprobs)
     return Generation(
         input_ids=input_ids, attention_mask=attention_mask, prompt_len=prompt_len,
         completion_texts=[transcript(record.episode) for record in records],
         completion_lengths=loss_mask.sum(dim=1),  # [N] the policy's tokens
         truncated=torch.tensor([record.episode.truncated_by is not None for record in records]),
-        loss_mask=loss_mask, sampler_logprobs=None,
+        loss_mask=loss_mask, sampler_logprobs=sampler_logprobs,
     )
 
 
