@@ -293,3 +293,19 @@ def test_no_episode_passes_max_episode_tokens_and_each_cut_is_named_right(backen
             assert last_turn_tokens == per_turn
         if record.episode.truncated_by == "episode_tokens":
             assert len(record.token_ids) == limit or last_turn_tokens < per_turn
+
+
+def test_an_environment_that_raises_ends_that_episode_as_an_error_not_the_rollout():
+    class Broken(CountdownEnv):
+        def respond(self, state, assistant_text):
+            if state["said"] == 1:
+                raise KeyError("boom")
+            return super().respond(state, assistant_text)
+
+    task = Broken()
+    examples = [Example(prompt="p", ground_truth=None, metadata={"turns": 1}),
+                Example(prompt="q", ground_truth=None, metadata={"turns": 3})]
+    _, _, result = run(lambda k, r, p: char_ids("ab") + [EOS], task, examples, 1)
+    assert result.verdicts[0].status == "ok" and result.verdicts[0].total == 1.0
+    assert result.verdicts[1].status == "error" and "KeyError" in result.verdicts[1].detail
+    assert result.records[1].turns == 2

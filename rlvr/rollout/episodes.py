@@ -24,7 +24,7 @@ from rlvr.rollout.backend import RolloutBackend
 from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids, fill_token_id
 from rlvr.tasks.base import Example, Verdict
 from rlvr.tasks.environment import Episode, Turn
-from rlvr.tasks.judging import judge_episode
+from rlvr.tasks.judging import error_verdict, judge_episode
 
 UNLIMITED = 2**31  # max_episode_tokens when none is set
 # How a reply is written after the policy's turn when the prompt is raw text (no chat template).
@@ -44,6 +44,7 @@ class EpisodeRecord:
     tool_errors: dict[str, int] = field(default_factory=dict)
     # the sampler's log-prob of each token (0 on the environment's), when the backend reports them
     sampler_logprobs: list[float] | None = field(default_factory=list)
+    env_error: str | None = None  # `respond` raised: the episode ended there and is judged an error
 
     @property
     def env_tokens(self) -> int:
@@ -179,7 +180,11 @@ def run_episodes(backend: RolloutBackend, task, examples: Sequence[Example], pro
             if limit is not None:
                 record.episode.truncated_by = limit
                 continue
-            reply = task.respond(record.episode.state, text)
+            try:
+                reply = task.respond(record.episode.state, text)
+            except Exception as exc:  # noqa: BLE001 - an environment bug ends its episode, never the run
+                record.env_error = f"respond of task {task.name!r} raised {type(exc).__name__}: {exc}"
+                continue
             _add_counts(record.tool_calls, reply.tool_calls)
             _add_counts(record.tool_errors, reply.tool_errors)
             if reply.content is not None:
@@ -199,7 +204,8 @@ def run_episodes(backend: RolloutBackend, task, examples: Sequence[Example], pro
                 record.sampler_logprobs += [0.0] * len(reply_ids)
             still_live.append(row)
         live = still_live
-    verdicts = [judge_episode(task, record.episode) for record in records]
+    verdicts = [judge_episode(task, record.episode) if record.env_error is None
+                else error_verdict(task, record.env_error) for record in records]
     return EpisodeRollout(generation=episode_generation(records, prompt_ids, rows, fill_token_id(tokenizer)),
                           verdicts=verdicts, records=records)
 

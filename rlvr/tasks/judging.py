@@ -102,6 +102,11 @@ def judge(task, completion: str, example: Example, max_abs_reward: Optional[floa
     return _guarded(task, "score", (completion, example), max_abs_reward)
 
 
+def error_verdict(task, detail: str) -> Verdict:
+    """A verdict with status `error` and every component NaN (left out of its group's advantage)."""
+    return _error(task, detail)
+
+
 def judge_episode(task, episode, max_abs_reward: Optional[float] = None) -> Verdict:
     """`task.score_episode(episode)` for an environment's finished episode, guarded as `judge` guards `score`."""
     return _guarded(task, "score_episode", (episode,), max_abs_reward)
