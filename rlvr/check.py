@@ -24,6 +24,7 @@ from rlvr.models import compute_completion_logprobs, reference_context, trainabl
 from rlvr.models.policy import dtype_name, resolve_dtype
 from rlvr.rollout import SamplingSettings
 from rlvr.rollout.base import eos_token_ids
+from rlvr.rollout.episodes import ENV_SPAN_CLOSE, ENV_SPAN_OPEN, transcript
 from rlvr.training.advantages import with_advantages
 from rlvr.training.collect import collect_groups, greedy_baselines, rollout_batch
 from rlvr.training.optim import make_optimizer, make_scheduler
@@ -105,6 +106,29 @@ def _masked_max(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float(values[keep].abs().max()) if bool(keep.any()) else 0.0
 
 
+def completion_mask_row(batch, tokenizer, policy, rollout, settings) -> CheckRow:
+    """The batch's completion mask against the one re-derived from the ids (first EOS or stop string)."""
+    expected = expected_completion_mask(batch.input_ids, batch.prompt_len, eos_token_ids(tokenizer, policy),
+                                        rollout.max_new_tokens, tokenizer, settings.stop_strings)
+    wrong = int((expected != batch.completion_mask).sum())
+    return row("completion mask", wrong, "= 0 wrong cells", wrong == 0,
+               f"{int(expected.sum())} generated tokens re-derived from the ids")
+
+
+def episode_mask_row(collected, batch) -> CheckRow:
+    """Episodes: the batch's completion mask against each episode's own record of which tokens the policy sampled."""
+    expected = torch.zeros_like(batch.completion_mask)  # [N, L-1]: column t scores token t+1
+    records = [record for group in collected.groups for record in group.episodes]
+    for index, record in enumerate(records):
+        start = batch.prompt_len - 1
+        expected[index, start:start + len(record.policy_mask)] = torch.tensor(record.policy_mask,
+                                                                              dtype=expected.dtype)
+    wrong = int((expected != batch.completion_mask).sum())
+    env_tokens = sum(record.env_tokens for record in records)
+    return row("completion mask", wrong, "= 0 wrong cells", wrong == 0,
+               f"{int(expected.sum())} policy tokens; {env_tokens} environment tokens kept out of the loss")
+
+
 def run_check(config) -> list[CheckRow]:
     """One rollout batch and one update with `config`'s model and task; returns the table rows.
 
@@ -145,12 +169,15 @@ def run_check(config) -> list[CheckRow]:
     prompt_len = batch.prompt_len
     _stage(f"sampled {len(batch)} completions; recomputing log-probs", check_started)
 
-    # 3. The completion mask covers exactly the generated tokens (EOS included, no prompt, no padding).
-    expected = expected_completion_mask(batch.input_ids, prompt_len, eos_token_ids(tokenizer, policy),
-                                        rollout.max_new_tokens, tokenizer, settings.stop_strings)
-    wrong = int((expected != batch.completion_mask).sum())
-    rows.append(row("completion mask", wrong, "= 0 wrong cells", wrong == 0,
-                    f"{int(expected.sum())} generated tokens re-derived from the ids"))
+    # 3. The completion mask covers exactly the generated tokens (EOS included, no prompt, no padding);
+    # for episodes, exactly the policy's tokens of each conversation (the environment's never).
+    if collected.groups and collected.groups[0].episodes is not None:
+        rows.append(episode_mask_row(collected, batch))
+        longest = max((record for group in collected.groups for record in group.episodes), key=lambda r: r.turns)
+        print(f"rlvr check: the longest episode ({longest.turns} turns), the environment's (masked) spans in "
+              f"{ENV_SPAN_OPEN} {ENV_SPAN_CLOSE}:\n{transcript(longest.episode, mark_environment=True)}", file=sys.stderr)
+    else:
+        rows.append(completion_mask_row(batch, tokenizer, policy, rollout, settings))
 
     # 4. Advantages sum to 0 within each group (for the estimators that centre).
     if algo.advantage_estimator in CENTRING_ESTIMATORS and algo.advantage_clip == 0:

@@ -44,16 +44,20 @@ TINY_CHAT_TEMPLATE = (
 )
 
 
-def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
+def build_tiny_tokenizer(merges: tuple[tuple[str, str], ...] = ()) -> PreTrainedTokenizerFast:
     """A character-level fast tokenizer over `TINY_VOCAB`, shaped like SmolLM2's.
 
     As in SmolLM2, the pad token is `<|im_end|>`, the same as EOS: code that finds padding by
     comparing ids with `pad_token_id` would also drop real end-of-turn tokens, and this catches it.
     Padding is on the left, as generation needs. No BOS is added.
+    `merges` (pairs of characters) add one token each after the 64, e.g. ("1", "2") -> "12": then
+    the ids ['1', '2'] decode to a text that encodes to ['12'], so decode -> encode does not round-trip.
     """
     vocab = {token: index for index, token in enumerate(TINY_VOCAB)}
+    for left, right in merges:
+        vocab[left + right] = len(vocab)
     # A BPE model with no merges cuts text into single characters; unknown ones become <unk>.
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_TOKEN))
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=list(merges), unk_token=UNK_TOKEN))
     backend.normalizer = normalizers.Lowercase()
     backend.decoder = decoders.Fuse()  # join characters without inserting spaces
     backend.add_special_tokens([AddedToken(token, normalized=False, special=True) for token in SPECIAL_TOKENS])

@@ -412,7 +412,8 @@ VERIFIER = [
     mutation(
         "judge_reraises", "rlvr/tasks/verification/judging.py",
         "judge re-raises a score() exception instead of returning an error verdict",
-        ("(SystemExit included)\n        return _error(task, _raised(task, exc))", "(SystemExit included)\n        raise"),
+        ("(SystemExit included)\n        return _error(task, _raised(task, exc, method))",
+         "(SystemExit included)\n        raise"),
         tests=("tests/tasks/test_judging.py",),
     ),
     mutation(
@@ -1249,5 +1250,56 @@ AUDIT_B = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- episodes (environment tasks)
+
+EPISODE_TESTS = ("tests/rollout/test_episodes.py",)
+EPISODES = [
+    mutation(
+        "env_tokens_in_the_loss", "rlvr/rollout/episodes.py",
+        "the environment's reply tokens are marked as the policy's (loss mask 1)",
+        ("record.policy_mask += [0] * len(reply_ids)", "record.policy_mask += [1] * len(reply_ids)"),
+        tests=EPISODE_TESTS,
+    ),
+    mutation(
+        "episodes_example_major", "rlvr/rollout/episodes.py",
+        "episodes are laid out round-robin over the examples instead of prompt-major groups",
+        ("rows = [(index, example) for index, example in enumerate(examples) for _ in range(group_size)]",
+         "rows = [(index, example) for _ in range(group_size) for index, example in enumerate(examples)]"),
+        tests=EPISODE_TESTS,
+    ),
+    mutation(
+        "max_turns_off_by_one", "rlvr/rollout/episodes.py",
+        "the last allowed turn's reply is inserted and the episode is not counted as cut by max_turns",
+        ("            if turn + 1 == max_turns:", "            if turn == max_turns:"),
+        tests=EPISODE_TESTS,
+    ),
+    mutation(
+        "episode_budget_ignored", "rlvr/rollout/episodes.py",
+        "a turn may sample its full max_new_tokens past what is left of max_episode_tokens",
+        ("return [min(max_new_tokens, max_episode_tokens - len(records[row].token_ids)) for row in live]",
+         "return [max_new_tokens for row in live]"),
+        tests=EPISODE_TESTS,
+    ),
+    mutation(
+        "episode_cut_counted_as_turn_cut", "rlvr/rollout/episodes.py",
+        "a turn cut by what is left of the episode's budget is counted as hitting max_new_tokens",
+        ('return "turn_tokens" if budget >= max_new_tokens else "episode_tokens"', 'return "turn_tokens"'),
+        tests=EPISODE_TESTS,
+    ),
+    mutation(
+        "end_of_turn_token_doubled", "rlvr/rollout/episodes.py",
+        "after a turn that ended with EOS the template's end-of-turn token is inserted again",
+        ("                closing = closing[len(eos_text):]", "                pass"),
+        tests=EPISODE_TESTS,
+    ),
+    mutation(
+        "env_token_frac_mean_of_shares", "rlvr/observe/rollout_stats.py",
+        "episode/env_token_frac averages each episode's share instead of dividing the token totals",
+        ("EPISODE_ENV_TOKEN_FRAC: sum(e.env_tokens for e in episodes) / total_tokens if total_tokens else 0.0,",
+         "EPISODE_ENV_TOKEN_FRAC: sum(e.env_tokens / e.tokens for e in episodes if e.tokens) / count,"),
+        tests=EPISODE_TESTS + ("tests/training/test_episode_training.py::test_env_token_frac_of_a_real_rollout_is_the_masked_share_of_its_tokens",),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
-             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B)
+             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES)

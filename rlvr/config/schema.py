@@ -165,6 +165,12 @@ class RolloutConfig:
     # The budget is part of the task: if most completions hit it, rewards and advantages go to 0.
     max_new_tokens: int = option(24, "generation budget per completion; part of the task: if most completions hit "
                                  "it, rewards and advantages go to 0", bounds=count(1, MAX_TOKENS))
+    max_turns: Optional[int] = option(None, "environment tasks: assistant turns before an episode is cut and counted "
+                                      "as truncated (episode/truncated/max_turns); null: the environment's own",
+                                      bounds=count(1, 10**4, "null: the environment's max_turns"))
+    max_episode_tokens: Optional[int] = option(1024, "environment tasks: tokens after the prompt (the policy's and "
+                                               "the environment's) before an episode is cut; max_new_tokens is "
+                                               "per turn; null: no limit", bounds=count(1, MAX_TOKENS, "null: no limit"))
     temperature: float = option(1.0, "sampling temperature (> 0: greedy decoding gives no group contrast)",
                                 bounds=above(0, 100, "greedy decoding gives no group contrast"))
     top_p: float = option(1.0, "nucleus sampling threshold in (0, 1]; 1 disables",

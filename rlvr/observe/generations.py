@@ -28,6 +28,7 @@ from rlvr.observe.metric_names import (
 from rlvr.utils import append_jsonl
 
 GENERATIONS_FILE = "generations.jsonl"
+EPISODE_FIELDS = ("transcript", "turns", "truncated_by")
 
 
 def response_entropy(model, tokenizer, prompts: list[str], responses: list[str]) -> list[float]:
@@ -64,6 +65,8 @@ def log_generations(model, tokenizer, eval_records: list[dict], *, iteration: in
               "total": r["verdict"]["total"], "correct": r["verdict"]["correct"], "entropy": entropy,
               "response_len": float(r["completion_tokens"])}
              for r, entropy in zip(eval_records, entropies)]
+    for line, record in zip(lines, eval_records):  # episodes: the transcript with the environment's spans marked
+        line.update({key: record[key] for key in EPISODE_FIELDS if key in record})
     if run_dir is not None:
         append_jsonl(Path(run_dir) / GENERATIONS_FILE, lines)
     summary = {

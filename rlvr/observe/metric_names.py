@@ -39,6 +39,14 @@ STATUS_PREFIX = "status/"
 DYNAMIC_SAMPLING_ROUNDS = "dynamic_sampling/rounds"
 DYNAMIC_SAMPLING_SAMPLED_GROUPS = "dynamic_sampling/sampled_groups"
 DYNAMIC_SAMPLING_FILLED_DEGENERATE = "dynamic_sampling/filled_degenerate"
+# environment tasks (episodes): means per episode, and the share of episodes each limit cut short
+EPISODE_TURNS = "episode/turns"  # assistant turns per episode
+EPISODE_TOOL_CALLS = "episode/tool_calls"  # tool calls per episode, all tools
+EPISODE_TOOL_ERRORS = "episode/tool_errors"  # failed tool calls per episode (malformed, unknown, timeout, raised)
+EPISODE_ENV_TOKEN_FRAC = "episode/env_token_frac"  # environment tokens (loss mask 0) / all tokens after the prompt
+EPISODE_TOOL_CALLS_PREFIX = "episode/tool_calls/"  # + tool name: that tool's calls per episode
+EPISODE_TOOL_ERRORS_PREFIX = "episode/tool_errors/"  # + tool name: that tool's failed calls per episode
+EPISODE_TRUNCATED_PREFIX = "episode/truncated/"  # + limit (max_turns, turn_tokens, episode_tokens): share cut by it
 
 # ----------------------------------------------------------------------------- update
 POLICY_LOSS_PER_TOKEN = "policy_loss_per_token"
@@ -134,3 +142,18 @@ def eval_reward_component(component: str) -> str:
 def policy_loss_metric(name: str) -> str:
     """policy_loss/<name>: a metric a policy loss returns beyond ratio and the clip flags (token mean)."""
     return POLICY_LOSS_PREFIX + name
+
+
+def episode_tool_calls(tool: str) -> str:
+    """episode/tool_calls/<tool>: calls of one tool per episode."""
+    return EPISODE_TOOL_CALLS_PREFIX + tool
+
+
+def episode_tool_errors(tool: str) -> str:
+    """episode/tool_errors/<tool>: failed calls of one tool per episode."""
+    return EPISODE_TOOL_ERRORS_PREFIX + tool
+
+
+def episode_truncated(limit: str) -> str:
+    """episode/truncated/<limit>: the share of episodes a limit (`TRUNCATION_LIMITS`) cut short."""
+    return EPISODE_TRUNCATED_PREFIX + limit

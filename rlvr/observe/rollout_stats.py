@@ -3,7 +3,8 @@
 Data-parallel, each rank holds its own groups; `gather_rollout` collects every rank's rows in
 rank order (the order one process would have), so every rank computes the same statistics. The
 share of groups without reward contrast uses `rlvr.core.no_contrast_rows`, the rule dynamic
-sampling and the advantage estimators use.
+sampling and the advantage estimators use. For an environment task the episodes add `episode/*`
+(`episode_stats`): turns, tool calls and errors, the environment's share of the tokens, truncation by limit.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from rlvr.observe.metric_names import (
     DYNAMIC_SAMPLING_FILLED_DEGENERATE,
     DYNAMIC_SAMPLING_ROUNDS,
     DYNAMIC_SAMPLING_SAMPLED_GROUPS,
+    EPISODE_ENV_TOKEN_FRAC,
+    EPISODE_TOOL_CALLS,
+    EPISODE_TOOL_ERRORS,
+    EPISODE_TURNS,
     FRAC_NONZERO_ADVANTAGES,
     FRAC_ZERO_VARIANCE_GROUPS,
     GENERATED_TOKENS,
@@ -33,9 +38,14 @@ from rlvr.observe.metric_names import (
     TRUNCATED_FRAC,
     UNSCORABLE,
     reward_component,
+    episode_tool_calls,
+    episode_tool_errors,
+    episode_truncated,
     status_count,
 )
+from rlvr.rollout.episodes import episode_fields
 from rlvr.tasks.base import Verdict
+from rlvr.tasks.environment import TRUNCATION_LIMITS
 from rlvr.training.collect import CollectedGroups
 from rlvr.parallel.distributed import SINGLE, Dist
 
@@ -56,6 +66,45 @@ class RolloutRows:
     filled_no_contrast: int
     rounds: int
     samples: list[dict]  # one record per completion, for samples.jsonl
+    episodes: list[EpisodeCounts] | None = None  # [N] environment tasks only
+
+
+@dataclass(frozen=True)
+class EpisodeCounts:
+    """What the episode metrics need of one episode (small, so ranks can exchange them)."""
+
+    turns: int
+    tool_calls: dict[str, int]
+    tool_errors: dict[str, int]
+    env_tokens: int  # loss mask 0
+    tokens: int  # after the prompt, the policy's and the environment's
+    truncated_by: str | None
+
+    @classmethod
+    def of(cls, record) -> "EpisodeCounts":
+        return cls(turns=record.turns, tool_calls=dict(record.tool_calls), tool_errors=dict(record.tool_errors),
+                   env_tokens=record.env_tokens, tokens=len(record.token_ids),
+                   truncated_by=record.episode.truncated_by)
+
+
+def episode_stats(episodes: list[EpisodeCounts]) -> dict[str, float]:
+    """episode/* metrics: turns, tool calls and errors (all tools, and per tool) per episode, the share of
+    tokens after the prompt that are the environment's, and the share of episodes each limit cut short."""
+    count = len(episodes)
+    tools = sorted({tool for e in episodes for tool in (*e.tool_calls, *e.tool_errors)})
+    total_tokens = sum(e.tokens for e in episodes)
+    stats = {
+        EPISODE_TURNS: sum(e.turns for e in episodes) / count,
+        EPISODE_TOOL_CALLS: sum(sum(e.tool_calls.values()) for e in episodes) / count,
+        EPISODE_TOOL_ERRORS: sum(sum(e.tool_errors.values()) for e in episodes) / count,
+        EPISODE_ENV_TOKEN_FRAC: sum(e.env_tokens for e in episodes) / total_tokens if total_tokens else 0.0,
+    }
+    for tool in tools:
+        stats[episode_tool_calls(tool)] = sum(e.tool_calls.get(tool, 0) for e in episodes) / count
+        stats[episode_tool_errors(tool)] = sum(e.tool_errors.get(tool, 0) for e in episodes) / count
+    for limit in TRUNCATION_LIMITS:
+        stats[episode_truncated(limit)] = sum(e.truncated_by == limit for e in episodes) / count
+    return stats
 
 
 def advantage_per_row(batch: RolloutBatch) -> torch.Tensor:
@@ -66,12 +115,14 @@ def advantage_per_row(batch: RolloutBatch) -> torch.Tensor:
 
 
 def sample_records(collected: CollectedGroups, row_advantages: torch.Tensor) -> list[dict]:
-    """prompt, ground truth, completion, reward components, reward, status and advantage of each row."""
+    """prompt, ground truth, completion, reward components, reward, status and advantage of each row
+    (episodes: also the transcript with the environment's spans marked, turns and truncation)."""
     group_size = collected.group_size
     return [
         {"prompt": group.prompt, "ground_truth": group.example.ground_truth, "completion": group.texts[j],
          "components": group.verdicts[j].components, "reward": group.verdicts[j].total,
-         "status": group.verdicts[j].status, "advantage": float(row_advantages[i * group_size + j])}
+         "status": group.verdicts[j].status, "advantage": float(row_advantages[i * group_size + j]),
+         **({} if group.episodes is None else episode_fields(group.episodes[j]))}
         for i, group in enumerate(collected.groups) for j in range(group_size)
     ]
 
@@ -82,7 +133,9 @@ def gather_rollout(collected: CollectedGroups, batch: RolloutBatch, dist: Dist =
     row_advantages = advantage_per_row(batch)
     share = (collected.verdicts, collected.rewards, row_advantages.cpu(),
              torch.cat([g.lengths for g in groups]), torch.cat([g.truncated for g in groups]),
-             collected.sampled_groups, collected.filled_no_contrast, sample_records(collected, row_advantages))
+             collected.sampled_groups, collected.filled_no_contrast, sample_records(collected, row_advantages),
+             None if groups and groups[0].episodes is None
+             else [EpisodeCounts.of(record) for group in groups for record in group.episodes])
     shares = dist.gather(share) if dist.enabled else [share]
     return RolloutRows(
         verdicts=[v for part in shares for v in part[0]],
@@ -91,6 +144,7 @@ def gather_rollout(collected: CollectedGroups, batch: RolloutBatch, dist: Dist =
         group_size=collected.group_size, sampled_groups=sum(part[5] for part in shares),
         filled_no_contrast=sum(part[6] for part in shares), rounds=collected.rounds,
         samples=[record for part in shares for record in part[7]],
+        episodes=None if any(part[8] is None for part in shares) else [e for part in shares for e in part[8]],
     )
 
 
@@ -143,6 +197,8 @@ def rollout_stats(rows: RolloutRows, dynamic_sampling: bool) -> dict[str, float]
     statuses = [v.status for v in verdicts]
     for status in NON_OK_STATUSES:
         stats[status_count(status)] = statuses.count(status)
+    if rows.episodes:
+        stats.update(episode_stats(rows.episodes))
     if dynamic_sampling:
         stats[DYNAMIC_SAMPLING_ROUNDS] = rows.rounds
         stats[DYNAMIC_SAMPLING_SAMPLED_GROUPS] = rows.sampled_groups

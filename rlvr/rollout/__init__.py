@@ -4,7 +4,7 @@
 engine of its own that needs the vllm extra), each a `RolloutBackend` built from the loaded model
 and the rollout config, with a sync / generate / close life cycle (the contract: `backend.py`). `sample_and_score` is the one
 path from examples to judged completions, used by training rollouts, expert iteration,
-evaluation and `rlvr check`; `SamplingSettings.for_task` builds its settings from the config's
+evaluation and `rlvr check` (for an environment task it runs episodes, `episodes.py`); `SamplingSettings.for_task` builds its settings from the config's
 rollout section and the task.
 """
 

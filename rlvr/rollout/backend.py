@@ -18,6 +18,9 @@ trainer talks to every engine through these four steps and nothing else:
   the block only merges a LoRA adapter into the weights for speed (restored bit for bit on exit)
   or, under FSDP, gathers the sharded layers once. An engine of its own (`vllm`) copies the
   policy's current weights into itself when the block is entered.
+- `generate_from_ids(prompt_ids, settings)` continues prompts given as token ids, one completion
+  each, without tokenizing anything: the episode driver (`episodes.py`) samples each turn of every
+  live episode with it, so the trained tokens are exactly the sampled ones.
 - `generate` returns token ids and masks, the texts, lengths and truncation flags, and two
   per-token fields over the completion columns: `loss_mask` [N, C] (1 where the token is the
   policy's own and enters the loss) and `sampler_logprobs` [N, C] (the engine's log-probability
@@ -41,7 +44,7 @@ from typing import Any, Callable, ClassVar, ContextManager, Iterator, Mapping
 
 from rlvr.models.merge import merged_adapter
 from rlvr.registry import Registry, did_you_mean
-from rlvr.rollout.base import Generation, SamplingSettings
+from rlvr.rollout.base import Generation, SamplingSettings, fill_token_id, left_pad_ids
 
 # name -> backend class; `cls.build(loaded, rollout)` sets one up.
 ROLLOUT_BACKENDS: Registry[type] = Registry("rollout backend")
@@ -108,6 +111,15 @@ class RolloutBackend(abc.ABC):
     def generate(self, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
         """`group_size` completions for each rendered prompt, prompt-major. Call inside `sync()`."""
 
+    def generate_from_ids(self, prompt_ids: list[list[int]], settings: SamplingSettings) -> Generation:
+        """One completion for each prompt given as token ids (no tokenizing), row i continuing prompt i.
+
+        The episode driver's call: each live episode's conversation so far, exactly the tokens it
+        holds, is continued by one turn. Call inside `sync()`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement generate_from_ids(prompt_ids, "
+                                  "settings), which episodes (environment tasks) need")
+
     def close(self) -> None:
         """Release what set-up took (nothing for in-process backends)."""
 
@@ -122,6 +134,9 @@ class InProcessBackend(RolloutBackend):
     """Samples with the training model itself through `sample_fn(model, tokenizer, prompts, G, settings, **options)`."""
 
     sample_fn: Callable[..., Generation]
+    # `ids_fn(model, tokenizer, prompt_ids [B, P], prompt_mask [B, P], settings, **options)`: one
+    # completion per left-padded token-id prompt (the episode driver's turns).
+    ids_fn: Callable[..., Generation]
 
     def __init__(self, policy, tokenizer, *, merge_lora: bool = True, **options) -> None:
         super().__init__(policy, tokenizer, merge_lora=merge_lora)
@@ -141,3 +156,10 @@ class InProcessBackend(RolloutBackend):
             raise RuntimeError(f"{type(self).__name__}.generate called outside `with backend.sync():`; "
                                "sync first, so the sampled policy is the current one")
         return type(self).sample_fn(self.policy, self.tokenizer, prompts, group_size, settings, **self.options)
+
+    def generate_from_ids(self, prompt_ids: list[list[int]], settings: SamplingSettings) -> Generation:
+        if not self.in_sync:
+            raise RuntimeError(f"{type(self).__name__}.generate_from_ids called outside `with backend.sync():`; "
+                               "sync first, so the sampled policy is the current one")
+        ids, mask = left_pad_ids(prompt_ids, fill_token_id(self.tokenizer))  # [B, P] each
+        return type(self).ids_fn(self.policy, self.tokenizer, ids, mask, settings, **self.options)

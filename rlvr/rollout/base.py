@@ -61,6 +61,11 @@ class SamplingSettings:
     share_prompt_prefill: bool = True
     # EOS is suppressed until this many tokens are generated (0: no minimum).
     min_new_tokens: int = 0
+    # Episodes (environment tasks) only: assistant turns before an episode is cut (None: the
+    # environment's `max_turns`), and tokens after the prompt, policy's and environment's together
+    # (None: no limit beyond max_turns * max_new_tokens and the replies). `max_new_tokens` is per turn.
+    max_turns: int | None = None
+    max_episode_tokens: int | None = None
 
     @classmethod
     def for_task(cls, rollout, task, **overrides) -> "SamplingSettings":
@@ -75,6 +80,7 @@ class SamplingSettings:
             top_k=rollout.top_k, min_p=rollout.min_p,
             stop_strings=tuple(rollout.stop_strings) or tuple(task.stop_strings),
             share_prompt_prefill=rollout.share_prompt_prefill,
+            max_turns=rollout.max_turns, max_episode_tokens=rollout.max_episode_tokens,
         )
         fields.update(overrides)
         return cls(**fields)
@@ -98,6 +104,19 @@ def render_prompts(tokenizer, examples: Sequence[Example], use_chat_template: bo
             )
         rendered.append(tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True))
     return rendered
+
+
+def left_pad_ids(prompt_ids: Sequence[Sequence[int]], fill_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-id prompts of any lengths, left-padded to one width P: (ids [B, P] long, mask [B, P] long)."""
+    if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
+        raise ValueError("generate_from_ids needs at least one prompt and no empty prompt")
+    width = max(len(ids) for ids in prompt_ids)
+    ids = torch.full((len(prompt_ids), width), int(fill_id), dtype=torch.long)  # [B, P]
+    mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)  # [B, P]
+    for row, tokens in enumerate(prompt_ids):
+        ids[row, width - len(tokens):] = torch.tensor([int(t) for t in tokens], dtype=torch.long)
+        mask[row, width - len(tokens):] = 1
+    return ids, mask
 
 
 def fill_token_id(tokenizer) -> int:

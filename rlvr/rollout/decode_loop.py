@@ -210,10 +210,21 @@ def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings:
         raise ValueError(f"decode_loop: temperature={settings.temperature} must be > 0 when sampling")
     if cache not in CACHES:
         raise ValueError(f"decode_loop: unknown cache {cache!r}; choose from {', '.join(CACHES)}")
-    device = next(model.parameters()).device
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    prompt_ids = encoded["input_ids"].to(device)  # [B, P]
-    prompt_mask = encoded["attention_mask"].to(device)  # [B, P]
+    return decode_loop_from_ids(model, tokenizer, encoded["input_ids"], encoded["attention_mask"], settings,
+                                group_size=group_size, cache=cache, compact_fraction=compact_fraction)
+
+
+def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                         settings: SamplingSettings, *, group_size: int = 1, cache: str = "auto",
+                         compact_fraction: float = COMPACT_FRACTION) -> Generation:
+    """`decode_loop` on prompts given as left-padded token ids [B, P] and their mask [B, P]."""
+    if settings.do_sample and settings.temperature <= 0:
+        raise ValueError(f"decode_loop: temperature={settings.temperature} must be > 0 when sampling")
+    if cache not in CACHES:
+        raise ValueError(f"decode_loop: unknown cache {cache!r}; choose from {', '.join(CACHES)}")
+    device = next(model.parameters()).device
+    prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)  # [B, P] each
     num_prompts, prompt_len = prompt_ids.shape
     num_rows, max_new = num_prompts * group_size, settings.max_new_tokens
     eos_ids = eos_token_ids(tokenizer, model)
@@ -295,3 +306,4 @@ class DecodeLoopBackend(InProcessBackend):
             raise ValueError(f"compact_fraction={fraction!r} must be a number in [0, 1]")
 
     sample_fn = staticmethod(decode_loop)
+    ids_fn = staticmethod(decode_loop_from_ids)

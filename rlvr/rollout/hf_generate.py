@@ -27,12 +27,18 @@ from rlvr.rollout.base import (
 def hf_generate(model, tokenizer, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
     if not prompts:
         raise ValueError("hf_generate: no prompts")
-    device = next(model.parameters()).device
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     if tokenizer.padding_side != "left":
         raise ValueError("hf_generate needs a left-padding tokenizer (tokenizer.padding_side='left')")
-    prompt_ids = encoded["input_ids"].to(device)  # [B, P]
-    prompt_mask = encoded["attention_mask"].to(device)  # [B, P]
+    return hf_generate_from_ids(model, tokenizer, encoded["input_ids"], encoded["attention_mask"], settings,
+                                group_size=group_size)
+
+
+def hf_generate_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                         settings: SamplingSettings, *, group_size: int = 1) -> Generation:
+    """`hf_generate` on prompts given as left-padded token ids [B, P] and their mask [B, P]."""
+    device = next(model.parameters()).device
+    prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)  # [B, P] each
     prompt_len = prompt_ids.shape[1]
     kwargs = dict(
         max_new_tokens=settings.max_new_tokens,
@@ -110,3 +116,4 @@ class HFGenerateBackend(InProcessBackend):
     """transformers' `generate` on the training model."""
 
     sample_fn = staticmethod(hf_generate)
+    ids_fn = staticmethod(hf_generate_from_ids)

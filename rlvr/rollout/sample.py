@@ -5,7 +5,9 @@ backend (inside its `sync`), and scores every completion with `score_completions
 place in rlvr that judges a completion (through `rlvr.tasks.verification.judging.judge`, which guards the
 task's `score` against exceptions, wrong types and unusable rewards). Training rollouts, expert
 iteration, evaluation (in training and `rlvr eval`), `rlvr check` and the SFT data filter all
-come through here, so they sample with the same settings and judge the same way.
+come through here, so they sample with the same settings and judge the same way. For an
+environment task (`is_environment`) each row is an episode instead (`episodes.run_episodes`),
+judged by the task's `score_episode`; the scoring time is then inside the sampling time.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import Sequence
 
 from rlvr.rollout.backend import RolloutBackend
 from rlvr.rollout.base import Generation, SamplingSettings, render_prompts
+from rlvr.rollout.episodes import EpisodeRecord, run_episodes
 from rlvr.tasks.base import Example, Task, Verdict
+from rlvr.tasks.environment import is_environment
 from rlvr.tasks.verification.judging import judge
 
 
@@ -31,6 +35,8 @@ class ScoredRollout:
     verdicts: list[Verdict]  # [N]
     generation_seconds: float
     scoring_seconds: float
+    # [N] environment tasks: each row's episode (turns, tool calls, its tokens' owners); None otherwise
+    episodes: list[EpisodeRecord] | None = None
 
     def __len__(self) -> int:
         return len(self.verdicts)
@@ -57,6 +63,14 @@ def sample_and_score(backend: RolloutBackend, task: Task, examples: Sequence[Exa
     examples = list(examples)
     prompts = render_prompts(backend.tokenizer, examples, use_chat_template)
     started = time.perf_counter()
+    if is_environment(task):  # episodes: sampled turn by turn, judged by score_episode as they finish
+        with backend.sync():
+            episodes = run_episodes(backend, task, examples, prompts, group_size=group_size, settings=settings,
+                                    use_chat_template=use_chat_template)
+        seconds = time.perf_counter() - started
+        return ScoredRollout(examples=examples, prompts=prompts, group_size=group_size,
+                             generation=episodes.generation, verdicts=episodes.verdicts,
+                             generation_seconds=seconds, scoring_seconds=0.0, episodes=episodes.records)
     with backend.sync():
         generation = backend.generate(prompts, group_size, settings)
     sampled = time.perf_counter()

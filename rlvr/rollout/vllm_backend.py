@@ -32,7 +32,8 @@ import torch
 
 from rlvr.models.merge import merged_adapter
 from rlvr.rollout.backend import ROLLOUT_BACKENDS, RolloutBackend
-from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids, fill_token_id, length_mask
+from rlvr.rollout.base import (Generation, SamplingSettings, cut_at_stop, eos_token_ids, fill_token_id, left_pad_ids,
+                               length_mask)
 
 # gpu_memory_utilization: vLLM's share of the GPU (weights + KV cache; ignored on CPU). vLLM's own
 # default of 0.9 leaves the colocated trainer no room, so 0.3, as TRL's colocate mode.
@@ -146,10 +147,22 @@ class VLLMBackend(RolloutBackend):
                                "engine holds the policy's current weights")
         if not prompts:
             raise ValueError("vllm: no prompts")
+        encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        return self._sample(encoded["input_ids"], encoded["attention_mask"], group_size, settings)
+
+    def generate_from_ids(self, prompt_ids: list[list[int]], settings: SamplingSettings) -> Generation:
+        """One completion per token-id prompt, sent to the engine as `prompt_token_ids` (nothing re-tokenized)."""
+        if not self.in_sync:
+            raise RuntimeError("VLLMBackend.generate_from_ids called outside `with backend.sync():`; sync first, "
+                               "so the engine holds the policy's current weights")
+        ids, mask = left_pad_ids(prompt_ids, fill_token_id(self.tokenizer))  # [B, P] each
+        return self._sample(ids, mask, 1, settings)
+
+    def _sample(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int,
+                settings: SamplingSettings) -> Generation:
+        """G completions of each left-padded token-id prompt (prompt_ids, prompt_mask [B, P]), prompt-major."""
         from vllm.inputs import TokensPrompt
 
-        encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        prompt_ids, prompt_mask = encoded["input_ids"], encoded["attention_mask"]  # [B, P], left-padded
         requests = [TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist()) for ids, mask in zip(prompt_ids, prompt_mask)]
         if not settings.do_sample:
             requests = [request for request in requests for _ in range(group_size)]  # prompt-major

@@ -26,6 +26,7 @@ from rlvr.tasks.external import (FORMS, ModuleMissing, accepts_keyword, check_ca
                                  split_reference)
 from rlvr.tasks.format_copy import FormatCopyTask
 from rlvr.tasks.gsm8k import GSM8KTask
+from rlvr.tasks.guess_number import GuessNumberTask
 from rlvr.tasks.integer import IntegerTask
 from rlvr.tasks.verification.judging import DEFAULT_MAX_ABS_REWARD, judge
 from rlvr.tasks.math_problems import MathTask
@@ -39,6 +40,7 @@ TASKS.add("math", MathTask)
 TASKS.add("integer", IntegerTask)
 TASKS.add("reasoning_gym", ReasoningGymTask)
 TASKS.add("dataset", DatasetTask)
+TASKS.add("guess_number", GuessNumberTask)
 
 _OUTSIDE_FAMILIES: set[str] = set()  # registered with `register_task`: built like a task from a file
 _FAMILY_NAME = re.compile(r"[A-Za-z_][\w.-]*")
@@ -218,4 +220,5 @@ def task_label(name: str) -> str:
 
 __all__ = ["TASKS", "VERIFIERS", "Example", "Task", "Verdict", "weighted_total", "resolve_weights", "build_task",
            "register_task", "check_task_name", "check_data_files", "default_use_chat_template", "judge", "task_label",
-           "FormatCopyTask", "GSM8KTask", "MathTask", "IntegerTask", "ReasoningGymTask", "DatasetTask"]
+           "FormatCopyTask", "GSM8KTask", "MathTask", "IntegerTask", "ReasoningGymTask", "DatasetTask",
+           "GuessNumberTask"]

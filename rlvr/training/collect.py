@@ -43,6 +43,7 @@ class SampledGroup:
     rewards: torch.Tensor  # [G] float32: verdict total + overlong penalty, NaN where unscorable
     loss_mask: torch.Tensor  # [G, C] long: completion tokens that enter the loss (the backend's loss_mask)
     sampler_logprobs: torch.Tensor | None  # [G, C] the sampler's own log-probs, None when it gives none
+    episodes: list | None = None  # [G] environment tasks: each row's `EpisodeRecord`; None otherwise
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ def split_groups(scored: ScoredRollout, algo, max_new_tokens: int) -> list[Sampl
             truncated=generation.truncated[rows], rewards=group_rewards(verdicts, lengths, algo, max_new_tokens),
             loss_mask=generation.loss_mask[rows],
             sampler_logprobs=None if generation.sampler_logprobs is None else generation.sampler_logprobs[rows],
+            episodes=None if scored.episodes is None else scored.episodes[rows],
         ))
     return groups
 

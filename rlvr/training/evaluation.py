@@ -33,6 +33,7 @@ from rlvr.observe.metric_names import (
 from rlvr.config import Config, ConfigError, save_config
 from rlvr.models.run_checkpoints import checkpoint_to_load
 from rlvr.rollout import RolloutBackend, SamplingSettings, sample_and_score
+from rlvr.rollout.episodes import episode_fields
 from rlvr.tasks import Example, Task, Verdict, task_label
 from rlvr.tasks.base import primary_component
 import rlvr.observe.console as console
@@ -103,6 +104,8 @@ def evaluate_examples(backend: RolloutBackend, task: Task, examples: Sequence[Ex
                                 "verifier": verdict.verifier, "version": verdict.version,
                                 "correct": verdict.correct, "detail": verdict.detail},
                 })
+                if scored.episodes is not None:  # the whole conversation, the environment's (masked) spans marked
+                    records[-1].update(episode_fields(scored.episodes[offset]))
             if on_batch is not None:
                 on_batch(records)
     if dist.enabled:

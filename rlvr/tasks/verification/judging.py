@@ -82,15 +82,15 @@ def _count_sigints() -> int:
     return _SIGINTS
 
 
-def _raised(task, exc: BaseException) -> str:
+def _raised(task, exc: BaseException, method: str = "score") -> str:
     """`score of task 'x' (module.Class.score) raised SystemExit: 3 (at file.py:12 in helper)`."""
-    score = getattr(task, "score", None)
+    score = getattr(task, method, None)
     where = f"{getattr(score, '__module__', '?')}.{getattr(score, '__qualname__', type(score).__name__)}"
     message = f": {exc}" if str(exc) else ""
     frames = traceback.extract_tb(exc.__traceback__)
     origin = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
     name = getattr(task, "name", type(task).__name__)
-    return f"score of task {name!r} ({where}) raised {type(exc).__name__}{message}{origin}"
+    return f"{method} of task {name!r} ({where}) raised {type(exc).__name__}{message}{origin}"
 
 
 def judge(task, completion: str, example: Example, max_abs_reward: Optional[float] = None) -> Verdict:
@@ -99,19 +99,33 @@ def judge(task, completion: str, example: Example, max_abs_reward: Optional[floa
 
     `max_abs_reward` defaults to the task's `max_abs_reward` (set by `build_task`), else 1e6.
     """
+    return _guarded(task, "score", (completion, example), max_abs_reward)
+
+
+def error_verdict(task, detail: str) -> Verdict:
+    """A verdict with status `error` and every component NaN (left out of its group's advantage)."""
+    return _error(task, detail)
+
+
+def judge_episode(task, episode, max_abs_reward: Optional[float] = None) -> Verdict:
+    """`task.score_episode(episode)` for an environment's finished episode, guarded as `judge` guards `score`."""
+    return _guarded(task, "score_episode", (episode,), max_abs_reward)
+
+
+def _guarded(task, method: str, args: tuple, max_abs_reward: Optional[float]) -> Verdict:
     limit = float(max_abs_reward if max_abs_reward is not None
                   else getattr(task, "max_abs_reward", DEFAULT_MAX_ABS_REWARD))
     sigints = _count_sigints()
     try:
-        verdict = task.score(completion, example)
+        verdict = getattr(task, method)(*args)
     except KeyboardInterrupt as exc:
         if sigints >= 0 and _SIGINTS != sigints:  # a real Ctrl-C arrived while score ran: the user stops
             raise
-        return _error(task, _raised(task, exc))
+        return _error(task, _raised(task, exc, method))
     except BaseException as exc:  # noqa: BLE001 - user code must not stop a run (SystemExit included)
-        return _error(task, _raised(task, exc))
+        return _error(task, _raised(task, exc, method))
     if not isinstance(verdict, Verdict):
-        return _error(task, f"score returned {type(verdict).__name__}, not a Verdict")
+        return _error(task, f"{method} returned {type(verdict).__name__}, not a Verdict")
     problem = reward_problem(verdict, limit)
     if problem is not None:
         return _error(task, f"unscorable: {problem}", verdict.components, verdict.verifier, verdict.version)

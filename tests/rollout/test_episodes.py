@@ -1,0 +1,311 @@
+"""The episode driver: token in, token out, loss mask 0 on the environment's tokens, limits, order, metrics.
+
+A scripted backend plays the policy (each call's rows get the token ids the test chose), so the
+expected sequences are written out by hand; the tokenizer merges "1"+"2" into one token, so a
+transcript's text does not tokenize back to the ids that were sampled. Then the real backends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from rlvr.rollout import ROLLOUT_BACKENDS, Generation, RolloutBackend, SamplingSettings, sample_and_score
+from rlvr.rollout.episodes import ReplyRenderer, run_episodes, transcript
+from rlvr.rollout.base import render_prompts
+from rlvr.tasks.base import Example, Verdict
+from rlvr.tasks.environment import EnvReply, is_environment
+from rlvr.testing import IM_END_TOKEN_ID, build_tiny_model, build_tiny_tokenizer
+from rlvr.observe.rollout_stats import EpisodeCounts, episode_stats
+
+TOKENIZER = build_tiny_tokenizer(merges=(("1", "2"),))
+EOS = IM_END_TOKEN_ID
+
+
+def ids(text: str) -> list[int]:
+    return TOKENIZER(text, add_special_tokens=False)["input_ids"]
+
+
+def char_ids(text: str) -> list[int]:
+    """One id per character, as a policy may sample them (never the merged '12')."""
+    return [TOKENIZER.convert_tokens_to_ids(c) for c in text]
+
+
+class CountdownEnv:
+    """Ends after `metadata['turns']` assistant turns; replies `ok<n>`; one `calc` call per turn, the 2nd fails."""
+
+    name = "countdown"
+    component_names = ("turns",)
+    stop_strings = ()
+    tool_schemas = ()
+
+    def __init__(self, max_turns=5):
+        self.max_turns = max_turns
+
+    def examples(self, split, count, seed):
+        return [Example(prompt=f"p{i}", ground_truth=None, metadata={"turns": i + 1}) for i in range(count)]
+
+    def iter_eval(self):
+        return iter(self.examples("eval", 2, 0))
+
+    def score(self, completion, example):
+        raise AssertionError("an environment's single completions are never scored")
+
+    def start(self, example):
+        return {"left": example.metadata["turns"], "said": 0}
+
+    def respond(self, state, assistant_text):
+        state["left"] -= 1
+        state["said"] += 1
+        return EnvReply(content=f"ok{state['said']}", done=state["left"] == 0, tool_calls={"calc": 1},
+                        tool_errors={"calc": 1} if state["said"] == 2 else {})
+
+    def score_episode(self, episode):
+        turns = len(episode.assistant_turns)
+        return Verdict(components={"turns": float(turns)}, total=float(turns), status="ok", verifier="countdown",
+                       version="1")
+
+
+class ScriptedBackend(RolloutBackend):
+    """generate_from_ids answers call k's row r with script(k, r, prompt ids), cut at max_new_tokens."""
+
+    def __init__(self, script):
+        super().__init__(None, TOKENIZER)
+        self.script, self.calls = script, []
+
+    def synced(self):
+        return contextlib.nullcontext()
+
+    def generate(self, prompts, group_size, settings):
+        raise AssertionError("episodes sample through generate_from_ids")
+
+    def generate_from_ids(self, prompt_ids, settings):
+        self.calls.append([list(p) for p in prompt_ids])
+        rows = [self.script(len(self.calls) - 1, r, p)[: settings.max_new_tokens] for r, p in enumerate(prompt_ids)]
+        width = max(len(p) for p in prompt_ids)
+        columns = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width + columns), EOS)
+        attention = torch.zeros_like(input_ids)
+        for i, (p, r) in enumerate(zip(prompt_ids, rows)):
+            input_ids[i, width - len(p):width] = torch.tensor(p)
+            input_ids[i, width:width + len(r)] = torch.tensor(r)
+            attention[i, width - len(p):width + len(r)] = 1
+        lengths = torch.tensor([len(r) for r in rows])
+        ended = torch.tensor([bool(r) and (r[-1] == EOS or TOKENIZER.decode(r).endswith(settings.stop_strings or "\0"))
+                              for r in rows])
+        return Generation(input_ids=input_ids, attention_mask=attention, prompt_len=width,
+                          completion_texts=[TOKENIZER.decode(r, skip_special_tokens=True) for r in rows],
+                          completion_lengths=lengths, truncated=~ended & (lengths >= settings.max_new_tokens))
+
+
+def chat_reply(content: str, after_eos: bool) -> str:
+    """The tiny template's text after an assistant turn, written out: end of turn, the user message, the prompt."""
+    return ("\n" if after_eos else "<|im_end|>\n") + f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def settings(**kw):
+    return SamplingSettings(**{"max_new_tokens": 6, "max_episode_tokens": 1000, **kw})
+
+
+def run(script, task, examples, group_size, use_chat_template=True, **kw):
+    backend = ScriptedBackend(script)
+    prompts = render_prompts(TOKENIZER, examples, use_chat_template)
+    with backend.sync():
+        result = run_episodes(backend, task, examples, prompts, group_size=group_size, settings=settings(**kw),
+                              use_chat_template=use_chat_template)
+    return backend, prompts, result
+
+
+def test_sampled_ids_are_kept_and_replies_are_inserted_as_masked_tokens():
+    turn1 = char_ids("12") + [EOS]  # decodes to "12", which encodes to the one merged token
+    turn2 = char_ids("a12") + [EOS]
+    task = CountdownEnv()
+    example = task.examples("train", 2, 0)[1]  # two turns
+    backend, prompts, result = run(lambda k, r, p: turn1 if k == 0 else turn2, task, [example], 1)
+    prompt = ids(prompts[0])
+    reply = ids(chat_reply("ok1", after_eos=True))
+    # The second call continued exactly the ids the episode held: prompt, sampled, reply.
+    assert backend.calls == [[prompt], [prompt + turn1 + reply]]
+    generation = result.generation
+    row = generation.input_ids[0, generation.prompt_len:].tolist()
+    assert row == turn1 + reply + turn2  # the last reply ("ok2", done) has no turn after it: not inserted
+    assert generation.loss_mask[0].tolist() == [1] * len(turn1) + [0] * len(reply) + [1] * len(turn2)
+    assert int(generation.completion_lengths[0]) == len(turn1) + len(turn2)
+    # Re-tokenizing the transcript would have trained on other ids.
+    assert ids(TOKENIZER.decode(row)) != row
+    assert result.records[0].episode.turns[0].content == "12"
+    assert transcript(result.records[0].episode, mark_environment=True) == "12\n⟦user: ok1⟧\na12\n⟦user: ok2⟧"
+
+
+def test_a_turn_cut_by_a_stop_string_gets_the_whole_end_of_turn_and_raw_prompts_the_raw_reply():
+    task = CountdownEnv()
+    example = task.examples("train", 2, 0)[1]
+    turn = char_ids("a!")
+    _, prompts, chat = run(lambda k, r, p: turn, task, [example], 1, stop_strings=("!",))
+    expected_reply = ids(chat_reply("ok1", after_eos=False))
+    assert expected_reply[0] == EOS  # the template's end of turn, which the policy did not sample
+    row = chat.generation.input_ids[0, chat.generation.prompt_len:].tolist()
+    assert row == turn + expected_reply + turn
+    _, _, raw = run(lambda k, r, p: turn, task, [example], 1, use_chat_template=False, stop_strings=("!",))
+    row = raw.generation.input_ids[0, raw.generation.prompt_len:].tolist()
+    assert row == turn + ids("\nok1\n") + turn
+    assert raw.generation.loss_mask[0].tolist() == [1, 1] + [0] * len(ids("\nok1\n")) + [1, 1]
+
+
+def test_episodes_are_prompt_major_and_each_turn_is_one_call_over_the_live_ones():
+    task = CountdownEnv()
+    examples = task.examples("train", 2, 0)  # example 0 ends after 1 turn, example 1 after 2
+    backend, prompts, result = run(lambda k, r, p: char_ids("ab") + [EOS], task, examples, 2)
+    assert [len(call) for call in backend.calls] == [4, 2]  # turn 2: only example 1's two episodes
+    first = [ids(p) for p in prompts]
+    assert backend.calls[0] == [first[0], first[0], first[1], first[1]]
+    assert [record.turns for record in result.records] == [1, 1, 2, 2]
+    assert [record.episode.example.prompt for record in result.records] == ["p0", "p0", "p1", "p1"]
+    assert [v.total for v in result.verdicts] == [1.0, 1.0, 2.0, 2.0]
+    generation = result.generation
+    for row, example in enumerate([0, 0, 1, 1]):  # each row's prompt, left-padded
+        prompt = first[example]
+        assert generation.input_ids[row, generation.prompt_len - len(prompt):generation.prompt_len].tolist() == prompt
+        assert int(generation.attention_mask[row, :generation.prompt_len].sum()) == len(prompt)
+
+
+def test_each_limit_truncates_and_is_counted():
+    task = CountdownEnv(max_turns=2)
+    example = Example(prompt="p", ground_truth=None, metadata={"turns": 10})
+    ended = char_ids("ab") + [EOS]
+    _, _, by_turns = run(lambda k, r, p: ended, task, [example], 1)
+    assert by_turns.records[0].episode.truncated_by == "max_turns" and by_turns.records[0].turns == 2
+    _, _, override = run(lambda k, r, p: ended, task, [example], 1, max_turns=3)  # rollout.max_turns wins
+    assert override.records[0].turns == 3 and override.records[0].episode.truncated_by == "max_turns"
+    _, _, by_turn_tokens = run(lambda k, r, p: char_ids("abcdefghij"), task, [example], 1)
+    record = by_turn_tokens.records[0]
+    assert record.episode.truncated_by == "turn_tokens" and record.token_ids == char_ids("abcdef")
+    # 3 + reply + ... : the second turn's budget is what is left of 12 tokens after 3 + len(reply).
+    reply = ids(chat_reply("ok1", after_eos=True))
+    limit = 3 + len(reply) + 2
+    _, _, by_episode = run(lambda k, r, p: ended if k == 0 else char_ids("abcdefghij"), task, [example], 1,
+                           max_episode_tokens=limit)
+    record = by_episode.records[0]
+    assert record.episode.truncated_by == "episode_tokens" and len(record.token_ids) == limit
+    assert record.token_ids[-2:] == char_ids("ab")
+    assert bool(by_episode.generation.truncated[0]) and not bool(
+        run(lambda k, r, p: ended, task, [Example(prompt="p", ground_truth=None, metadata={"turns": 1})], 1)[2]
+        .generation.truncated[0])
+
+
+def test_episode_metrics_by_hand():
+    episodes = [EpisodeCounts(turns=2, tool_calls={"calc": 2}, tool_errors={"calc": 1}, env_tokens=6, tokens=10,
+                              truncated_by=None),
+                EpisodeCounts(turns=4, tool_calls={"calc": 1, "python": 3}, tool_errors={}, env_tokens=4, tokens=30,
+                              truncated_by="max_turns")]
+    stats = episode_stats(episodes)
+    assert stats["episode/turns"] == 3.0
+    assert stats["episode/tool_calls"] == 3.0  # (2 + 4) / 2
+    assert stats["episode/tool_errors"] == 0.5
+    assert stats["episode/tool_calls/python"] == 1.5 and stats["episode/tool_errors/python"] == 0.0
+    assert stats["episode/env_token_frac"] == pytest.approx(10 / 40)  # not the mean of 0.6 and 0.133
+    assert stats["episode/truncated/max_turns"] == 0.5 and stats["episode/truncated/turn_tokens"] == 0.0
+
+
+def test_the_reply_renderer_refuses_a_missing_template():
+    bare = build_tiny_tokenizer()
+    bare.chat_template = None
+    with pytest.raises(ValueError, match="no chat template"):
+        ReplyRenderer(bare, True, {EOS})
+
+
+@pytest.mark.parametrize("backend_name", ["decode_loop", "hf_generate"])
+def test_real_backends_train_on_exactly_the_ids_they_sampled(backend_name):
+    """Each row's policy tokens are the concatenation of what generate_from_ids returned for it, in order."""
+    model = build_tiny_model(vocab_size=len(TOKENIZER), seed=3)
+    backend = ROLLOUT_BACKENDS.get(backend_name)(model, TOKENIZER)
+    sampled_by_call = []
+    original = backend.generate_from_ids
+
+    def recording(prompt_ids, call_settings):
+        generation = original(prompt_ids, call_settings)
+        sampled_by_call.append([generation.input_ids[i, generation.prompt_len:][:int(n)].tolist()
+                                for i, n in enumerate(generation.completion_lengths)])
+        return generation
+
+    backend.generate_from_ids = recording
+    task = CountdownEnv(max_turns=3)
+    examples = [Example(prompt="say", ground_truth=None, metadata={"turns": 3}),
+                Example(prompt="go on", ground_truth=None, metadata={"turns": 2})]
+    torch.manual_seed(0)
+    # Every vowel and space ends a turn, so turns end well inside the budget and episodes have several.
+    scored = sample_and_score(backend, task, examples, group_size=2,
+                              settings=SamplingSettings(max_new_tokens=8, stop_strings=tuple("aeiou "),
+                                                        max_episode_tokens=200),
+                              use_chat_template=True)
+    generation = scored.generation
+    assert is_environment(task) and scored.episodes is not None
+    assert max(record.turns for record in scored.episodes) >= 2
+    policy_tokens = {row: [] for row in range(4)}
+    for call_index, call in enumerate(sampled_by_call):
+        live = [row for row in range(4) if scored.episodes[row].turns > call_index]  # in row order
+        assert len(call) == len(live)
+        for row, tokens in zip(live, call):
+            policy_tokens[row] += tokens
+    prompts = [ids(p) for p in scored.prompts]
+    for row, record in enumerate(scored.episodes):  # prompt-major: rows 0, 1 are example 0's
+        prompt = prompts[row // 2]
+        assert generation.input_ids[row, generation.prompt_len - len(prompt):generation.prompt_len].tolist() == prompt
+        assert record.episode.example is examples[row // 2]
+        completion = generation.input_ids[row, generation.prompt_len:]
+        mask = generation.loss_mask[row].bool()
+        assert completion[mask].tolist() == policy_tokens[row]
+        assert int(mask.sum()) + record.env_tokens == int(generation.attention_mask[row, generation.prompt_len:].sum())
+
+
+def test_the_last_allowed_turn_gets_no_reply_tokens_and_counts_as_cut():
+    task = CountdownEnv(max_turns=2)
+    example = Example(prompt="p", ground_truth=None, metadata={"turns": 10})
+    turn = char_ids("ab") + [EOS]
+    _, _, result = run(lambda k, r, p: turn, task, [example], 1)
+    record = result.records[0]
+    assert record.token_ids[-len(turn):] == turn and record.policy_mask[-1] == 1  # ends on the policy's token
+    assert record.token_ids == turn + ids(chat_reply("ok1", after_eos=True)) + turn
+    assert bool(result.generation.truncated[0])
+    assert [t.role for t in record.episode.turns] == ["assistant", "user", "assistant", "user"]  # "ok2" shown
+
+
+@pytest.mark.parametrize("backend_name", ["decode_loop", "hf_generate"])
+def test_no_episode_passes_max_episode_tokens_and_each_cut_is_named_right(backend_name):
+    model = build_tiny_model(vocab_size=len(TOKENIZER), seed=3)
+    backend = ROLLOUT_BACKENDS.get(backend_name)(model, TOKENIZER)
+    task = CountdownEnv(max_turns=6)
+    examples = [Example(prompt=f"go {i}", ground_truth=None, metadata={"turns": 6}) for i in range(3)]
+    limit, per_turn = 30, 8
+    torch.manual_seed(2)
+    scored = sample_and_score(backend, task, examples, group_size=2, use_chat_template=False,
+                              settings=SamplingSettings(max_new_tokens=per_turn, stop_strings=tuple("aeiou "),
+                                                        max_episode_tokens=limit))
+    cuts = [record.episode.truncated_by for record in scored.episodes]
+    assert "episode_tokens" in cuts
+    for record in scored.episodes:
+        assert len(record.token_ids) <= limit
+        last_turn = len(record.policy_mask) - record.policy_mask[::-1].index(0) if 0 in record.policy_mask else 0
+        last_turn_tokens = len(record.policy_mask) - last_turn
+        if record.episode.truncated_by == "turn_tokens":
+            assert last_turn_tokens == per_turn
+        if record.episode.truncated_by == "episode_tokens":
+            assert len(record.token_ids) == limit or last_turn_tokens < per_turn
+
+
+def test_an_environment_that_raises_ends_that_episode_as_an_error_not_the_rollout():
+    class Broken(CountdownEnv):
+        def respond(self, state, assistant_text):
+            if state["said"] == 1:
+                raise KeyError("boom")
+            return super().respond(state, assistant_text)
+
+    task = Broken()
+    examples = [Example(prompt="p", ground_truth=None, metadata={"turns": 1}),
+                Example(prompt="q", ground_truth=None, metadata={"turns": 3})]
+    _, _, result = run(lambda k, r, p: char_ids("ab") + [EOS], task, examples, 1)
+    assert result.verdicts[0].status == "ok" and result.verdicts[0].total == 1.0
+    assert result.verdicts[1].status == "error" and "KeyError" in result.verdicts[1].detail
+    assert result.records[1].turns == 2
