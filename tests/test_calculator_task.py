@@ -174,3 +174,19 @@ def test_the_chat_template_format_on_scripted_turns():
     # an unknown tool is an error naming the calculator, counted apart
     reply = chat.respond(chat.start(example), '<tool_call>{"name": "calc", "arguments": {}}</tool_call>')
     assert "the tools are calculator" in reply.content and reply.tool_errors == {"unknown_tool": 1}
+
+
+def test_division_by_zero_is_the_calculators_own_error(task):
+    example, a, _ = question(task)
+    reply = task.respond(task.start(example), f"<calculator>{a}/0</calculator>")
+    assert reply.content == "error: division by zero" and reply.tool_errors == {"calculator": 1} and not reply.done
+
+
+def test_an_unknown_tool_call_costs_the_format_bonus():
+    chat = CalculatorTask(call_format="chat_template", eval_size=50)
+    example = chat.examples("eval", 1, 0)[0]
+    a, b = example.metadata["a"], example.metadata["b"]
+    episode, replies = play(chat, example, ['<tool_call>{"name": "multiply", "arguments": {}}</tool_call>',
+                                            f"<answer>{a * b}</answer>"])
+    assert replies[0].tool_errors == {"unknown_tool": 1}
+    assert chat.score_episode(episode).components == {"answer": 1.0, "format": 0.0, "strict": 0.0}

@@ -87,9 +87,15 @@ def test_a_new_process_is_refused(worker, tmp_path):
 
 
 def test_a_print_loop_is_cut_at_the_output_limit(worker):
-    output = run_python("for i in range(100000):\n    print('line', i)", worker=worker)
+    output = run_python("for i in range(20000):\n    print('line', i)", timeout=60, worker=worker)
     assert output.startswith("line 0\nline 1\n") and "[output truncated:" in output
     assert len(output) < 2200
+
+
+def test_the_dropped_output_is_counted(worker):
+    # 5000 characters and a newline: the first 2000 are kept, the other 3001 counted
+    output = run_python("print('x' * 5000)", timeout=60, worker=worker)
+    assert output == "x" * 2000 + "\n[output truncated: 3001 more characters]"
 
 
 def test_the_registered_tool_turns_failures_into_counted_errors():

@@ -162,3 +162,24 @@ def test_a_tokenizer_renders_the_schemas_and_its_own_call_parses_back():
 def test_a_tokenizer_without_a_tool_format_is_detected():
     tokenizer = tiny_tokenizer(PLAIN_TEMPLATE)
     assert detect_format(tokenizer.chat_template) == "tagged"
+
+
+def test_json_call_without_its_arguments_is_an_error_naming_the_missing_one():
+    run = run_tool_calls('<tool_call>{"name": "calculator"}</tool_call>', [CALCULATOR], JSON_CALLS)
+    assert run.content == "error: bad arguments: missing argument 'expression'; calculator takes expression"
+    assert run.tool_errors == {"calculator": 1}
+
+
+def test_tagged_json_arguments_are_type_checked():
+    run = run_tool_calls('<power>{"base": true, "exponent": 2}</power>', [POWER], TAGGED)
+    assert run.content == "error: bad arguments: argument 'base' must be integer, got bool"
+
+
+def test_tagged_call_of_a_tool_without_parameters():
+    def moon_phase() -> str:
+        """Today's moon phase."""
+        return "full"
+
+    tool = make_tool(moon_phase)
+    assert TAGGED.parse("<moon_phase>\n</moon_phase>", [tool])[0].arguments == {}
+    assert run_tool_calls("<moon_phase> </moon_phase>", [tool], TAGGED).content == "full"

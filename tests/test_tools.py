@@ -201,6 +201,13 @@ def test_a_tool_past_its_time_limit_is_an_error_not_a_wait():
     assert run.content == "error: timed out after 0.2 s" and run.tool_errors == {"slow": 1}
 
 
+def test_a_timed_out_call_does_not_hold_up_the_next():
+    started = time.monotonic()
+    run = run_tool_calls(call("slow", text="a") + call("add", a=1, b=1), [SLOW, ADD], JSON_CALLS)
+    assert time.monotonic() - started < 2
+    assert run.content.splitlines() == ["slow: error: timed out after 0.2 s", "add: 2"]
+
+
 def test_two_calls_in_a_turn_run_in_order_each_counted():
     run = run_tool_calls(call("add", a=1, b=2) + " then " + call("add", a=10, b=5)
                          + call("explode", text="x"), [ADD, EXPLODE], JSON_CALLS)
@@ -220,6 +227,15 @@ def test_long_output_is_cut_at_the_limit_saying_how_much_was_dropped():
     run = run_tool_calls("<chatty>a</chatty>", [CHATTY], TAGGED, max_output_chars=100)
     assert run.content == "x" * 100 + "\n[output truncated: 4900 more characters]"
     assert truncate_output("short", 100) == "short"
+
+
+def test_a_long_error_message_is_cut_too():
+    def verbose(text: str) -> str:
+        """Fails at length."""
+        raise ValueError("y" * 3000)
+
+    run = run_tool_calls("<verbose>a</verbose>", [make_tool(verbose)], TAGGED, max_output_chars=50)
+    assert run.content == ("error: ValueError: " + "y" * 3000)[:50] + "\n[output truncated: 2969 more characters]"
 
 
 def test_check_arguments_accepts_what_fits():
