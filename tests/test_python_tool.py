@@ -62,6 +62,9 @@ def test_a_write_outside_its_folder_is_refused(worker, tmp_path):
     assert run_python("open('notes.txt', 'w').write('abc')\nprint(open('notes.txt').read())",
                       worker=worker) == "abc"
     assert run_python("import os\nos.listdir('.')", worker=worker) == "[]"
+    # a call that moves elsewhere does not move the next one
+    assert run_python("import os\nos.chdir('/')", worker=worker) == "(no output)"
+    assert run_python("open('again.txt', 'w').write('ok')", worker=worker) == "2"
 
 
 def test_a_socket_is_refused(worker):

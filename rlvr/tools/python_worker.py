@@ -16,6 +16,11 @@ import os
 import traceback
 
 
+# The worker's own folder, read when the worker imports this module (before the sandbox closes), so
+# code that changes directory cannot move where the next call starts or what it empties.
+FOLDER = os.path.realpath(os.environ.get("RLVR_VERIFIER_TMPDIR", "."))
+
+
 class CappedWriter(io.TextIOBase):
     """A text stream that keeps the first `limit` characters written to it and counts the rest."""
 
@@ -42,7 +47,8 @@ class CappedWriter(io.TextIOBase):
 
 def _empty_folder() -> None:
     """Remove what earlier calls left in the worker's folder (full paths: the sandbox refuses `dir_fd`)."""
-    for folder, folders, files in os.walk(os.getcwd(), topdown=False):
+    os.chdir(FOLDER)
+    for folder, folders, files in os.walk(FOLDER, topdown=False):
         for name in files:
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(folder, name))
