@@ -1301,5 +1301,101 @@ EPISODES = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- tools and the calculator task
+
+TOOLS = [
+    mutation(
+        "tool_missing_argument_unchecked", "rlvr/tools/execution.py",
+        "a call without a required argument reaches the tool instead of an error naming the argument",
+        ('missing = [name for name in tool.parameters["required"] if name not in arguments]', "missing = []"),
+        tests=("tests/tasks/test_tools.py", "tests/tasks/test_tool_formats.py"),
+    ),
+    mutation(
+        "tool_bool_passes_as_integer", "rlvr/tools/execution.py",
+        "true/false pass as integer arguments (bool is an int in Python)",
+        ('"integer": lambda value: isinstance(value, int) and not isinstance(value, bool),',
+         '"integer": lambda value: isinstance(value, int),'),
+        tests=("tests/tasks/test_tools.py", "tests/tasks/test_tool_formats.py"),
+    ),
+    mutation(
+        "tool_successes_counted_as_errors", "rlvr/tools/execution.py",
+        "the error count takes the calls that worked instead of those that failed",
+        ("        if not outcome.ok:\n            run.tool_errors", "        if outcome.ok:\n            run.tool_errors"),
+        tests=("tests/tasks/test_tools.py",),
+    ),
+    mutation(
+        "tool_output_not_truncated", "rlvr/tools/execution.py",
+        "a call's output reaches the model whole, however long",
+        ('    texts = [truncate_output(outcome.output if outcome.ok else f"error: {outcome.output}", max_output_chars)',
+         '    texts = [(outcome.output if outcome.ok else f"error: {outcome.output}")'),
+        tests=("tests/tasks/test_tools.py",),
+    ),
+    mutation(
+        "tool_timeout_not_enforced", "rlvr/tools/execution.py",
+        "an in-process tool is waited for until it returns, past its time limit",
+        ("    worker.join(tool.timeout_seconds)", "    worker.join()"),
+        tests=("tests/tasks/test_tools.py::test_a_tool_past_its_time_limit_is_an_error_not_a_wait",
+               "tests/tasks/test_tools.py::test_a_timed_out_call_does_not_hold_up_the_next"),
+    ),
+    mutation(
+        "tool_call_arguments_key_ignored", "rlvr/tools/formats.py",
+        "a <tool_call>'s arguments are read only from a \"parameters\" key (Llama's), never from \"arguments\"",
+        ('arguments = call.get("arguments", call.get("parameters", {}))', 'arguments = call.get("parameters", {})'),
+        tests=("tests/tasks/test_tool_formats.py", "tests/tasks/test_calculator_task.py"),
+    ),
+    mutation(
+        "tagged_body_not_stripped", "rlvr/tools/formats.py",
+        "the spaces around a tagged call's argument are passed to the tool",
+        ("body = text[match.end():end].strip()", "body = text[match.end():end]"),
+        tests=("tests/tasks/test_tool_formats.py",),
+    ),
+    mutation(
+        "schema_default_none_read_as_required", "rlvr/tools/schema.py",
+        "a parameter with any default other than None is marked required",
+        ("if parameter.default is parameter.empty:", "if parameter.default is not None:"),
+        tests=("tests/tasks/test_tools.py",),
+    ),
+    mutation(
+        "calculator_zero_division_unguarded", "rlvr/tools/builtin.py",
+        "the calculator checks only 0/0, so 1/0 escapes as a ZeroDivisionError instead of its error message",
+        ("            if right == 0:", "            if right == 0 and left == 0:"),
+        tests=("tests/tasks/test_tools.py", "tests/tasks/test_calculator_task.py"),
+    ),
+    mutation(
+        "python_output_not_capped", "rlvr/tools/python_worker.py",
+        "the python tool keeps everything a print loop writes, in the worker's memory and in the reply",
+        ("room = max(0, self.limit - self.size)", "room = len(text)"),
+        tests=("tests/tasks/test_python_tool.py::test_a_print_loop_is_cut_at_the_output_limit",
+               "tests/tasks/test_python_tool.py::test_the_dropped_output_is_counted"),
+    ),
+    mutation(
+        "sandbox_no_dir_fd_read_as_a_descriptor", "rlvr/tasks/verification/sandbox.py",
+        "CPython's -1 (no dir_fd) counts as a descriptor, refusing every os.remove inside the worker's folder",
+        ("args[i] not in (None, -1) for i in dir_fds", "args[i] is not None for i in dir_fds"),
+        tests=("tests/tasks/test_verifier_worker.py::test_refusal_policy",
+               "tests/tasks/test_python_tool.py::test_a_write_outside_its_folder_is_refused"),
+    ),
+    mutation(
+        "calculator_answer_read_from_a_call", "rlvr/tasks/calculator.py",
+        "an episode that ends on a call is judged on that call's text (the product written into a call pays)",
+        ("if not extract_answer_tag(last) and self.call_format.parse(last, self.tools):",
+         "if not extract_answer_tag(last) and not last.strip():"),
+        tests=("tests/tasks/test_calculator_task.py",),
+    ),
+    mutation(
+        "calculator_format_ignores_failed_calls", "rlvr/tasks/calculator.py",
+        "the format bonus is paid although a call failed",
+        ("judgement.format = float(tagged and not any(state.tool_errors.values()))",
+         "judgement.format = float(tagged)"),
+        tests=("tests/tasks/test_calculator_task.py",),
+    ),
+    mutation(
+        "calculator_errors_counted_as_calls", "rlvr/tasks/calculator.py",
+        "the episode's error count adds every call",
+        ("_add_counts(state.tool_errors, run.tool_errors)", "_add_counts(state.tool_errors, run.tool_calls)"),
+        tests=("tests/tasks/test_calculator_task.py",),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
-             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES)
+             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS)

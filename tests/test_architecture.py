@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("rlvr.registry", "rlvr.utils", "rlvr.observe.metric_names", "rlvr.storage_errors")),
     ("core", ("rlvr.core",)),
-    ("models, tasks", ("rlvr.models", "rlvr.tasks", "rlvr.parallel", "rlvr.compat", "rlvr.testing")),
+    ("models, tasks", ("rlvr.models", "rlvr.tasks", "rlvr.parallel", "rlvr.tools", "rlvr.compat", "rlvr.testing")),
     ("rollout", ("rlvr.rollout",)),
     ("train", ("rlvr.training", "rlvr.run", "rlvr.observe", "rlvr.config", "rlvr.algorithms")),
     ("cli, Python API", ("rlvr", "rlvr.cli", "rlvr.__main__", "rlvr.check", "rlvr.check_mechanism", "rlvr.check_reward",

@@ -132,6 +132,7 @@ def test_every_task_declares_its_stop_strings(tmp_path):
                                     options={"size": 20, "eval_size": 2}),
         "dataset": build_task("dataset", options={"path": str(data), "stop_strings": ["\n\n"]}),
         "guess_number": build_task("guess_number"),
+        "calculator_arithmetic": build_task("calculator_arithmetic"),
     }
     shipped = {name for name in TASKS.names() if TASKS.get(name).__module__.startswith("rlvr.")}  # not the tests' toys
     assert set(built) == shipped
@@ -140,6 +141,7 @@ def test_every_task_declares_its_stop_strings(tmp_path):
     assert built["format_copy"].stop_strings == () and built["gsm8k"].stop_strings == ("</answer>",)
     assert built["dataset"].stop_strings == ("\n\n",)
     assert built["guess_number"].stop_strings == ("</guess>",)
+    assert built["calculator_arithmetic"].stop_strings == ("</calculator>", "</answer>")  # a call's end, an answer's
     # A task from outside rlvr that names no stop strings gets the protocol's default, ().
     outside = tmp_path / "outside_task.py"
     outside.write_text(

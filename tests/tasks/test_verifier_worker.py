@@ -120,6 +120,9 @@ def test_legitimate_checks_work_inside_the_sandbox(worker):
     ("os.rename", ("{tmp}/a", "/etc/a", None, None), False),
     ("os.remove", ("{tmp}/a", None), True),
     ("os.remove", ("a", 3), False),  # relative to a directory descriptor
+    ("os.remove", ("{tmp}/a", -1), True),  # what CPython's os.remove reports: -1, no descriptor
+    ("os.mkdir", ("{tmp}/d", 511, -1), True),
+    ("os.rmdir", ("/etc/d", -1), False),
     ("socket.connect", (None, ("127.0.0.1", 80)), False),
     ("os.posix_spawn", ("/bin/sh", [], {}), False),
     ("subprocess.Popen", ("touch", ["touch", "x"], None, None), False),

@@ -76,7 +76,8 @@ def refusal(event: str, args: tuple, temp_dir: str, loaded_modules=frozenset()) 
         return None if _inside(args[0], temp_dir) else f"open for writing {str(args[0])[:100]}"
     if event in WRITE_EVENTS:
         paths, dir_fds = WRITE_EVENTS[event]
-        if any(i < len(args) and args[i] is not None for i in dir_fds):
+        # CPython reports "no dir_fd" as -1 (os.remove, os.mkdir, os.rmdir...), other callers as None.
+        if any(i < len(args) and args[i] not in (None, -1) for i in dir_fds):
             return f"{event} relative to a directory descriptor"
         for i in paths:
             if i < len(args) and not _inside(args[i], temp_dir):

@@ -180,8 +180,11 @@ class CallResult:
 class _WorkerProcess:
     """One worker process: spawned at once (its import runs on its own), ready after its first line."""
 
-    def __init__(self, modules: frozenset[str], extra_functions: Optional[str]) -> None:
+    def __init__(self, modules: frozenset[str], extra_functions: Optional[str],
+                 memory_mb: Optional[int] = None) -> None:
         env = dict(os.environ)
+        if memory_mb is not None:
+            env["RLVR_VERIFIER_MEMORY_MB"] = str(memory_mb)
         package_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -263,11 +266,13 @@ class _WorkerProcess:
 class VerifierWorker:
     """A worker process with a warm spare behind it; `call` never raises and never waits past its limit.
 
-    `extra_functions` names a module whose `FUNCTIONS` join the built-in ones (for tests).
+    `extra_functions` names a module whose `FUNCTIONS` join the built-in ones (tests' probes, the
+    `python` tool); `memory_mb` replaces `RLVR_VERIFIER_MEMORY_MB` as its processes' address-space limit.
     """
 
-    def __init__(self, extra_functions: Optional[str] = None) -> None:
+    def __init__(self, extra_functions: Optional[str] = None, memory_mb: Optional[int] = None) -> None:
         self.extra_functions = extra_functions
+        self.memory_mb = memory_mb
         self.functions = _functions(extra_functions)
         self._active: _WorkerProcess | None = None
         self._spare: _WorkerProcess | None = None  # same modules as the active one, importing or ready
@@ -282,7 +287,7 @@ class VerifierWorker:
     def _spawn_spare(self) -> None:
         if self._spare is None:
             try:
-                self._spare = _WorkerProcess(self._modules, self.extra_functions)
+                self._spare = _WorkerProcess(self._modules, self.extra_functions, self.memory_mb)
             except OSError:
                 self._spare = None  # no spare: the next replacement starts from scratch
 
@@ -310,7 +315,7 @@ class VerifierWorker:
             self._active, self._spare = self._spare, None
         try:
             if self._active is None:
-                self._active = _WorkerProcess(wanted, self.extra_functions)
+                self._active = _WorkerProcess(wanted, self.extra_functions, self.memory_mb)
             reason = self._active.wait_ready()
         except OSError as exc:
             reason = f"it could not be started: {exc}"
