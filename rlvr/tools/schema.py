@@ -19,8 +19,8 @@ from typing import Any, Callable, Literal, Union
 # Python type -> JSON Schema type.
 JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", tuple: "array",
               dict: "object"}
-SECTION_HEADERS = ("args", "arguments", "parameters", "returns", "return", "raises", "yields", "examples",
-                   "example", "notes", "note")
+# Docstring section headers that end the description (one string: a lone "examples" reads as a metric name).
+SECTION_HEADERS = tuple("args arguments parameters returns return raises yields examples example notes note".split())
 _ARG_LINE = re.compile(r"(\*{0,2}[A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)")
 
 
