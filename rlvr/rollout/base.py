@@ -86,8 +86,11 @@ class SamplingSettings:
         return cls(**fields)
 
 
-def render_prompts(tokenizer, examples: Sequence[Example], use_chat_template: bool) -> list[str]:
-    """Chat messages through the tokenizer's template (generation prompt added), or raw text."""
+def render_prompts(tokenizer, examples: Sequence[Example], use_chat_template: bool,
+                   tools: Sequence[dict] = ()) -> list[str]:
+    """Chat messages through the tokenizer's template (generation prompt added), or raw text. `tools`:
+    JSON schemas of the tools an environment offers, passed to the template as `tools=` (its own tool
+    format lists them in the prompt); () passes none."""
     rendered = []
     for example in examples:
         prompt = example.prompt
@@ -102,7 +105,8 @@ def render_prompts(tokenizer, examples: Sequence[Example], use_chat_template: bo
                 "task.use_chat_template is true but the tokenizer has no chat template; "
                 "set task.use_chat_template=false for a base model"
             )
-        rendered.append(tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True))
+        extra = {"tools": list(tools)} if tools else {}
+        rendered.append(tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **extra))
     return rendered
 
 

@@ -61,9 +61,13 @@ def sample_and_score(backend: RolloutBackend, task: Task, examples: Sequence[Exa
                      settings: SamplingSettings, use_chat_template: bool) -> ScoredRollout:
     """Render `examples`, sample `group_size` completions for each, and judge every completion."""
     examples = list(examples)
-    prompts = render_prompts(backend.tokenizer, examples, use_chat_template)
+    environment = is_environment(task)
+    if environment and callable(getattr(task, "check_tokenizer", None)):
+        task.check_tokenizer(backend.tokenizer)
+    tools = tuple(getattr(task, "tool_schemas", ())) if environment and use_chat_template else ()
+    prompts = render_prompts(backend.tokenizer, examples, use_chat_template, tools)
     started = time.perf_counter()
-    if is_environment(task):  # episodes: sampled turn by turn, judged by score_episode as they finish
+    if environment:  # episodes: sampled turn by turn, judged by score_episode as they finish
         with backend.sync():
             episodes = run_episodes(backend, task, examples, prompts, group_size=group_size, settings=settings,
                                     use_chat_template=use_chat_template)

@@ -66,7 +66,10 @@ class CalculatorTask:
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
         self.use_chat_template = use_chat_template
         self.tools = [TOOLS.get("calculator")]
-        self.tool_schemas = tuple(tool.schema for tool in self.tools)
+        # What the chat template lists (`tools=`): only where the template's own format is the call format;
+        # the tagged format's instructions are in the prompt.
+        self.tool_schemas = (tuple(tool.schema for tool in self.tools) if self.call_format.template_lists_tools
+                             else ())
         self.stop_strings = self.call_format.stop_strings(self.tools) + (ANSWER_STOP,)
         self._example_call = self.call_format.write_call(self.tools[0], {"expression": EXAMPLE_EXPRESSION})
 
@@ -85,6 +88,10 @@ class CalculatorTask:
         return (self._episode_example(question) for question in self.questions.iter_eval())
 
     # -- the episode
+
+    def check_tokenizer(self, tokenizer) -> None:
+        """The `chat_template` call format needs a template with a tool format (Qwen2.5's `<tool_call>`)."""
+        self.call_format.check_template(getattr(tokenizer, "chat_template", None))
 
     def start(self, example: Example) -> CalculatorState:
         return CalculatorState()

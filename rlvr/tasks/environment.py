@@ -76,6 +76,10 @@ class Environment(Task, Protocol):
     def score_episode(self, episode: Episode) -> Verdict:
         """Judge a finished (or truncated) episode; never raises."""
 
+    # Optional: `check_tokenizer(tokenizer)` raises ValueError, naming what to change, when the
+    # environment cannot run with this tokenizer (a tool format its chat template lacks); the
+    # driver calls it before the first turn.
+
 
 def is_environment(task) -> bool:
     """True when `task` runs episodes (has `start`, `respond` and `score_episode`), not single completions."""

@@ -37,6 +37,10 @@ class ToolCall:
 
 class CallFormat(Protocol):
     name: str
+    template_lists_tools: bool  # the chat template lists the tools (`tools=`), not the format's own instructions
+
+    def check_template(self, chat_template: Optional[str]) -> None:
+        """Raise ValueError when a tokenizer with this chat template cannot use the format."""
 
     def instructions(self, tools: Sequence[Tool]) -> str:
         """What the prompt says about calling `tools` ("" when the chat template says it)."""
@@ -75,6 +79,10 @@ def _scalar(body: str, schema: dict) -> tuple[Any, Optional[str]]:
 
 class TaggedFormat:
     name = "tagged"
+    template_lists_tools = False
+
+    def check_template(self, chat_template: Optional[str]) -> None:
+        """Any template, or none: the prompt itself says how to call."""
 
     def instructions(self, tools: Sequence[Tool]) -> str:
         lines = ["To use a tool, write the call and stop; its result comes back in the next message."]
@@ -145,6 +153,7 @@ def detect_format(chat_template: Optional[str]) -> str:
 
 
 class ChatTemplateFormat:
+    template_lists_tools = True
     name = "chat_template"
 
     def check_template(self, chat_template: Optional[str]) -> None:

@@ -309,3 +309,46 @@ def test_an_environment_that_raises_ends_that_episode_as_an_error_not_the_rollou
     assert result.verdicts[0].status == "ok" and result.verdicts[0].total == 1.0
     assert result.verdicts[1].status == "error" and "KeyError" in result.verdicts[1].detail
     assert result.records[1].turns == 2
+
+
+def test_a_calculator_episode_runs_the_call_masks_its_result_and_pays_the_final_answer():
+    from rlvr.tasks import build_task
+
+    task = build_task("calculator_arithmetic", options={"eval_size": 5})
+    example = task.examples("train", 1, 0)[0]
+    product = int(example.ground_truth)
+    call = char_ids("<calculator>6*7</calculator>")  # ends at the call's stop string
+    answer = char_ids(f"<answer>{product}</answer>")
+    backend, prompts, result = run(lambda k, r, p: call if k == 0 else answer, task, [example], 1,
+                                   max_new_tokens=40, stop_strings=task.stop_strings)
+    record = result.records[0]
+    assert [t.role for t in record.episode.turns] == ["assistant", "tool", "assistant"]
+    assert record.episode.turns[1].content.strip() == "42"  # the calculator ran: 6*7, never the model's product
+    assert record.tool_calls == {"calculator": 1} and not any(record.tool_errors.values())
+    row = result.generation.input_ids[0, result.generation.prompt_len:].tolist()
+    mask = result.generation.loss_mask[0].tolist()
+    assert row[: len(call)] == call and row[len(row) - len(answer):] == answer
+    assert mask == [1] * len(call) + [0] * (len(row) - len(call) - len(answer)) + [1] * len(answer)
+    assert "42" in TOKENIZER.decode([t for t, m in zip(row, mask) if m == 0])  # the result: masked tokens
+    verdict = result.verdicts[0]
+    assert verdict.components["answer"] == 1.0 and verdict.correct
+    # Ending on the call (the episode cut after one turn) answers nothing: no reward for calling.
+    _, _, cut = run(lambda k, r, p: call, task, [example], 1, max_new_tokens=40, stop_strings=task.stop_strings,
+                    max_turns=1)
+    assert cut.verdicts[0].components["answer"] == 0.0 and cut.records[0].episode.truncated_by == "max_turns"
+
+
+def test_tool_schemas_reach_a_template_with_a_tool_format_and_one_without_is_refused():
+    from rlvr.tasks import build_task
+    from tests.tools.test_tool_formats import QWEN_LIKE_TEMPLATE, tiny_tokenizer
+
+    chat = build_task("calculator_arithmetic", options={"eval_size": 5, "call_format": "chat_template"})
+    examples = chat.examples("train", 1, 0)
+    qwen_like = tiny_tokenizer(QWEN_LIKE_TEMPLATE)
+    listed = render_prompts(qwen_like, examples, True, tools=chat.tool_schemas)[0]
+    assert "<tools>" in listed and '"name": "calculator"' in listed
+    assert "<tools>" not in render_prompts(qwen_like, examples, True)[0]  # without tools= the template lists none
+    chat.check_tokenizer(qwen_like)
+    with pytest.raises(ValueError, match="no tool format.*tagged"):
+        sample_and_score(ScriptedBackend(lambda k, r, p: [EOS]), chat, examples, group_size=1,
+                         settings=settings(), use_chat_template=True)  # the tiny template has no tool format

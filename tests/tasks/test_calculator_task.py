@@ -38,7 +38,9 @@ def task():
 
 def test_it_is_a_registered_environment(task):
     assert is_registered("calculator_arithmetic") and is_environment(task) and isinstance(task, Environment)
-    assert task.max_turns == 3 and task.tool_schemas[0]["function"]["name"] == "calculator"
+    assert task.max_turns == 3 and task.tool_schemas == ()  # tagged: the prompt itself describes the tool
+    chat = build_task("calculator_arithmetic", options={"eval_size": 50, "call_format": "chat_template"})
+    assert chat.tool_schemas[0]["function"]["name"] == "calculator"  # listed by the template, `tools=`
     assert task.stop_strings == ("</calculator>", "</answer>")
 
 
