@@ -98,7 +98,7 @@ def main() -> int:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--prompts", type=int, default=100)
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--draws", type=int, default=2000)
+    parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
@@ -123,12 +123,14 @@ def main() -> int:
     prompts = render_prompts(loaded.tokenizer, examples, True)
     with ROLLOUT_BACKENDS.get("vllm").build(loaded, config.rollout) as backend:
         greedy = greedy_agreement(loaded.policy, loaded.tokenizer, backend, prompts, args.max_new_tokens)
+        print(f"greedy: {greedy['equal']}/{greedy['prompts']} completions token-for-token equal to decode_loop's",
+              flush=True)
+        for item in greedy["diverged"]:
+            print(f"  row {item['row']}: first difference at token {item['position']}: vllm {item['vllm_token']}, "
+                  f"decode_loop {item['decode_loop_token']}, trainer log-prob gap {item['trainer_logprob_gap']:.2e}",
+                  flush=True)
         sampled = first_token_agreement(loaded.policy, loaded.tokenizer, backend, prompts[0], args.draws,
                                         args.temperature, args.top_k, 0)
-    print(f"greedy: {greedy['equal']}/{greedy['prompts']} completions token-for-token equal to decode_loop's")
-    for item in greedy["diverged"]:
-        print(f"  row {item['row']}: first difference at token {item['position']}: vllm {item['vllm_token']}, "
-              f"decode_loop {item['decode_loop_token']}, trainer log-prob gap {item['trainer_logprob_gap']:.2e}")
     print(f"first token, {sampled['draws']} draws at T={sampled['temperature']} top_k={sampled['top_k']}: "
           f"TV distance to the trainer's filtered softmax {sampled['tv_distance']:.4f} (exact samples give "
           f"median {sampled['tv_of_exact_samples_median']:.4f}, max {sampled['tv_of_exact_samples_max']:.4f} of 20); "

@@ -372,6 +372,8 @@ class HealthConfig:
                                     bounds=PROBABILITY)
     zero_variance_frac: float = option(0.5, "warn when frac_zero_variance_groups is above this for `window` "
                                        "iterations", bounds=PROBABILITY)
+    tool_error_frac: float = option(0.5, "warn when more than this share of an offered tool's calls fail in each of "
+                                    "`window` iterations (environment tasks)", bounds=PROBABILITY)
     # Above ~0.3 the steps are too large for the trust region: lower optim.lr or algorithm.ppo_epochs.
     clip_frac: float = option(0.3, "warn when the clipped token share (low + high) of one iteration is above this",
                               bounds=PROBABILITY)

@@ -22,6 +22,8 @@ from rlvr.observe.metric_names import (
     DISTINCT_COMPLETIONS_FRAC,
     ENTROPY,
     EVAL_ACCURACY,
+    EPISODE_TOOL_CALLS_PREFIX,
+    EPISODE_TOOL_ERRORS_PREFIX,
     EXPLAINED_VARIANCE,
     FRAC_ZERO_VARIANCE_GROUPS,
     HEALTH_WARNINGS,
@@ -87,6 +89,56 @@ def check_zero_variance(history: list[dict], thresholds) -> HealthWarning | None
         f"{thresholds.window} iterations): no learning signal",
         "raise rollout.group_size or rollout.temperature, make the task easier or harder, "
         "or use DAPO dynamic sampling (algorithm.name=dapo)",
+    )
+
+
+def _offered_tools(record: dict) -> list[str]:
+    """The tools an environment offers, read from the record's per-tool call counts (logged from 0)."""
+    return sorted(key[len(EPISODE_TOOL_CALLS_PREFIX):] for key in record if key.startswith(EPISODE_TOOL_CALLS_PREFIX))
+
+
+@HEALTH_CHECKS.register("tool_unused")
+def check_tool_unused(history: list[dict], thresholds) -> HealthWarning | None:
+    """An offered tool was called in no episode for `window` iterations (episode/tool_calls/<tool> == 0)."""
+    if not history:
+        return None
+    unused = []
+    for tool in _offered_tools(history[-1]):
+        values = _values(history, EPISODE_TOOL_CALLS_PREFIX + tool, thresholds.window)
+        if values is not None and max(values) == 0:
+            unused.append(tool)
+    if not unused:
+        return None
+    return HealthWarning(
+        "tool_unused",
+        f"no episode called {', '.join(unused)} in the last {thresholds.window} iterations: a task that needs "
+        "the tool cannot be solved this way, and the reward cannot teach a call the policy never makes",
+        "warm up with rlvr sft on transcripts that make the call, show a call in the prompt, or raise "
+        "rollout.temperature",
+    )
+
+
+@HEALTH_CHECKS.register("tool_errors")
+def check_tool_errors(history: list[dict], thresholds) -> HealthWarning | None:
+    """Most calls of a tool failed (errors / calls > tool_error_frac) in each of the last `window` iterations."""
+    if not history:
+        return None
+    failing = []
+    for tool in _offered_tools(history[-1]):
+        calls = _values(history, EPISODE_TOOL_CALLS_PREFIX + tool, thresholds.window)
+        errors = _values(history, EPISODE_TOOL_ERRORS_PREFIX + tool, thresholds.window)
+        if calls is None or errors is None:
+            continue
+        shares = [e / c for e, c in zip(errors, calls) if c > 0]
+        if len(shares) == len(calls) and min(shares) > thresholds.tool_error_frac:
+            failing.append(f"{tool} ({shares[-1]:.0%} of its calls)")
+    if not failing:
+        return None
+    return HealthWarning(
+        "tool_errors",
+        f"most tool calls fail: {', '.join(failing)} above {thresholds.tool_error_frac:.0%} for {thresholds.window} "
+        "iterations (malformed calls, wrong arguments, timeouts: see the transcripts in samples.jsonl)",
+        "show the call format in the prompt with an example, or warm up with rlvr sft on well-formed calls",
     )
 
 

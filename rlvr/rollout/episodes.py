@@ -145,7 +145,9 @@ def run_episodes(backend: RolloutBackend, task, examples: Sequence[Example], pro
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]  # [B] lists
     rows = [(index, example) for index, example in enumerate(examples) for _ in range(group_size)]  # [N], prompt-major
     states = [task.start(example) for _, example in rows]
-    records = [EpisodeRecord(Episode(example=example, turns=[], state=state))
+    offered = tuple(getattr(task, "tool_names", ()))  # counted per tool from 0, so an unused tool shows as 0
+    records = [EpisodeRecord(Episode(example=example, turns=[], state=state),
+                             tool_calls=dict.fromkeys(offered, 0), tool_errors=dict.fromkeys(offered, 0))
                for (_, example), state in zip(rows, states)]
     live = list(range(len(rows)))
     for turn in range(max_turns):

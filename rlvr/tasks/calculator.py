@@ -66,6 +66,7 @@ class CalculatorTask:
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
         self.use_chat_template = use_chat_template
         self.tools = [TOOLS.get("calculator")]
+        self.tool_names = tuple(tool.name for tool in self.tools)
         # What the chat template lists (`tools=`): only where the template's own format is the call format;
         # the tagged format's instructions are in the prompt.
         self.tool_schemas = (tuple(tool.schema for tool in self.tools) if self.call_format.template_lists_tools

@@ -76,6 +76,8 @@ class Environment(Task, Protocol):
     def score_episode(self, episode: Episode) -> Verdict:
         """Judge a finished (or truncated) episode; never raises."""
 
+    # Optional: `tool_names`, the tools it offers by name: their calls and errors are logged per tool
+    # from 0, so a tool the policy never calls shows as 0 (and the `tool_unused` health warning sees it).
     # Optional: `check_tokenizer(tokenizer)` raises ValueError, naming what to change, when the
     # environment cannot run with this tokenizer (a tool format its chat template lacks); the
     # driver calls it before the first turn.

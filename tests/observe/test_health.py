@@ -170,3 +170,28 @@ def test_removed_stop_if_dead_for_names_its_replacement_which_stops_a_dead_run(t
         "train.iterations": 5, "train.stop_on": "[zero_variance]", "health.window": 2, "train.stop_after": 1})]) == 0
     records = read_jsonl(run_dir / "metrics.jsonl")
     assert [r["frac_zero_variance_groups"] for r in records] == [1.0, 1.0]
+
+
+def _tool_records(calls, errors):
+    """Per-iteration records of an environment offering `calculator` (and a `lookup` it always calls)."""
+    return [{"iteration": i + 1, "episode/tool_calls/calculator": c, "episode/tool_errors/calculator": e,
+             "episode/tool_calls/lookup": 1.0, "episode/tool_errors/lookup": 0.0}
+            for i, (c, e) in enumerate(zip(calls, errors))]
+
+
+def test_tool_unused_fires_when_an_offered_tool_was_never_called_for_the_window():
+    assert fires("tool_unused", _tool_records([0, 0, 0], [0, 0, 0]))
+    warning = HEALTH_CHECKS.get("tool_unused")(_tool_records([0, 0, 0], [0, 0, 0]), T)
+    assert "calculator" in warning.message and "lookup" not in warning.message and "rlvr sft" in warning.advice
+    assert not fires("tool_unused", _tool_records([0, 0.05, 0], [0, 0, 0]))  # one call in the window
+    assert not fires("tool_unused", _tool_records([0, 0], [0, 0]))  # shorter than the window
+    assert not fires("tool_unused", stream("episode/turns", [1, 1, 1]))  # an environment without tools
+
+
+def test_tool_errors_fires_when_most_calls_of_a_tool_fail_every_iteration():
+    assert fires("tool_errors", _tool_records([1.0, 2.0, 1.0], [0.6, 1.5, 0.9]))
+    warning = HEALTH_CHECKS.get("tool_errors")(_tool_records([1.0, 2.0, 1.0], [0.6, 1.5, 0.9]), T)
+    assert "calculator (90% of its calls)" in warning.message and "lookup" not in warning.message
+    assert not fires("tool_errors", _tool_records([1.0, 2.0, 1.0], [0.6, 1.0, 0.9]))  # 50% is not most
+    assert not fires("tool_errors", _tool_records([1.0, 0.0, 1.0], [0.6, 0.0, 0.9]))  # no calls: tool_unused's case
+    assert not fires("tool_errors", _tool_records([1.0, 1.0, 1.0], [0.6, 0.6, 0.6]), HealthConfig(tool_error_frac=0.7))

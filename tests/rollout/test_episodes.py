@@ -336,6 +336,9 @@ def test_a_calculator_episode_runs_the_call_masks_its_result_and_pays_the_final_
     _, _, cut = run(lambda k, r, p: call, task, [example], 1, max_new_tokens=40, stop_strings=task.stop_strings,
                     max_turns=1)
     assert cut.verdicts[0].components["answer"] == 0.0 and cut.records[0].episode.truncated_by == "max_turns"
+    # An episode that never calls still counts the offered tool, at 0 (what the tool_unused warning reads).
+    _, _, direct = run(lambda k, r, p: answer, task, [example], 1, max_new_tokens=40, stop_strings=task.stop_strings)
+    assert direct.records[0].tool_calls == {"calculator": 0} and direct.records[0].tool_errors == {"calculator": 0}
 
 
 def test_tool_schemas_reach_a_template_with_a_tool_format_and_one_without_is_refused():
