@@ -30,6 +30,9 @@ def write_fake_run(run_dir: Path, overrides: list[str] = (), full: bool = True, 
                 "grad_norm": 1.5 / i, "truncated_frac": 0.25, "completion_len/mean": 20.0 - i,
                 "time/generation": 10.0, "time/scoring": 0.5, "time/logprobs": 2.0, "time/update": 12.0,
                 "time/iteration": 26.0, "time/unix": 1.7e9 + i, "elapsed_s": 30.0 * i,
+                "episode/turns": 1.0 + 0.5 * i, "episode/tool_calls": 0.25 * i, "episode/tool_errors": 0.1,
+                "episode/env_token_frac": 0.1 * i, "episode/truncated/max_turns": 0.5 / i,
+                "episode/truncated/turn_tokens": 0.05,
             })
             if i in (2, 4):
                 record["eval/accuracy"] = dict(EVALS)[i]

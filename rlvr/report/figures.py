@@ -15,6 +15,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from rlvr.observe.metric_names import (
+    EPISODE_ENV_TOKEN_FRAC,
+    EPISODE_TOOL_CALLS,
+    EPISODE_TOOL_ERRORS,
+    EPISODE_TRUNCATED_PREFIX,
+    EPISODE_TURNS,
     CLIP_FRAC_HIGH,
     CLIP_FRAC_LOW,
     COMPLETION_LEN_MEAN,
@@ -145,6 +150,12 @@ def _reward_components(runs: list[RunData], spec: FigureSpec) -> FigureData | No
     return lines(runs, keys, spec) if keys else None
 
 
+def _episode_shares(runs: list[RunData], spec: FigureSpec) -> FigureData | None:
+    """Environment tasks: the environment's share of the tokens and the share of episodes each limit cut."""
+    limits = sorted({k for run in runs for k in run.keys() if k.startswith(EPISODE_TRUNCATED_PREFIX)})
+    return lines(runs, [EPISODE_ENV_TOKEN_FRAC, *limits], spec)
+
+
 def _eval_accuracy(runs: list[RunData], spec: FigureSpec) -> FigureData | None:
     # eval.jsonl holds the step-0 eval and each eval's own time; runs without it fall back to metrics.jsonl.
     if any(run.series(EVAL_ACCURACY, source="evals")[1] for run in runs):
@@ -205,6 +216,10 @@ FIGURES: list[FigureSpec] = [
     FigureSpec("grad_norm", "Gradient norm (before clipping)", _line_figure, (GRAD_NORM,), "norm"),
     FigureSpec("truncated_frac", "Completions that hit max_new_tokens", _line_figure, (TRUNCATED_FRAC,), "fraction"),
     FigureSpec("completion_len", "Completion length", _line_figure, (COMPLETION_LEN_MEAN,), "tokens"),
+    FigureSpec("episode", "Episodes: turns, tool calls and failed calls per episode", _line_figure,
+               (EPISODE_TURNS, EPISODE_TOOL_CALLS, EPISODE_TOOL_ERRORS), "per episode"),
+    FigureSpec("episode_shares", "Episodes: the environment's share of the tokens, episodes cut by each limit",
+               _episode_shares, (), "fraction"),
     FigureSpec("time", "Time per iteration (and the eval after it)", _time_stacked, TIME_PARTS, "seconds"),
 ]
 
