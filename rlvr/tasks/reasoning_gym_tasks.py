@@ -31,7 +31,7 @@ from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds
 from rlvr.tasks.grading import DEFAULT_TIMEOUT_SECONDS, require_package
 from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
                                prompt_uses_chat_template, render_question)
-from rlvr.tasks.reasoning_gym_answers import answer_credit, check_audited
+from rlvr.tasks.reasoning_gym_answers import answer_credit, check_audited, reference_answer
 from rlvr.tasks.worker import call_with_timeout
 
 # 5: countdown, puzzle24 (with the puzzle's numbers), spell_backward pay full credit or none;
@@ -124,6 +124,10 @@ class ReasoningGymTask:
         if len(drawn) < count:
             raise ValueError(f"{self.name}: could not draw {count} training questions outside the eval split")
         return drawn
+
+    def reference_answer(self, example: Example) -> Optional[str]:
+        """An answer the scorer pays in full, where the entry holds none (`rlvr check --reward`'s control)."""
+        return reference_answer(example.metadata["source_dataset"], example.metadata["entry"])
 
     def iter_eval(self) -> Iterator[Example]:
         return iter(self.examples("eval", len(self._held_out), 0))
