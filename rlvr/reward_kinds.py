@@ -91,6 +91,8 @@ VARIANT_KINDS = ("variant",)
 # Text whose last digit, doubled, leaves the number as written to its precision: a decimal's last
 # fractional digit (`65.511` for `65.51`) or a lone run of zeros (`X=00` for `X=0`).
 LONGER_SAME_NUMBER = re.compile(r"[0-9]\.[0-9]+$|(?<![0-9.])0+$")
+# Text ending in a decimal's trailing fractional zero: dropping it leaves the number (`-21.` for `-21.0`).
+SHORTER_SAME_NUMBER = re.compile(r"[0-9]\.[0-9]*0$")
 
 
 def _number_text(value: Fraction) -> str:
@@ -102,7 +104,8 @@ def neighbours(truth: str | None) -> list[str]:
     the integer part is read); for a text answer, its last letter or digit dropped and doubled, the word
     reversed. The last letter or digit, not the last character:
     `5\\sqrt{2}}` is `5\\sqrt{2}` and a stray brace. A doubled digit that leaves the number as written
-    (`65.511` for `65.51`, `X=00` for `X=0`: `LONGER_SAME_NUMBER`) is a `variants` entry instead."""
+    (`65.511` for `65.51`, `X=00` for `X=0`: `LONGER_SAME_NUMBER`), or a dropped trailing zero of a
+    decimal (`-21.` for `-21.0`), is a `variants` entry instead."""
     if truth is None:
         return []
     value = parse_rational(truth)
@@ -112,6 +115,8 @@ def neighbours(truth: str | None) -> list[str]:
         shortened, doubled = text[:last] + text[last + 1:], text[:last + 1] + text[last:]
         if LONGER_SAME_NUMBER.search(text[:last + 1]):
             doubled = ""
+        if SHORTER_SAME_NUMBER.search(text[:last + 1]):
+            shortened = ""
         # reversed only when it is one word: `2*8 + 5 + 3` is `3 + 5 + 8*2` read the other way, still right
         reversed_word = text[::-1] if text.isalnum() else ""
         return [t for t in (shortened, doubled, reversed_word) if t]
@@ -126,7 +131,7 @@ def variants(truth: str | None) -> list[str]:
     """The truth written so that a verifier may rightly judge it equal: the text case-swapped (`HUSBAND`,
     `0XF001`) or followed by a stray word (`1 0 x`: the grid it holds is read), a number with digits
     beyond its precision (`12.000001`, `0.75000001`, `65.511` for `65.51`: within a tolerance, or equal
-    when rounded as asked) or a leading zero (`X=00`)."""
+    when rounded as asked), a leading zero (`X=00`) or without a decimal's trailing zero (`['-21.']`)."""
     if truth is None:
         return []
     value = parse_rational(truth)
@@ -137,6 +142,8 @@ def variants(truth: str | None) -> list[str]:
     found = [text.swapcase(), text + " x"]
     if LONGER_SAME_NUMBER.search(text[:last + 1]):
         found.append(text[:last + 1] + text[last:])
+    if SHORTER_SAME_NUMBER.search(text[:last + 1]):
+        found.append(text[:last] + text[last + 1:])
     return [t for t in found if t != text]
 
 

@@ -230,6 +230,7 @@ def test_neighbours_differ_from_the_truth_in_value():
     # a doubled digit that keeps the number as written is a variant, not a neighbour
     assert neighbours("65.51°") == ["65.5°"] and neighbours("A=1,X=0") == ["A=1,X="]
     assert neighbours("A=1,X=10") == ["A=1,X=1", "A=1,X=100"]  # 100 is another number
+    assert neighbours("['-21.0']") == [] and "['-21.']" in variants("['-21.0']")  # -21. and -21.00 are -21.0
 
 
 def test_variants_are_the_truth_written_another_way():

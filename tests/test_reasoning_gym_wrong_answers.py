@@ -139,3 +139,19 @@ def test_graph_color_has_a_reference_answer_and_boxnet_none():
     boxnet = reasoning_gym.create_dataset("boxnet", size=1, seed=1)
     assert reference_answer("boxnet", boxnet[0]) is None
     assert reference_answer("coin_flip", {"answer": "0.5"}) == "0.5"
+
+
+@pytest.mark.parametrize("dataset, score, text, oracle, expected", [
+    ("coin_flip", 1.0, "0", "0.3125", 0.0),  # the scorer's shared prefix `0`
+    ("coin_flip", 1.0, "0", "3.051757812e-05", 0.0),  # within 1e-4, but no answer to a probability of 3e-05
+    ("coin_flip", 1.0, "5/16", "0.3125", 1.0),
+    ("game_of_life_halting", 1.0, "True", "False", 0.0),  # bool("True") == bool("False")
+    ("game_of_life_halting", 1.0, "false", "False", 1.0),
+    ("number_sorting", 1.0, "['1.5', '2.5']", "['1.0', '2.0']", 0.0),  # each within 1
+    ("number_sorting", 1.0, "[1, 2]", "['1.0', '2.0']", 1.0),
+    ("gsm_symbolic", 1.0, "-18", "18", 0.0),  # read as 18
+    ("decimal_arithmetic", 1.0, "6.321", "6.32098837209", 0.0),  # within 10^-3, 4 of 12 digits
+    ("knights_knaves", 0.65, "Zoey is a knight, and Ann is a knight.", "Zoey is a knight, and Ann is a knave.", 0.0),
+])
+def test_answer_credit_rules_for_wrong_answers_paid(dataset, score, text, oracle, expected):
+    assert answer_credit(dataset, score, text, {"answer": oracle, "metadata": {}}) == expected
