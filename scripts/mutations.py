@@ -1208,20 +1208,23 @@ AUDIT_A = [
         "doubled_zero_kept_as_neighbour", "rlvr/reward_kinds.py",
         "a doubled digit that keeps the number (`X=00` for `X=0`) is counted as a wrong neighbour",
         ('            doubled = ""', '            pass'),
-        tests=("tests/test_check_reward.py::test_neighbours_differ_from_the_truth_in_value",),
+        tests=("tests/test_check_reward.py::test_neighbours_differ_from_the_truth_in_value",
+               "tests/test_check_reward.py::test_a_number_written_longer_is_no_neighbour"),
     ),
     mutation(
         "reference_answer_ignored", "rlvr/check_reward.py",
         "the audit ignores a task's reference answer: graph_color's control is never written",
         ('    reference = getattr(task, "reference_answer", None) or (lambda example: example.ground_truth)',
          '    reference = lambda example: example.ground_truth'),
-        tests=("tests/test_check_reward.py::test_an_example_without_a_ground_truth_has_no_control_and_is_reported",),
+        tests=("tests/test_check_reward.py::test_an_example_without_a_ground_truth_has_no_control_and_is_reported",
+               "tests/test_check_reward.py::test_graph_color_control_is_its_reference_colouring_and_no_held_out_split_is_built"),
     ),
     mutation(
         "held_out_split_still_built", "rlvr/check_reward.py",
         "the audit builds the task's full held-out split (futoshiki: minutes of puzzle generation)",
         ('options={**options, "eval_size": 0}', 'options={**options, "eval_size": default.default}'),
-        tests=("tests/test_check_reward.py::test_the_audit_builds_no_held_out_split",),
+        tests=("tests/test_check_reward.py::test_the_audit_builds_no_held_out_split",
+               "tests/test_check_reward.py::test_graph_color_control_is_its_reference_colouring_and_no_held_out_split_is_built"),
     ),
 ]
 

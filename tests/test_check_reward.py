@@ -449,3 +449,25 @@ def test_the_audit_builds_no_held_out_split():
     run_reward_audit(load_config(None, [f"task.name={HeldOutTask.name}", "task.options.eval_size=3",
                                         "train.eval_size=0"]), prompts=2)
     assert HeldOutTask.built_with == [0, 3]
+
+
+def test_a_number_written_longer_is_no_neighbour():
+    """`X=00` is `X=0` to a verifier reading digits: a neighbour must be another value."""
+    for truth in ("X=0", "A=1,B=0", "(3, 0)"):
+        assert not any(n.endswith("00") or n.endswith("00)") for n in neighbours(truth)), truth
+        assert any("00" in v for v in variants(truth)), truth
+
+
+def test_graph_color_control_is_its_reference_colouring_and_no_held_out_split_is_built(monkeypatch):
+    """graph_color's entries hold no answer: the control is the colouring in their metadata, paid in
+    full; and the audit builds the task without the 200 held-out puzzles it does not read."""
+    from rlvr.tasks.reasoning_gym_tasks import ReasoningGymTask
+
+    drawn = []
+    original = ReasoningGymTask._draw_eval
+    monkeypatch.setattr(ReasoningGymTask, "_draw_eval", lambda self, count: drawn.append(count) or original(self, count))
+    result = run_reward_audit(load_config(None, ["task.name=reasoning_gym:graph_color", "train.eval_size=0"]),
+                              prompts=2, kinds=["control", "guess_small"])
+    assert result.failures == [] and result.kinds["control"].main_full == 2
+    assert not any(line.startswith("control:") for line in result.allowed)
+    assert drawn == [0]
