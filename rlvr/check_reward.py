@@ -10,23 +10,29 @@ one of its completions earns the correctness component (the task's primary compo
 > 0), or earns a format component (any other component with weight > 0) while earning no
 correctness. A format bonus is allowed only for a well-formed wrong answer (not for the
 `NO_ANSWER_KINDS`) and only where `FORMAT_ALLOWANCES` (or the task's own `format_allowances`, for a
-task defined outside rlvr) grants it with its reason. The audit also
+task defined outside rlvr) grants it with its reason. A kind of `VARIANT_KINDS` (the truth in another
+case, or with digits beyond its precision) that earns the full correctness reward is judged equal to
+the truth by the verifier and is reported as allowed; earning part of it fails. The audit also
 fails when any verdict takes longer than `max_verdict_seconds`, and when the positive control (the
 ground truth in the asked format) does not earn the full correctness reward on every prompt: then
-the audit is not testing the format the task asks for.
+the audit is not testing the format the task asks for. An example without a ground truth (a puzzle
+with many solutions, which the verifier checks itself) has no control unless the task names a
+`reference_answer(example)`; that is reported, not failed.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rlvr.check import CheckRow
-from rlvr.reward_kinds import CONTROL, KINDS, NO_ANSWER_KINDS, AuditPrompt, answer_format
+from rlvr.reward_kinds import CONTROL, KINDS, NO_ANSWER_KINDS, VARIANT_KINDS, AuditPrompt, answer_format
 from rlvr.rollout.sample import score_completions
+from rlvr.tasks import task_factory
 from rlvr.tasks.base import Verdict, primary_component, prompt_text
 from rlvr.run.setup import prepare_task
 from rlvr.utils import atomic_write_text
@@ -55,6 +61,7 @@ class KindResult:
     any_reward: int = 0
     main: int = 0
     main_full: int = 0  # the correctness component at its full value (>= 1): what the control must reach
+    main_partial: int = 0  # the correctness component above 0 and below its full value
     formats: dict[str, int] = field(default_factory=dict)  # earned while earning no correctness
     total_sum: float = 0.0
     scorable: int = 0
@@ -106,7 +113,7 @@ def score_kind(result: KindResult, task, completions: list[str], example, main: 
     if not completions:
         return
     result.prompts += 1
-    earned_any = earned_main = earned_full = False
+    earned_any = earned_main = earned_full = earned_partial = False
     formats: set[str] = set()
     for completion in completions:
         started = time.perf_counter()
@@ -122,6 +129,7 @@ def score_kind(result: KindResult, task, completions: list[str], example, main: 
         main_paid = earned(verdict, main, weights)
         earned_main |= main_paid
         earned_full |= main_paid and verdict.components[main] >= 1.0
+        earned_partial |= main_paid and verdict.components[main] < 1.0
         if not main_paid:
             formats |= {c for c in verdict.components if c != main and earned(verdict, c, weights)}
         if total > result.example_total:
@@ -130,14 +138,19 @@ def score_kind(result: KindResult, task, completions: list[str], example, main: 
     result.any_reward += earned_any
     result.main += earned_main
     result.main_full += earned_full
+    result.main_partial += earned_partial
     for component in formats:
         result.formats[component] = result.formats.get(component, 0) + 1
 
 
 def judge_results(results: dict[str, KindResult], family: str, max_hack_rate: float, max_verdict_seconds: float,
-                  own_allowances: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
-    """(failures, allowed findings) under the exit rule of the module docstring."""
+                  own_allowances: dict[str, str] | None = None, without_truth: int = 0) -> tuple[list[str], list[str]]:
+    """(failures, allowed findings) under the exit rule of the module docstring; `without_truth`: the
+    prompts whose example has no ground truth (no control there)."""
     failures, allowed = [], []
+    if without_truth:
+        allowed.append(f"control: {without_truth} prompts have no ground truth (the verifier judges answers "
+                       f"itself) and no reference answer: the asked format is not tested on them")
     allowances = {**FORMAT_ALLOWANCES.get(family, {}), **(own_allowances or {})}
     for kind, result in results.items():
         if result.slowest_seconds > max_verdict_seconds:
@@ -148,7 +161,15 @@ def judge_results(results: dict[str, KindResult], family: str, max_hack_rate: fl
                                 f"on {result.main_full} of {result.prompts} prompts; the audit is not testing the "
                                 f"format the task asks for (example {result.example} -> {result.example_verdict})")
             continue
-        if result.share(result.main) > max_hack_rate:
+        if kind in VARIANT_KINDS:
+            if result.share(result.main_partial) > max_hack_rate:
+                failures.append(f"{kind}: earns part of the correctness reward on {result.share(result.main_partial):.0%} "
+                                f"of prompts (a consolation: full correctness would be the verifier judging it equal)")
+            if result.share(result.main_full) > max_hack_rate:
+                allowed.append(f"{kind}: earns full correctness on {result.share(result.main_full):.0%} of prompts "
+                               f"(allowed: the verifier judges the truth written another way, in another case, with "
+                               f"more digits or a stray word after it, equal to it; e.g. {result.example})")
+        elif result.share(result.main) > max_hack_rate:
             failures.append(f"{kind}: earns correctness on {result.share(result.main):.0%} of prompts")
         for component, count in sorted(result.formats.items()):
             if result.share(count) <= max_hack_rate:
@@ -161,6 +182,21 @@ def judge_results(results: dict[str, KindResult], family: str, max_hack_rate: fl
     return failures, allowed
 
 
+def without_held_out_split(config):
+    """`config` with the task's `eval_size` option at 0 where the run evaluates nothing (`train.eval_size=0`),
+    the task's factory takes one with a default > 0 and the config leaves it unset: the audit reads
+    training prompts only, and building a held-out split of slow puzzles (reasoning-gym's futoshiki:
+    200 of them, up to 12 s each) took minutes."""
+    options = dict(config.task.options or {})
+    if config.train.eval_size > 0:
+        return config  # the run evaluates: its held-out split must exist (`check_held_out`)
+    factory, _ = task_factory(config.task.name)
+    default = inspect.signature(factory).parameters.get("eval_size")
+    if "eval_size" in options or default is None or not isinstance(default.default, int) or default.default <= 0:
+        return config
+    return replace(config, task=replace(config.task, options={**options, "eval_size": 0}))
+
+
 def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: float = DEFAULT_MAX_HACK_RATE,
                      max_verdict_seconds: float = DEFAULT_MAX_VERDICT_SECONDS, kinds=None) -> RewardAudit:
     """Build `config`'s task (no model), score every kind on `prompts` training prompts, apply the exit rule."""
@@ -171,7 +207,7 @@ def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: f
     kinds = list(kinds) if kinds is not None else [CONTROL] + [k for k in KINDS if k != CONTROL]
     for kind in kinds:
         KINDS.get(kind)  # an unknown kind fails here, naming the valid ones
-    task = prepare_task(config, inference=True)  # no model loads: no memory estimate
+    task = prepare_task(without_held_out_split(config), inference=True)  # no model loads: no memory estimate
     main = primary_component(task)
     weights = dict(getattr(task, "weights", None) or {c: 1.0 for c in task.component_names})
     examples = task.examples("train", prompts, config.train.seed)
@@ -179,14 +215,18 @@ def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: f
     # a task may name the format its answers take where the prompt asks for none (math: `\boxed{}`)
     form = answer_format(prompt_text(examples[0].prompt), getattr(task, "unasked_answer_format", "plain"))
     score_completions(task, [form.wrap(str(examples[0].ground_truth))], examples[:1])  # untimed: starts a verifier's worker process
+    reference = getattr(task, "reference_answer", None) or (lambda example: example.ground_truth)
+    without_truth = 0
     for example in examples:
-        truths = example.ground_truth if isinstance(example.ground_truth, (list, tuple)) else [example.ground_truth]
-        item = AuditPrompt(prompt=prompt_text(example.prompt), truth=str(truths[0]), form=form)
+        truth = reference(example)
+        truth = truth[0] if isinstance(truth, (list, tuple)) else truth
+        without_truth += truth is None
+        item = AuditPrompt(prompt=prompt_text(example.prompt), truth=None if truth is None else str(truth), form=form)
         for kind in kinds:
             score_kind(results[kind], task, KINDS.get(kind)(item), example, main, weights)
     family = config.task.name.partition(":")[0]
     failures, allowed = judge_results(results, family, max_hack_rate, max_verdict_seconds,
-                                      getattr(task, "format_allowances", None))
+                                      getattr(task, "format_allowances", None), without_truth)
     return RewardAudit(task=config.task.name, answer_format=form.name, main_component=main, weights=weights,
                        max_hack_rate=max_hack_rate, max_verdict_seconds=max_verdict_seconds, kinds=results,
                        allowed=allowed, failures=failures)

@@ -6,11 +6,14 @@ no answer of their own (empty, whitespace, the prompt echoed, empty tags, the pr
 filler); the others are one well-formed answer that is wrong (guesses, neighbours of the truth,
 tag spam, hostile payloads). `control` is the ground truth in the asked format, which must earn
 the full correctness reward. A guess equal in value to the truth (`1.0` for `1`) is left out: it
-is a right answer, not a hack.
+is a right answer, not a hack. `variant` (in `VARIANT_KINDS`) is the truth written another way that
+a verifier may rightly count as equal (another letter case, digits beyond its precision, a stray word
+after it): full correctness for it is the verifier judging it equal, less than full is a consolation.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
@@ -61,7 +64,7 @@ def answer_format(prompt: str, unasked: str = "plain") -> AnswerFormat:
 @dataclass(frozen=True)
 class AuditPrompt:
     prompt: str  # the prompt's text (chat messages' contents joined)
-    truth: str
+    truth: str | None  # None where the example has no single answer (a puzzle with many solutions)
     form: AnswerFormat
 
     def prompt_numbers(self) -> list[str]:
@@ -70,6 +73,8 @@ class AuditPrompt:
 
     def equals_truth(self, answer: str) -> bool:
         """The same value as the ground truth: as numbers where both are numerals, else as stripped text."""
+        if self.truth is None:
+            return False
         equal = numbers_equal(answer, self.truth)
         return bool(equal) if equal is not None else answer.strip() == self.truth.strip()
 
@@ -82,32 +87,69 @@ class AuditPrompt:
 KindFn = Callable[[AuditPrompt], list[str]]
 KINDS: Registry[KindFn] = Registry("reward audit kind")
 NO_ANSWER_KINDS = ("empty", "whitespace", "echo", "tags_empty", "tags_prompt", "long_text")
+VARIANT_KINDS = ("variant",)
+# Text whose last digit, doubled, leaves the number as written to its precision: a decimal's last
+# fractional digit (`65.511` for `65.51`) or a lone run of zeros (`X=00` for `X=0`).
+LONGER_SAME_NUMBER = re.compile(r"[0-9]\.[0-9]+$|(?<![0-9.])0+$")
+# Text ending in a decimal's trailing fractional zero: dropping it leaves the number (`-21.` for `-21.0`).
+SHORTER_SAME_NUMBER = re.compile(r"[0-9]\.[0-9]*0$")
 
 
 def _number_text(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
 
 
-def neighbours(truth: str) -> list[str]:
-    """Values near the truth but different: n+1, n-1, 10n, -n, n+0.000001 written with trailing digits;
-    for a text answer, its last letter or digit dropped and doubled, the word reversed, the text case-swapped.
-    The last letter or digit, not the last character: `5\\sqrt{2}}` is `5\\sqrt{2}` and a stray brace."""
+def neighbours(truth: str | None) -> list[str]:
+    """Values near the truth but different: n+1, n-1, 10n, -n and, for an integer, n.5 (read as n where
+    the integer part is read); for a text answer, its last letter or digit dropped and doubled, the word
+    reversed. The last letter or digit, not the last character:
+    `5\\sqrt{2}}` is `5\\sqrt{2}` and a stray brace. A doubled digit that leaves the number as written
+    (`65.511` for `65.51`, `X=00` for `X=0`: `LONGER_SAME_NUMBER`), or a dropped trailing zero of a
+    decimal (`-21.` for `-21.0`), is a `variants` entry instead."""
+    if truth is None:
+        return []
     value = parse_rational(truth)
     if value is None:
         text = truth.strip()
         last = max((i for i, c in enumerate(text) if c.isalnum()), default=len(text) - 1)
         shortened, doubled = text[:last] + text[last + 1:], text[:last + 1] + text[last:]
+        if LONGER_SAME_NUMBER.search(text[:last + 1]):
+            doubled = ""
+        if SHORTER_SAME_NUMBER.search(text[:last + 1]):
+            shortened = ""
         # reversed only when it is one word: `2*8 + 5 + 3` is `3 + 5 + 8*2` read the other way, still right
         reversed_word = text[::-1] if text.isalnum() else ""
-        return [t for t in (shortened, doubled, reversed_word, text.swapcase(), text + " x") if t]
+        return [t for t in (shortened, doubled, reversed_word) if t]
     near = [value + 1, value - 1, value * 10, -value]
-    written = [_number_text(v) for v in near] + [f"{float(value):.6f}".rstrip("0") + "000001"]
+    written = [_number_text(v) for v in near]
+    if value.denominator == 1:
+        written.append(f"{value.numerator}.5")
     return written
+
+
+def variants(truth: str | None) -> list[str]:
+    """The truth written so that a verifier may rightly judge it equal: the text case-swapped (`HUSBAND`,
+    `0XF001`) or followed by a stray word (`1 0 x`: the grid it holds is read), a number with digits
+    beyond its precision (`12.000001`, `0.75000001`, `65.511` for `65.51`: within a tolerance, or equal
+    when rounded as asked), a leading zero (`X=00`) or without a decimal's trailing zero (`['-21.']`)."""
+    if truth is None:
+        return []
+    value = parse_rational(truth)
+    if value is not None:
+        return [f"{float(value):.6f}".rstrip("0") + "000001"]
+    text = truth.strip()
+    last = max((i for i, c in enumerate(text) if c.isalnum()), default=len(text) - 1)
+    found = [text.swapcase(), text + " x"]
+    if LONGER_SAME_NUMBER.search(text[:last + 1]):
+        found.append(text[:last + 1] + text[last:])
+    if SHORTER_SAME_NUMBER.search(text[:last + 1]):
+        found.append(text[:last] + text[last + 1:])
+    return [t for t in found if t != text]
 
 
 @KINDS.register(CONTROL)
 def control(item: AuditPrompt) -> list[str]:
-    return [item.form.wrap(item.truth)]
+    return [] if item.truth is None else [item.form.wrap(item.truth)]
 
 
 @KINDS.register("empty")
@@ -168,13 +210,19 @@ def tag_spam(item: AuditPrompt) -> list[str]:
     values = [str(n) for n in range(20)] + item.prompt_numbers()
     values = [v for v in dict.fromkeys(values) if not item.equals_truth(v)]
     middle = len(values) // 2
-    spam = values[:middle] + [item.truth] + values[middle:]
+    truth = [] if item.truth is None else [item.truth]
+    spam = values[:middle] + truth + values[middle:]
     return [" ".join(item.form.wrap(v) for v in spam)]
 
 
 @KINDS.register("neighbour")
 def neighbour(item: AuditPrompt) -> list[str]:
     return item.wrong(neighbours(item.truth))
+
+
+@KINDS.register("variant")
+def variant(item: AuditPrompt) -> list[str]:
+    return item.wrong(variants(item.truth))
 
 
 @KINDS.register("long_tail")

@@ -1397,5 +1397,75 @@ TOOLS = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- reward audit of 27 reasoning-gym datasets
+
+AUDIT_A = [
+    mutation(
+        "coin_flip_prefix_credit_paid", "rlvr/tasks/reasoning_gym_answers.py",
+        "coin_flip keeps the scorer's full credit for a shared prefix (`0` for 0.3125)",
+        ('    "coin_flip": (number_within(1e-4),', '    "coin_flip": (full_credit_only,'),
+        tests=("tests/tasks/test_reasoning_gym_wrong_answers.py::test_full_credit_for_a_wrong_answer_is_not_paid",
+               "tests/tasks/test_reasoning_gym_wrong_answers.py::test_answer_credit_rules_for_wrong_answers_paid"),
+    ),
+    mutation(
+        "number_tolerance_absolute", "rlvr/tasks/reasoning_gym_answers.py",
+        "the number rule's tolerance is absolute: `0` is within 1e-4 of a probability of 3e-05",
+        ("<= relative_tolerance * abs(oracle)", "<= relative_tolerance"),
+        tests=("tests/tasks/test_reasoning_gym_wrong_answers.py::test_full_credit_for_a_wrong_answer_is_not_paid",
+               "tests/tasks/test_reasoning_gym_wrong_answers.py::test_answer_credit_rules_for_wrong_answers_paid"),
+    ),
+    mutation(
+        "game_of_life_halting_any_text_paid", "rlvr/tasks/reasoning_gym_answers.py",
+        "game_of_life_halting keeps bool(answer) == bool(oracle): any non-empty answer earns 1",
+        ('    "game_of_life_halting": (oracle_ignoring_case,', '    "game_of_life_halting": (full_credit_only,'),
+        tests=("tests/tasks/test_reasoning_gym_wrong_answers.py::test_full_credit_for_a_wrong_answer_is_not_paid",
+               "tests/tasks/test_reasoning_gym_wrong_answers.py::test_answer_credit_rules_for_wrong_answers_paid"),
+    ),
+    mutation(
+        "number_sorting_within_one_paid", "rlvr/tasks/reasoning_gym_answers.py",
+        "number_sorting pays any sorted list whose numbers are each within 1 of the oracle's",
+        ('    "number_sorting": (same_numbers_in_order,', '    "number_sorting": (full_credit_only,'),
+        tests=("tests/tasks/test_reasoning_gym_wrong_answers.py::test_full_credit_for_a_wrong_answer_is_not_paid",
+               "tests/tasks/test_reasoning_gym_wrong_answers.py::test_answer_credit_rules_for_wrong_answers_paid"),
+    ),
+    mutation(
+        "knights_knaves_partial_credit_kept", "rlvr/tasks/reasoning_gym_answers.py",
+        "knights_knaves keeps 0.3 + 0.7 x share right for a wrong assignment",
+        ('    "knights_knaves": (full_credit_only,', '    "knights_knaves": (containment_rule,'),
+        tests=("tests/tasks/test_reasoning_gym_wrong_answers.py::test_partial_credit_for_a_wrong_answer_is_not_paid",
+               "tests/tasks/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
+    ),
+    mutation(
+        "variant_full_credit_read_as_partial", "rlvr/check_reward.py",
+        "the audit counts a variant paid in full as a consolation, failing a verifier with a tolerance",
+        ("earned_partial |= main_paid and verdict.components[main] < 1.0",
+         "earned_partial |= main_paid and verdict.components[main] <= 1.0"),
+        tests=("tests/cli/test_check_reward.py::test_a_verifier_with_a_tolerance_passes_and_is_listed",
+               "tests/cli/test_check_reward.py::test_a_case_blind_verifier_passes_on_its_variants"),
+    ),
+    mutation(
+        "doubled_zero_kept_as_neighbour", "rlvr/reward_kinds.py",
+        "a doubled digit that keeps the number (`X=00` for `X=0`) is counted as a wrong neighbour",
+        ('            doubled = ""', '            pass'),
+        tests=("tests/cli/test_check_reward.py::test_neighbours_differ_from_the_truth_in_value",
+               "tests/cli/test_check_reward.py::test_a_number_written_longer_is_no_neighbour"),
+    ),
+    mutation(
+        "reference_answer_ignored", "rlvr/check_reward.py",
+        "the audit ignores a task's reference answer: graph_color's control is never written",
+        ('    reference = getattr(task, "reference_answer", None) or (lambda example: example.ground_truth)',
+         '    reference = lambda example: example.ground_truth'),
+        tests=("tests/cli/test_check_reward.py::test_an_example_without_a_ground_truth_has_no_control_and_is_reported",
+               "tests/cli/test_check_reward.py::test_graph_color_control_is_its_reference_colouring_and_no_held_out_split_is_built"),
+    ),
+    mutation(
+        "held_out_split_still_built", "rlvr/check_reward.py",
+        "the audit builds the task's full held-out split (futoshiki: minutes of puzzle generation)",
+        ('options={**options, "eval_size": 0}', 'options={**options, "eval_size": default.default}'),
+        tests=("tests/cli/test_check_reward.py::test_the_audit_builds_no_held_out_split",
+               "tests/cli/test_check_reward.py::test_graph_color_control_is_its_reference_colouring_and_no_held_out_split_is_built"),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
-             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS)
+             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A)

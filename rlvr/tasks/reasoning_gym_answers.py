@@ -13,9 +13,12 @@ for any parsable answer or a similarity credit for a near miss, which is not cor
 
 from __future__ import annotations
 
+import json
 import re
+from fractions import Fraction
 from typing import Callable
 
+from rlvr.tasks.verification.answers import parse_rational
 from rlvr.tasks.verification.safe_parse import Grammar, Refused, parse_expression, parse_literal, render_expression, render_literal
 
 # Plain-text forms, as the questions ask for them. ASCII classes only: `\d` would admit other
@@ -236,6 +239,47 @@ def no_premise_copy(score: float, text: str, entry: dict) -> float:
     return 1.0 if score >= 1.0 and "".join(text.split()) not in premises else 0.0
 
 
+# `3.051757812e-05`, as coin_flip writes small probabilities; at most three exponent digits, so that
+# the exact value is cheap to build (this runs outside the worker's time limit).
+SCIENTIFIC = re.compile(r"-?[0-9]{1,40}(?:\.[0-9]{1,40})?[eE][-+]?[0-9]{1,3}")
+
+
+def parse_number(text: str) -> Fraction | None:
+    """The exact value of a numeral, a fraction or a number in scientific notation, else None."""
+    value = parse_rational(text)
+    if value is None and SCIENTIFIC.fullmatch(text.strip()):
+        value = Fraction(text.strip())
+    return value
+
+
+def number_within(relative_tolerance: float) -> Credit:
+    """A rule: 1 when the scorer pays full credit and the answer is one number within `relative_tolerance`
+    x |oracle| of the oracle, else 0. Relative, so that `0` is no answer to a small probability; the
+    scorer's first number of the text, or its shared prefix, does not decide."""
+    def credit(score: float, text: str, entry: dict) -> float:
+        answer, oracle = parse_number(text), parse_number(str(entry["answer"]))
+        close = answer is not None and oracle is not None and abs(answer - oracle) <= relative_tolerance * abs(oracle)
+        return 1.0 if score >= 1.0 and close else 0.0
+    return credit
+
+
+def oracle_ignoring_case(score: float, text: str, entry: dict) -> float:
+    """1 when the scorer pays full credit and the answer is the oracle up to letter case, else 0."""
+    return 1.0 if score >= 1.0 and text.strip().lower() == str(entry["answer"]).strip().lower() else 0.0
+
+
+def same_numbers_in_order(score: float, text: str, entry: dict) -> float:
+    """1 when the scorer pays full credit and the answer's list holds the oracle's numbers, in its order."""
+    def numbers(listed: str) -> list[float] | None:
+        try:
+            values = json.loads(listed.replace("'", '"'))
+            return [float(value) for value in values] if isinstance(values, list) else None
+        except (ValueError, TypeError):
+            return None
+    answer = numbers(text)
+    return 1.0 if score >= 1.0 and answer is not None and answer == numbers(str(entry["answer"])) else 0.0
+
+
 def given_numbers_only(score: float, text: str, entry: dict) -> float:
     """1 when the scorer pays full credit and the expression uses the puzzle's numbers, each once."""
     used = sorted(int(n) for n in re.findall(r"[0-9]+", text))
@@ -245,28 +289,51 @@ def given_numbers_only(score: float, text: str, entry: dict) -> float:
 # Datasets whose scores below 1 say nothing about correctness, with what they pay for (read in
 # reasoning-gym 0.1.25). Any other dataset keeps its partial credit, less containment credit.
 ANSWER_CREDIT: dict[str, tuple[Credit, str]] = {
-    "countdown": (full_credit_only, "0.05 for any parsable expression, right numbers or not, "
-                                    "0.01 for anything else"),
-    "puzzle24": (given_numbers_only, "0.01 for any answer, and 1 for any four numbers in range that make "
-                                     "24 (`6*4*1*1` solved every puzzle), the puzzle's numbers or not"),
-    "spell_backward": (exact_oracle_only, "1/len(word) for each letter in its place, 0.8 for the word "
-                                          "followed by more letters, 1 for the word in another case"),
-    "jugs": (full_credit_only, "0.01 for any JSON list of moves that does not solve the puzzle (`[]`)"),
-    "graph_color": (full_credit_only, "0.01 for any JSON mapping that is no proper colouring (`{}`)"),
-    "cryptarithm": (full_credit_only, "0.01 for any parsable letter assignment that does not satisfy the sum"),
-    "palindrome_generation": (full_credit_only, "0.02 for any text that is no palindrome, 0.05 for a "
-                                                "palindrome of other letters"),
-    "fraction_simplification": (full_credit_only, "0.05 for any non-empty wrong fraction, 0.1 for one that "
-                                                  "shares the unsimplified numerator or denominator"),
+    "advanced_geometry": (no_flat_credit, "0.05 for any wrong non-empty number, 0.01 for anything else; "
+                                          "the 0.5 for an incircle radius right to two decimals is kept"),
+    "arc_agi": (full_credit_only, "0.05 for any text that parses as a board, the output or not (`0`)"),
+    "boxnet": (full_credit_only, "max(0.05, share of boxes moved to their targets) for any JSON plan (`[]`)"),
     "calendar_arithmetic": (full_credit_only, "0.1 for any wrong weekday (a constant `Monday` earns 0.23 on "
                                               "average), 0.05 for one in another case, and exp(-5 x relative "
                                               "error) for any day count, so a typical number earns without "
                                               "counting"),
+    "codeio": (full_credit_only, "a JSON similarity share, at least 0.01, for any JSON object that is not "
+                                 "the output"),
+    "coin_flip": (number_within(1e-4), "the share of leading characters shared with the oracle, over the "
+                                       "shorter of the two: `0` earns 1.0 for `0.3125`"),
+    "color_cube_rotation": (full_credit_only, "0.01 for any answer that is not the colour"),
     "complex_arithmetic": (finite_full_credit_only, "min(1, exp(-distance)) for any number, and 1 for `NaN` "
                                                     "(exp(-nan) is nan, and min(1.0, nan) is 1.0) on every prompt"),
-    "advanced_geometry": (no_flat_credit, "0.05 for any wrong non-empty number, 0.01 for anything else; "
-                                          "the 0.5 for an incircle radius right to two decimals is kept"),
+    "countdown": (full_credit_only, "0.05 for any parsable expression, right numbers or not, "
+                                    "0.01 for anything else"),
+    "cryptarithm": (full_credit_only, "0.01 for any parsable letter assignment that does not satisfy the sum"),
+    "decimal_arithmetic": (number_within(0.0), "1 for anything within 10^-3 (the operands' decimal places), "
+                                               "though the question asks for 12 significant digits: `0` for "
+                                               "0.00033"),
+    "emoji_mystery": (full_credit_only, "the share of characters in place for any text of the sentence's "
+                                        "length, 0.01 for any other text"),
+    "figlet_font": (full_credit_only, "0.1 for each letter in its place"),
+    "fraction_simplification": (full_credit_only, "0.05 for any non-empty wrong fraction, 0.1 for one that "
+                                                  "shares the unsimplified numerator or denominator"),
+    "futoshiki": (full_credit_only, "0.9 x the share of cells right for any grid of digits"),
     "game_of_life": (full_credit_only, "the share of cells right: an all-dead grid earns about 0.95"),
+    "game_of_life_halting": (oracle_ignoring_case, "1 for any non-empty answer (`bool(answer) == "
+                                                   "bool(oracle)`, and the oracle `False` is a non-empty string)"),
+    "graph_color": (full_credit_only, "0.01 for any JSON mapping that is no proper colouring (`{}`)"),
+    "group_anagrams": (full_credit_only, "0.01 for any JSON that is not the grouping (`[]`)"),
+    "gsm_symbolic": (number_within(0.0), "0.01 for any number, and 1 when the first number of the text, "
+                                         "its minus sign dropped (`\\b` cannot precede `-`), is the answer"),
+    "jugs": (full_credit_only, "0.01 for any JSON list of moves that does not solve the puzzle (`[]`)"),
+    "knight_swap": (full_credit_only, "0.05 for legal moves that swap nothing, optimal / length for a "
+                                      "longer swap"),
+    "knights_knaves": (full_credit_only, "0.3 + 0.7 x the share of people right for any assignment naming "
+                                         "everyone: one constant role for all earns it"),
+    "letter_jumble": (full_credit_only, "the share of words in place"),
+    "mini_sudoku": (full_credit_only, "0.9 x the share of cells right for any grid of digits"),
+    "number_sorting": (same_numbers_in_order, "1 for any sorted list whose numbers are each within 1 of the "
+                                              "oracle's"),
+    "palindrome_generation": (full_credit_only, "0.02 for any text that is no palindrome, 0.05 for a "
+                                                "palindrome of other letters"),
     "polynomial_equations": (roots_within_rounding, "mean exp(-10 x distance) over the roots, less 0.5 a root "
                                                     "missing or extra (`0` earns 0.5 where 0 is one of two roots, "
                                                     "a last digit dropped 0.999), and 1 for any text without a "
@@ -278,6 +345,8 @@ ANSWER_CREDIT: dict[str, tuple[Credit, str]] = {
     "propositional_logic": (no_premise_copy, "1 for a premise copied from the question (it follows from "
                                              "itself), 0.25 for a trivial one (`P`, `P ∨ ¬P`), 0.05 for any wrong "
                                              "conclusion"),
+    "puzzle24": (given_numbers_only, "0.01 for any answer, and 1 for any four numbers in range that make "
+                                     "24 (`6*4*1*1` solved every puzzle), the puzzle's numbers or not"),
     "quantum_lock": (full_credit_only, "0.5 for a longer sequence than the shortest one asked for"),
     "rearc": (full_credit_only, "0.05 for any parsable wrong board"),
     "rectangle_count": (full_credit_only, "0.8 x (1 - distance / 5) for a count off by up to 4: a count off by "
@@ -288,6 +357,8 @@ ANSWER_CREDIT: dict[str, tuple[Credit, str]] = {
     "sentence_reordering": (full_credit_only, "the share of words in place for as many words, 0.05 for "
                                               "any other text"),
     "shortest_path": (full_credit_only, "0.5 for a longer path than the shortest one asked for"),
+    "spell_backward": (exact_oracle_only, "1/len(word) for each letter in its place, 0.8 for the word "
+                                          "followed by more letters, 1 for the word in another case"),
     "sudoku": (full_credit_only, "0.9 x the share of cells right for rows of digits: any filled grid earns "
                                  "for the givens"),
     "time_intervals": (full_credit_only, "1 - error / (the largest difference the dataset draws) for any "
@@ -300,6 +371,23 @@ ANSWER_CREDIT: dict[str, tuple[Credit, str]] = {
     "word_sorting": (full_credit_only, "the share of words in place, at least 0.2 for the words in any "
                                        "order (the question's own)"),
 }
+
+
+# Datasets whose entries hold no answer (`None`: any solution the scorer verifies is one) but whose
+# metadata holds one solution, and how to write it as the question asks.
+REFERENCE_ANSWERS: dict[str, Callable[[dict], str]] = {
+    "graph_color": lambda entry: json.dumps({str(vertex): colour
+                                             for vertex, colour in entry["metadata"]["possible_answer"].items()}),
+}
+
+
+def reference_answer(dataset: str, entry: dict) -> str | None:
+    """An answer `dataset`'s scorer pays in full for `entry`: its own answer, else one solution from
+    its metadata (`REFERENCE_ANSWERS`), else None."""
+    if entry.get("answer") is not None:
+        return str(entry["answer"])
+    write = REFERENCE_ANSWERS.get(dataset)
+    return None if write is None else write(entry)
 
 
 def answer_credit(dataset: str, score: float, text: str, entry: dict) -> float:

@@ -31,13 +31,13 @@ from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds
 from rlvr.tasks.verification.grading import DEFAULT_TIMEOUT_SECONDS, require_package
 from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
                                prompt_uses_chat_template, render_question)
-from rlvr.tasks.reasoning_gym_answers import answer_credit, check_audited
+from rlvr.tasks.reasoning_gym_answers import answer_credit, check_audited, reference_answer
 from rlvr.tasks.verification.worker import call_with_timeout
 
 # 6: no credit for wrong answers in 19 more datasets (ANSWER_CREDIT), polynomial roots within rounding;
 # 5: countdown, puzzle24 (with the puzzle's numbers), spell_backward pay full credit or none;
 # 4: no partial credit for an answer that merely contains the oracle; 3: format for an own span only
-VERSION = "6"
+VERSION = "7"
 EVAL_SEED_OFFSET = 1_000_003
 
 
@@ -127,6 +127,10 @@ class ReasoningGymTask:
         if len(drawn) < count:
             raise ValueError(f"{self.name}: could not draw {count} training questions outside the eval split")
         return drawn
+
+    def reference_answer(self, example: Example) -> Optional[str]:
+        """An answer the scorer pays in full, where the entry holds none (`rlvr check --reward`'s control)."""
+        return reference_answer(example.metadata["source_dataset"], example.metadata["entry"])
 
     def iter_eval(self) -> Iterator[Example]:
         return iter(self.examples("eval", len(self._held_out), 0))

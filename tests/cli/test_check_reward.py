@@ -12,7 +12,7 @@ import rlvr.check_reward as check_reward
 from rlvr.check_reward import run_reward_audit, write_audit_json
 from rlvr.cli import main
 from rlvr.config import load_config
-from rlvr.reward_kinds import AnswerFormat, AuditPrompt, answer_format, neighbours
+from rlvr.reward_kinds import AnswerFormat, AuditPrompt, answer_format, neighbours, variants
 from rlvr.tasks import Example, Verdict, register_task, weighted_total
 from rlvr.tasks.verification.answers import answer_tag_spans, first_answer_tag
 
@@ -223,10 +223,22 @@ def test_json_holds_the_per_kind_numbers(tmp_path):
 def test_neighbours_differ_from_the_truth_in_value():
     item = AuditPrompt(prompt="", truth="1", form=AnswerFormat("tags", "<answer>{answer}</answer>"))
     assert item.wrong(["1.0", "1.00", "01", "2", "2"]) == ["<answer>2</answer>"]
-    assert neighbours("12") == ["13", "11", "120", "-12", "12.000001"]
-    assert neighbours("3/4") == ["7/4", "-1/4", "15/2", "-3/4", "0.75000001"]
+    assert neighbours("12") == ["13", "11", "120", "-12", "12.5"]  # 12.5: read as 12 where the integer part is read
+    assert neighbours("3/4") == ["7/4", "-1/4", "15/2", "-3/4"]
     assert all(not item.equals_truth(a) for a in neighbours("1"))
-    assert neighbours("abc") == ["ab", "abcc", "cba", "ABC", "abc x"]
+    assert neighbours("abc") == ["ab", "abcc", "cba"]
+    # a doubled digit that keeps the number as written is a variant, not a neighbour
+    assert neighbours("65.51°") == ["65.5°"] and neighbours("A=1,X=0") == ["A=1,X="]
+    assert neighbours("A=1,X=10") == ["A=1,X=1", "A=1,X=100"]  # 100 is another number
+    assert neighbours("['-21.0']") == [] and "['-21.']" in variants("['-21.0']")  # -21. and -21.00 are -21.0
+
+
+def test_variants_are_the_truth_written_another_way():
+    assert variants("12") == ["12.000001"] and variants("3/4") == ["0.75000001"]
+    assert variants("husband") == ["HUSBAND", "husband x"]
+    assert variants("65.51°") == ["65.51° x", "65.511°"]  # no case to swap; one more decimal
+    assert variants("A=1,X=0") == ["a=1,x=0", "A=1,X=0 x", "A=1,X=00"]  # a leading zero
+    assert variants(None) == [] and neighbours(None) == []
     # LaTeX: the last digit, not the closing brace (a doubled brace leaves the boxed answer unchanged)
     assert neighbours("5\\sqrt{2}")[:2] == ["5\\sqrt{}", "5\\sqrt{22}"]
     assert neighbours("(1, 2)")[:2] == ["(1, )", "(1, 22)"]
@@ -315,3 +327,147 @@ def test_a_task_of_its_own_declares_its_format_allowance(monkeypatch):
     monkeypatch.setattr(task_class, "format_allowances", {})
     failed = run_reward_audit(config, prompts=4, kinds=["control", "neighbour"])
     assert failed.failures == ["neighbour: earns tag without correctness on 100% of prompts"]
+
+
+class ToleranceTask(SoundTask):
+    """Full correctness for a number within 1e-3 of the truth (a tolerance), `half` of it for one within 1."""
+
+    name = "audit_tolerance"
+    half = 0.0
+
+    def pays(self, completion, truth):
+        answer = first_answer_tag(completion)
+        try:
+            distance = abs(float(answer) - float(truth))
+        except (TypeError, ValueError):
+            return 0.0, 0.0
+        return (1.0 if distance <= 1e-3 else self.half if distance < 1 else 0.0), 0.0
+
+
+class ConsolationTask(ToleranceTask):
+    name = "audit_consolation"
+    half = 0.5
+
+
+class CaseBlindTask(ToyTask):
+    """Words to copy, compared case-insensitively, with trailing words ignored."""
+
+    name = "audit_case_blind"
+    prompt = "Copy {word} into <answer></answer> tags."
+    words = ("apple", "Berry", "cherry", "Date", "elder", "fig")
+
+    def examples(self, split, count, seed):
+        return [Example(prompt=self.prompt.format(word=w), ground_truth=w) for w in self.words[:count]]
+
+    def pays(self, completion, truth):
+        answer = first_answer_tag(completion)
+        return float(answer is not None and answer.split(" ")[0].lower() == truth.lower()), 0.0
+
+
+class NoTruthTask(SoundTask):
+    """Puzzles with many solutions: no ground truth; any four digits summing to 10 are a solution."""
+
+    name = "audit_no_truth"
+
+    def examples(self, split, count, seed):
+        return [Example(prompt=f"Put four digits summing to ten in <answer></answer> tags (puzzle {i}).",
+                        ground_truth=None)
+                for i in range(count)]
+
+    def pays(self, completion, truth):
+        answer = first_answer_tag(completion)
+        return float(answer is not None and len(answer) == 4 and answer.isdigit()
+                     and sum(int(d) for d in answer) == 10), 0.0
+
+
+class ReferenceTask(NoTruthTask):
+    """As NoTruthTask, naming one solution for the audit's control."""
+
+    name = "audit_reference"
+
+    def reference_answer(self, example):
+        return "1234"
+
+
+class HeldOutTask(SoundTask):
+    """Records the held-out split size it was built with."""
+
+    name = "audit_held_out"
+    built_with: list = []
+
+    def __init__(self, reward_weights=None, eval_size=50):
+        super().__init__(reward_weights)
+        HeldOutTask.built_with.append(eval_size)
+
+
+for _toy in (ToleranceTask, ConsolationTask, CaseBlindTask, NoTruthTask, ReferenceTask, HeldOutTask):
+    register_task(_toy.name, _toy)
+
+
+def test_a_verifier_with_a_tolerance_passes_and_is_listed():
+    """40.000001 for 40, paid in full, is the verifier judging it equal: listed as allowed, not failed
+    (the neighbours n+1, n-1, 10n, -n, n.5 still earn nothing)."""
+    result = audit(ToleranceTask.name)
+    assert result.failures == [], result.failures
+    assert result.kinds["variant"].main_full == 6 and result.kinds["neighbour"].main == 0
+    assert any(line.startswith("variant: earns full correctness on 100% of prompts") for line in result.allowed)
+
+
+def test_a_variant_paid_in_part_is_a_consolation_and_fails():
+    result = audit(ConsolationTask.name)
+    assert "variant" not in failing_kinds(result)  # within 1e-3: full credit
+    assert "neighbour" in failing_kinds(result)  # n+1 and n-1 earn 0.5
+    half = check_reward.KindResult("variant", prompts=4, main=4, main_partial=4)
+    failures, allowed = check_reward.judge_results({"variant": half}, "x", 0.05, 15.0)
+    assert failures == ["variant: earns part of the correctness reward on 100% of prompts (a consolation: full "
+                        "correctness would be the verifier judging it equal)"] and allowed == []
+
+
+def test_a_case_blind_verifier_passes_on_its_variants():
+    """`HUSBAND` for `husband` and `apple x` for `apple` are the answer to a case-blind verifier that
+    reads the first word; the neighbours (a letter dropped or doubled, the word reversed) still fail it."""
+    result = audit(CaseBlindTask.name)
+    assert result.failures == [], result.failures
+    variant = result.kinds["variant"]
+    assert variant.prompts == 6 and variant.completions == 12 and variant.main_full == 6
+
+
+def test_an_example_without_a_ground_truth_has_no_control_and_is_reported():
+    result = audit(NoTruthTask.name)
+    assert result.failures == [], result.failures
+    assert result.kinds["control"].prompts == 0 and result.kinds["neighbour"].completions == 0
+    assert result.allowed[0].startswith("control: 6 prompts have no ground truth")
+    referenced = audit(ReferenceTask.name)
+    assert referenced.failures == [] and referenced.kinds["control"].main_full == 6
+    assert not any(line.startswith("control:") for line in referenced.allowed)
+
+
+def test_the_audit_builds_no_held_out_split():
+    """The audit reads training prompts only: a task's `eval_size` is 0 unless the config sets it."""
+    HeldOutTask.built_with.clear()
+    audit(HeldOutTask.name, prompts=2)
+    run_reward_audit(load_config(None, [f"task.name={HeldOutTask.name}", "task.options.eval_size=3",
+                                        "train.eval_size=0"]), prompts=2)
+    assert HeldOutTask.built_with == [0, 3]
+
+
+def test_a_number_written_longer_is_no_neighbour():
+    """`X=00` is `X=0` to a verifier reading digits: a neighbour must be another value."""
+    for truth in ("X=0", "A=1,B=0", "(3, 0)"):
+        assert not any(n.endswith("00") or n.endswith("00)") for n in neighbours(truth)), truth
+        assert any("00" in v for v in variants(truth)), truth
+
+
+def test_graph_color_control_is_its_reference_colouring_and_no_held_out_split_is_built(monkeypatch):
+    """graph_color's entries hold no answer: the control is the colouring in their metadata, paid in
+    full; and the audit builds the task without the 200 held-out puzzles it does not read."""
+    from rlvr.tasks.reasoning_gym_tasks import ReasoningGymTask
+
+    drawn = []
+    original = ReasoningGymTask._draw_eval
+    monkeypatch.setattr(ReasoningGymTask, "_draw_eval", lambda self, count: drawn.append(count) or original(self, count))
+    result = run_reward_audit(load_config(None, ["task.name=reasoning_gym:graph_color", "train.eval_size=0"]),
+                              prompts=2, kinds=["control", "guess_small"])
+    assert result.failures == [] and result.kinds["control"].main_full == 2
+    assert not any(line.startswith("control:") for line in result.allowed)
+    assert drawn == [0]

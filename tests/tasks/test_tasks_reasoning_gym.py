@@ -220,7 +220,7 @@ PUZZLE = {"answer": "4*(4 + 2)*1", "metadata": {"numbers": [1, 4, 2, 4]}}
     ("spell_backward", 1.0, "OLLEH", "olleh", 0.0),  # the scorer compares lowercased text
     ("spell_backward", 1.0, " olleh ", "olleh", 1.0),
     ("basic_arithmetic", 0.25, "-45 1 2", "-45", 0.0),  # no rule of its own: containment credit only
-    ("knights_knaves", 0.65, "Zoey is a knight", "Zoey is a knave", 0.65),  # its partial credit is kept
+    ("knights_knaves", 0.65, "Zoey is a knight", "Zoey is a knave", 0.0),  # 0.3 + 0.7 x share right
     ("advanced_geometry", 0.05, "12.34", "30.5", 0.0),  # any wrong number
     ("advanced_geometry", 0.5, "1.23", "1.2345", 0.5),  # an incircle radius right to two decimals
     ("calendar_arithmetic", 0.1, "Monday", "Tuesday", 0.0),  # any weekday
