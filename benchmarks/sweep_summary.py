@@ -31,7 +31,7 @@ else:  # run as a script: its folder is on sys.path
 from rlvr.observe.metric_names import (
     DYNAMIC_SAMPLING_SAMPLED_GROUPS,
     ELAPSED_S,
-    FRAC_ZERO_VARIANCE_GROUPS,
+    FRAC_NO_CONTRAST_GROUPS,
     ITERATION,
     REWARD_PREFIX,
     TIME_ITERATION,
@@ -51,7 +51,7 @@ def summarize_run(run, component: str, window: int, reach: float) -> dict:
     evals = [{ITERATION: e.get(ITERATION), "seconds": e.get(ELAPSED_S), **accuracy_ci(e)} for e in run.evals]
     key = REWARD_PREFIX + component
     metrics = [{ITERATION: m.get(ITERATION), "seconds": m.get(ELAPSED_S), "component": m.get(key),
-                "zero_variance": m.get(FRAC_ZERO_VARIANCE_GROUPS),
+                "no_contrast": m.get(FRAC_NO_CONTRAST_GROUPS),
                 "sampled_groups": m.get(DYNAMIC_SAMPLING_SAMPLED_GROUPS),
                 "iteration_s": m.get(TIME_ITERATION)} for m in run.metrics]
     best = first_best(evals, key="accuracy") if evals else None
@@ -65,8 +65,8 @@ def summarize_run(run, component: str, window: int, reach: float) -> dict:
         "reach": reach, "reached": reached,
         "component_first": _mean([m["component"] for m in metrics[:window]]),
         "component_last": _mean([m["component"] for m in metrics[-window:]]),
-        "zero_variance_mean": _mean([m["zero_variance"] for m in metrics]),
-        "zero_variance_last": _mean([m["zero_variance"] for m in metrics[-window:]]),
+        "no_contrast_mean": _mean([m["no_contrast"] for m in metrics]),
+        "no_contrast_last": _mean([m["no_contrast"] for m in metrics[-window:]]),
         "sampled_groups_total": sum(sampled) if sampled else None,
         "iterations": summary.iterations,
         "wall_s": math.nan if summary.wall_s is None else summary.wall_s,
@@ -94,7 +94,7 @@ def markdown_table(rows: list[dict], component: str, window: int, reach: float) 
         lines.append(f"| {r['algorithm'] or r['label']} | {r['seed']} | {point(r['step0'], False)} | "
                      f"{point(r['best'])} | {point(r['final'], False)} | {first_reach(r['reached'])} | "
                      f"{r['component_first']:.3f} -> {r['component_last']:.3f} | "
-                     f"{r['zero_variance_mean']:.2f} / {r['zero_variance_last']:.2f} | {sampled} | "
+                     f"{r['no_contrast_mean']:.2f} / {r['no_contrast_last']:.2f} | {sampled} | "
                      f"{r['wall_s']:.0f} | {r['median_iteration_s']:.1f} |")
     return "\n".join(lines)
 
@@ -127,7 +127,7 @@ def plot(rows: list[dict], component: str, out: Path, smooth: int) -> None:
                                  alpha=0.05)
             mx = [m[x] for m in r["metrics"]]
             ax_component.plot(mx, moving_mean([m["component"] for m in r["metrics"]], smooth), style, color=color, lw=1)
-            ax_zero.plot(mx, moving_mean([m["zero_variance"] for m in r["metrics"]], smooth), style, color=color, lw=1)
+            ax_zero.plot(mx, moving_mean([m["no_contrast"] for m in r["metrics"]], smooth), style, color=color, lw=1)
     n = next((e["n"] for r in rows for e in r["evals"]), "?")
     for row, xlabel in enumerate(("iteration", "seconds since the run started")):
         ax_eval, ax_component, ax_zero = axes[row]

@@ -24,7 +24,7 @@ def write_fake_run(run_dir: Path, overrides: list[str] = (), full: bool = True, 
         if full:
             record.update({
                 "reward/answer": reward / 2, "reward/tag": 0.2 * i / 4, "reward/std": 0.1, "reward/max": 1.3,
-                "frac_zero_variance_groups": 0.5 / i, "frac_nonzero_advantages": 1 - 0.5 / i,
+                "frac_no_contrast_groups": 0.5 / i, "frac_nonzero_advantages": 1 - 0.5 / i,
                 "distinct_completions_frac": 1 - 0.2 * i,
                 "kl": 0.01 * i, "clip_frac/low": 0.02, "clip_frac/high": 0.03 * i, "entropy": 2.0 - 0.1 * i,
                 "grad_norm": 1.5 / i, "truncated_frac": 0.25, "completion_len/mean": 20.0 - i,

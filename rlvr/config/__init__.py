@@ -18,7 +18,7 @@ from rlvr.config import loading
 from rlvr.config.checks import check_task_family, resolve, validate
 from rlvr.config.loading import (Bounds, ConfigError, KeyDescription, field_help, flatten, read_yaml_file, type_name,
                                  yaml_value)
-from rlvr.config.schema import (REMOVED_KEYS, AlgorithmConfig, Config, ExpertIterationConfig, HealthConfig,
+from rlvr.config.schema import (REMOVED_KEYS, RENAMED_KEYS, AlgorithmConfig, Config, ExpertIterationConfig, HealthConfig,
                                 ModelConfig, OptimConfig, RolloutConfig, SFTConfig, TaskConfig, TrainConfig,
                                 preset_settings)
 
@@ -67,11 +67,19 @@ def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] 
 
 
 def saved_run_data(data: Any) -> Any:
-    """A saved config.yaml's data without the removed keys it holds at their off value (0, false, empty).
+    """A saved config.yaml's data with renamed keys under their new names (`RENAMED_KEYS`) and without the
+    removed keys it holds at their off value (0, false, empty).
 
     A saved config writes every key, so a run from before a key was removed holds it; only a value that
     did something is an error (the removed key's message names its replacement)."""
     data = dict(data) if isinstance(data, dict) else data
+    for old, new in RENAMED_KEYS.items():  # the same knob under its new name
+        (section, name), (new_section, new_name) = old.split("."), new.split(".")
+        if isinstance(data, dict) and isinstance(data.get(section), dict) and name in data[section]:
+            value = data[section][name]
+            data[section] = {k: v for k, v in data[section].items() if k != name}
+            if isinstance(data.get(new_section), dict) and new_name not in data[new_section]:
+                data[new_section] = {**data[new_section], new_name: value}
     for key in REMOVED_KEYS:
         section, name = key.split(".")
         if isinstance(data, dict) and isinstance(data.get(section), dict) and not data[section].get(name, 1):

@@ -33,10 +33,16 @@ MAX_REWARD = 1e30  # float32 sums of rewards overflow near 3e38
 PROBABILITY = Bounds(0.0, 1.0)  # a share or probability, ends included
 BETA = Bounds(0.0, 1.0, high_open=True, note="Adam's moment decay; 1 would never forget")
 
+# Keys renamed, old -> new: a file that sets the old one fails naming the new one, and a saved run's
+# config reads the old one as the new one (the same knob, so the run resumes as it ran).
+RENAMED_KEYS = {
+    "health.zero_variance_frac": "health.no_contrast_frac",
+}
 # Keys that no longer exist, each with what replaces it: a file that still sets one fails with this.
 REMOVED_KEYS = {
-    "train.stop_if_dead_for": "use train.stop_on: [zero_variance] with train.stop_after: N (the share of groups "
-                              "without reward contrast that counts is health.zero_variance_frac)",
+    "train.stop_if_dead_for": "use train.stop_on: [no_contrast] with train.stop_after: N (the share of groups "
+                              "without reward contrast that counts is health.no_contrast_frac)",
+    **{old: f"renamed {new}" for old, new in RENAMED_KEYS.items()},
 }
 
 
@@ -341,7 +347,7 @@ class TrainConfig:
     memory_check: bool = option(True, "refuse a run whose estimated peak memory (weights, optimizer state, KV cache, "
                                 "activations) is above the memory available; false skips the estimate")
     stop_on: list[str] = option(help="health warnings that stop the run once active for stop_after iterations in a "
-                                "row, e.g. [zero_variance, truncation]", factory=list, choices=_health_checks)
+                                "row, e.g. [no_contrast, truncation]", factory=list, choices=_health_checks)
     stop_after: int = option(3, "consecutive iterations a stop_on warning must be active before the run stops",
                              bounds=count(1, MAX_STEPS))
     loggers: list[str] = option(help="metric sinks beside metrics.jsonl (the source of truth): tensorboard, wandb, "
@@ -370,7 +376,7 @@ class HealthConfig:
                          bounds=count(1, MAX_WINDOW))
     truncation_frac: float = option(0.5, "warn when the truncated share is above this for `window` iterations",
                                     bounds=PROBABILITY)
-    zero_variance_frac: float = option(0.5, "warn when frac_zero_variance_groups is above this for `window` "
+    no_contrast_frac: float = option(0.5, "warn when frac_no_contrast_groups is above this for `window` "
                                        "iterations", bounds=PROBABILITY)
     tool_error_frac: float = option(0.5, "warn when more than this share of an offered tool's calls fail in each of "
                                     "`window` iterations (environment tasks)", bounds=PROBABILITY)

@@ -5,7 +5,7 @@ than two of its rewards are finite, or when its finite rewards spread by no more
 relative to their scale: max - min <= eps * max(|max|, |min|, 1). Below a scale of 1 this is an
 absolute tolerance of `eps`; for large rewards it is relative, so float noise in a reward of 1e4
 is not mistaken for contrast. DAPO's dynamic sampling drops such groups, the rollout statistics
-count them (`frac_zero_variance_groups`) and every advantage estimator gives them exactly 0, all
+count them (`frac_no_contrast_groups`) and every advantage estimator gives them exactly 0, all
 through `no_contrast`, so the three always agree.
 """
 

@@ -25,7 +25,7 @@ from rlvr.observe.metric_names import (
     EPISODE_TOOL_CALLS_PREFIX,
     EPISODE_TOOL_ERRORS_PREFIX,
     EXPLAINED_VARIANCE,
-    FRAC_ZERO_VARIANCE_GROUPS,
+    FRAC_NO_CONTRAST_GROUPS,
     HEALTH_WARNINGS,
     ITERATION,
     KL,
@@ -77,15 +77,15 @@ def check_truncation(history: list[dict], thresholds) -> HealthWarning | None:
     )
 
 
-@HEALTH_CHECKS.register("zero_variance")
-def check_zero_variance(history: list[dict], thresholds) -> HealthWarning | None:
-    """Most groups have all-equal rewards (frac_zero_variance_groups > zero_variance_frac) for `window` iterations."""
-    values = _values(history, FRAC_ZERO_VARIANCE_GROUPS, thresholds.window)
-    if values is None or min(values) <= thresholds.zero_variance_frac:
+@HEALTH_CHECKS.register("no_contrast")
+def check_no_contrast(history: list[dict], thresholds) -> HealthWarning | None:
+    """Most groups have all-equal rewards (frac_no_contrast_groups > no_contrast_frac) for `window` iterations."""
+    values = _values(history, FRAC_NO_CONTRAST_GROUPS, thresholds.window)
+    if values is None or min(values) <= thresholds.no_contrast_frac:
         return None
     return HealthWarning(
-        "zero_variance",
-        f"{values[-1]:.0%} of groups have zero reward variance (above {thresholds.zero_variance_frac:.0%} for "
+        "no_contrast",
+        f"{values[-1]:.0%} of groups have no reward contrast, all rewards equal (above {thresholds.no_contrast_frac:.0%} for "
         f"{thresholds.window} iterations): no learning signal",
         "raise rollout.group_size or rollout.temperature, make the task easier or harder, "
         "or use DAPO dynamic sampling (algorithm.name=dapo)",
@@ -140,6 +140,9 @@ def check_tool_errors(history: list[dict], thresholds) -> HealthWarning | None:
         "iterations (malformed calls, wrong arguments, timeouts: see the transcripts in samples.jsonl)",
         "show the call format in the prompt with an example, or warm up with rlvr sft on well-formed calls",
     )
+
+
+HEALTH_CHECKS.rename("zero_variance", "no_contrast")  # one name for groups without reward contrast
 
 
 @HEALTH_CHECKS.register("clip_fraction")

@@ -24,7 +24,7 @@ REWARD_MEAN = "reward/mean"
 REWARD_STD = "reward/std"
 REWARD_MAX = "reward/max"
 REWARD_SUMMARIES = (REWARD_MEAN, REWARD_STD, REWARD_MAX)  # the rest of reward/* are components
-FRAC_ZERO_VARIANCE_GROUPS = "frac_zero_variance_groups"  # groups without reward contrast (rlvr.core.groups)
+FRAC_NO_CONTRAST_GROUPS = "frac_no_contrast_groups"  # groups without reward contrast (rlvr.core.groups)
 FRAC_NONZERO_ADVANTAGES = "frac_nonzero_advantages"
 ADVANTAGE_ABS_MEAN = "advantage/abs_mean"
 UNSCORABLE = "unscorable"  # completions no weighted component could judge
@@ -38,7 +38,7 @@ GENERATED_TOKENS = "generated_tokens"
 STATUS_PREFIX = "status/"
 DYNAMIC_SAMPLING_ROUNDS = "dynamic_sampling/rounds"
 DYNAMIC_SAMPLING_SAMPLED_GROUPS = "dynamic_sampling/sampled_groups"
-DYNAMIC_SAMPLING_FILLED_DEGENERATE = "dynamic_sampling/filled_degenerate"
+DYNAMIC_SAMPLING_FILLED_NO_CONTRAST = "dynamic_sampling/filled_no_contrast"
 # environment tasks (episodes): means per episode, and the share of episodes each limit cut short
 EPISODE_TURNS = "episode/turns"  # assistant turns per episode
 EPISODE_TOOL_CALLS = "episode/tool_calls"  # tool calls per episode, all tools

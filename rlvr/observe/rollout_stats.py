@@ -21,7 +21,7 @@ from rlvr.observe.metric_names import (
     COMPLETION_LEN_MEAN,
     CORRECT_FRAC,
     DISTINCT_COMPLETIONS_FRAC,
-    DYNAMIC_SAMPLING_FILLED_DEGENERATE,
+    DYNAMIC_SAMPLING_FILLED_NO_CONTRAST,
     DYNAMIC_SAMPLING_ROUNDS,
     DYNAMIC_SAMPLING_SAMPLED_GROUPS,
     EPISODE_ENV_TOKEN_FRAC,
@@ -29,7 +29,7 @@ from rlvr.observe.metric_names import (
     EPISODE_TOOL_ERRORS,
     EPISODE_TURNS,
     FRAC_NONZERO_ADVANTAGES,
-    FRAC_ZERO_VARIANCE_GROUPS,
+    FRAC_NO_CONTRAST_GROUPS,
     GENERATED_TOKENS,
     NUM_SEQUENCES,
     REWARD_MAX,
@@ -148,7 +148,7 @@ def gather_rollout(collected: CollectedGroups, batch: RolloutBatch, dist: Dist =
     )
 
 
-def zero_variance_fraction(rewards: torch.Tensor, group_size: int) -> float:
+def no_contrast_fraction(rewards: torch.Tensor, group_size: int) -> float:
     """Share of groups without reward contrast. rewards [N] prompt-major (NaN ignored)."""
     grouped = rewards.view(-1, group_size)  # [B, G]
     return float(no_contrast_rows(grouped).float().mean())
@@ -168,7 +168,7 @@ def rollout_stats(rows: RolloutRows, dynamic_sampling: bool) -> dict[str, float]
     """The rollout part of an iteration's metrics (names in `rlvr.observe.metric_names`).
 
     With groups of one (PPO may sample one completion per prompt) no group can have contrast, and
-    none needs it: `frac_zero_variance_groups` is left out rather than reported as 1.
+    none needs it: `frac_no_contrast_groups` is left out rather than reported as 1.
     """
     rewards, verdicts = rows.rewards, rows.verdicts
     finite = rewards[torch.isfinite(rewards)]
@@ -189,7 +189,7 @@ def rollout_stats(rows: RolloutRows, dynamic_sampling: bool) -> dict[str, float]
         GENERATED_TOKENS: int(rows.lengths.sum()),
     }
     if rows.group_size > 1:
-        stats[FRAC_ZERO_VARIANCE_GROUPS] = zero_variance_fraction(rewards, rows.group_size)
+        stats[FRAC_NO_CONTRAST_GROUPS] = no_contrast_fraction(rewards, rows.group_size)
     for name in verdicts[0].components:
         values = torch.tensor([v.components[name] for v in verdicts], dtype=torch.float32)
         values = values[torch.isfinite(values)]
@@ -202,5 +202,5 @@ def rollout_stats(rows: RolloutRows, dynamic_sampling: bool) -> dict[str, float]
     if dynamic_sampling:
         stats[DYNAMIC_SAMPLING_ROUNDS] = rows.rounds
         stats[DYNAMIC_SAMPLING_SAMPLED_GROUPS] = rows.sampled_groups
-        stats[DYNAMIC_SAMPLING_FILLED_DEGENERATE] = rows.filled_no_contrast
+        stats[DYNAMIC_SAMPLING_FILLED_NO_CONTRAST] = rows.filled_no_contrast
     return stats

@@ -18,7 +18,7 @@ from rlvr.observe.metric_names import (
     ELAPSED_S,
     ENTROPY,
     EXPLAINED_VARIANCE,
-    FRAC_ZERO_VARIANCE_GROUPS,
+    FRAC_NO_CONTRAST_GROUPS,
     GRAD_NORM,
     HEALTH_WARNINGS,
     ITERATION,
@@ -34,7 +34,7 @@ from rlvr.observe.health import HEALTH_CHECKS
 # (nonfinite) is marked where the gradient norm is drawn.
 WARNING_METRICS: dict[str, str] = {
     "truncation": TRUNCATED_FRAC,
-    "zero_variance": FRAC_ZERO_VARIANCE_GROUPS,
+    "no_contrast": FRAC_NO_CONTRAST_GROUPS,
     "clip_fraction": CLIP_FRAC_HIGH,
     "kl_growth": KL,
     "nonfinite": GRAD_NORM,

@@ -23,7 +23,7 @@ def _write_run(folder: Path, algorithm: str, seed: int, answers: list[float], ze
     metrics = []
     for i, (answer, z) in enumerate(zip(answers, zero), start=1):
         record = {"iteration": i, "elapsed_s": 10.0 * i, "reward/answer": answer, "reward/mean": answer,
-                  "frac_zero_variance_groups": z, "time/iteration": 2.0 + i}
+                  "frac_no_contrast_groups": z, "time/iteration": 2.0 + i}
         if sampled is not None:
             record["dynamic_sampling/sampled_groups"] = sampled[i - 1]
         metrics.append(record)
@@ -50,7 +50,7 @@ def test_summary_numbers_come_from_the_records(tmp_path):
     low, high = dapo["best"]["low"], dapo["best"]["high"]  # Wilson 95% for 10 of 20, computed by hand
     assert low == pytest.approx(0.2993, abs=1e-4) and high == pytest.approx(0.7007, abs=1e-4)
     assert dapo["component_first"] == pytest.approx(0.1) and dapo["component_last"] == pytest.approx(0.9)
-    assert dapo["zero_variance_mean"] == pytest.approx(2.25 / 6) and dapo["zero_variance_last"] == 0.0
+    assert dapo["no_contrast_mean"] == pytest.approx(2.25 / 6) and dapo["no_contrast_last"] == 0.0
     assert dapo["sampled_groups_total"] == 36 and grpo["sampled_groups_total"] is None
     assert dapo["iterations"] == 6
     assert dapo["wall_s"] == 65.0  # the last eval (iteration 6, 65 s) lands after the last metrics record (60 s)

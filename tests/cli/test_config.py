@@ -356,8 +356,8 @@ def test_a_section_given_as_its_dataclass_sets_the_fields_that_differ_from_their
     ("rollout.backend=hf_generat", "rollout.backend: unknown choice 'hf_generat' (did you mean 'hf_generate'?)"),
     ("train.loggers=[tensorbord]", "train.loggers: unknown choice 'tensorbord' (did you mean 'tensorboard'?); "
                                    "valid choices: aim, mlflow, tensorboard, wandb"),
-    ("train.stop_on=[truncation, zero_varianc]", "train.stop_on: unknown choice 'zero_varianc' (did you mean "
-                                                 "'zero_variance'?)"),
+    ("train.stop_on=[truncation, no_contras]", "train.stop_on: unknown choice 'no_contras' (did you mean "
+                                                 "'no_contrast'?)"),
     ("algorithm.value_model=shard", "algorithm.value_model: unknown choice 'shard' (did you mean 'shared'?)"),
 ])
 def test_names_from_a_registry_fail_with_key_value_near_miss_and_choices(override, expected):
@@ -510,3 +510,21 @@ def test_saved_data_reads_retired_names_as_their_successors_in_names_and_lists()
                                                           "label": "normal"}}
     assert saved["smooth"]["kernel"] == "normal"  # the caller's data is not changed
     assert with_current_names(Root, {"other": 1}) == {"other": 1} and with_current_names(Root, None) is None
+
+
+def test_a_renamed_key_fails_naming_its_new_name_and_a_saved_run_reads_it_as_the_new_one(tmp_path):
+    import yaml
+
+    from rlvr.config import load_run_config
+
+    with pytest.raises(ConfigError, match=r"'health.zero_variance_frac' was removed: renamed health.no_contrast_frac"):
+        load_config(None, ["health.zero_variance_frac=0.3"])
+    # A run saved before the rename: the old key and the old warning name, as it ran.
+    saved = load_config(None, ["health.no_contrast_frac=0.3", "train.stop_on=[no_contrast]"]).as_dict()
+    old = {**saved, "health": {k: v for k, v in saved["health"].items() if k != "no_contrast_frac"},
+           "train": {**saved["train"], "stop_on": ["zero_variance"]}}
+    old["health"]["zero_variance_frac"] = 0.3
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    resumed = load_run_config(tmp_path)
+    assert resumed.health.no_contrast_frac == 0.3 and resumed.train.stop_on == ["no_contrast"]
+    assert resumed.as_dict() == saved

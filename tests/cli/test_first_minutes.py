@@ -131,12 +131,14 @@ def test_config_show_default_is_what_runs_when_the_key_is_unset(tmp_path, capsys
     # The no-config run resolves as it did when its defaults were a separate table (recorded then).
     recorded = json.loads((Path(__file__).parent / "no_config_resolved.json").read_text())
     recorded.pop("train.stop_if_dead_for")  # removed since (train.stop_on); it was 0, off
+    recorded["health.no_contrast_frac"] = recorded.pop("health.zero_variance_frac")  # renamed since
     resolved = load_config().flat()
     added = {  # keys added since, each at its default
         "algorithm.entropy_top_fraction": 1.0, "algorithm.clip_ratio_c": 3.0, "algorithm.tau_pos": 1.0,
         "algorithm.tau_neg": 1.05, "algorithm.clip_cov_ratio": 2e-4, "algorithm.clip_cov_lb": 1.0,
         "algorithm.clip_cov_ub": 5.0, "algorithm.kl_cov_ratio": 2e-4, "algorithm.ppo_kl_coef": 0.1,
         "rollout.backend_options": {}, "rollout.tis_cap": 2.0, "rollout.correction": "tis_token",
+        "rollout.max_turns": None, "rollout.max_episode_tokens": 1024, "health.tool_error_frac": 0.5,
     }
     assert resolved == {**recorded, **added}
 
@@ -292,7 +294,7 @@ def _health_run(run_dir: Path) -> Path:
     for iteration, frac in enumerate(truncated, start=1):
         active = ["truncation"] if iteration in (3, 4, 7, 8) else []
         records.append({"iteration": iteration, "reward/mean": 0.1 * iteration, "truncated_frac": frac,
-                        "frac_zero_variance_groups": 0.0, "elapsed_s": 10.0 * iteration, "health/warnings": active})
+                        "frac_no_contrast_groups": 0.0, "elapsed_s": 10.0 * iteration, "health/warnings": active})
     append_jsonl(run_dir / "metrics.jsonl", records)
     return run_dir
 

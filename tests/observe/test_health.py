@@ -34,11 +34,11 @@ def test_truncation_fires_only_when_most_completions_are_cut_for_the_whole_windo
     assert "80%" in warning.message and "raise rollout.max_new_tokens" in warning.advice
 
 
-def test_zero_variance_fires_only_when_most_groups_are_flat_for_the_whole_window():
-    assert fires("zero_variance", stream("frac_zero_variance_groups", [0.75, 0.51, 1.0]))
-    assert not fires("zero_variance", stream("frac_zero_variance_groups", [0.75, 0.5, 1.0]))
-    assert not fires("zero_variance", stream("frac_zero_variance_groups", [0.49] * 5))
-    warning = HEALTH_CHECKS.get("zero_variance")(stream("frac_zero_variance_groups", [1.0] * 3), T)
+def test_no_contrast_fires_only_when_most_groups_are_flat_for_the_whole_window():
+    assert fires("no_contrast", stream("frac_no_contrast_groups", [0.75, 0.51, 1.0]))
+    assert not fires("no_contrast", stream("frac_no_contrast_groups", [0.75, 0.5, 1.0]))
+    assert not fires("no_contrast", stream("frac_no_contrast_groups", [0.49] * 5))
+    warning = HEALTH_CHECKS.get("no_contrast")(stream("frac_no_contrast_groups", [1.0] * 3), T)
     assert "100%" in warning.message and "dapo" in warning.advice
 
 
@@ -117,10 +117,10 @@ def test_monitor_prints_once_per_streak_and_records_active_warnings():
 
 
 def test_monitor_stop_rules_and_the_old_key():
-    monitor = HealthMonitor(T, stop_on=["zero_variance"], stop_after=2, stream=io.StringIO())
+    monitor = HealthMonitor(T, stop_on=["no_contrast"], stop_after=2, stream=io.StringIO())
     reasons = []
     for _ in range(5):
-        monitor.observe({"frac_zero_variance_groups": 0.75})
+        monitor.observe({"frac_no_contrast_groups": 0.75})
         reasons.append(monitor.stop_reason())
     assert reasons[:3] == [None, None, None] and reasons[3] is not None  # warns at 3, stops at 4
 
@@ -132,7 +132,7 @@ def test_config_rejects_unknown_warning_names_and_bad_thresholds():
         load_config(None, ["health.clip_frac=1.5"])
     with pytest.raises(ConfigError, match="unknown config key 'health.nope'"):
         load_config(None, ["health.nope=1"])
-    assert load_config(None, ["train.stop_on=truncation,zero_variance"]).train.stop_on == ["truncation", "zero_variance"]
+    assert load_config(None, ["train.stop_on=truncation,no_contrast"]).train.stop_on == ["truncation", "no_contrast"]
 
 
 def test_train_stops_early_on_a_persistent_warning(tiny_model_dir, tmp_path, capsys):
@@ -162,14 +162,14 @@ def test_removed_stop_if_dead_for_names_its_replacement_which_stops_a_dead_run(t
     config_file.write_text("train:\n  stop_if_dead_for: 2\n")
     assert main(["train", str(config_file)]) == 2
     err = capsys.readouterr().err
-    assert "train.stop_if_dead_for' was removed: use train.stop_on: [zero_variance] with train.stop_after" in err
+    assert "train.stop_if_dead_for' was removed: use train.stop_on: [no_contrast] with train.stop_after" in err
     # The replacement: format_copy on a random model gives every reward 0, so every group is flat.
     run_dir = tmp_path / "dead"
     assert main(["train", *tiny_overrides(tiny_model_dir, run_dir, **{
         "task.name": "format_copy", "model.lora_rank": 4, "model.lora_alpha": 8, "train.eval_size": 0,
-        "train.iterations": 5, "train.stop_on": "[zero_variance]", "health.window": 2, "train.stop_after": 1})]) == 0
+        "train.iterations": 5, "train.stop_on": "[no_contrast]", "health.window": 2, "train.stop_after": 1})]) == 0
     records = read_jsonl(run_dir / "metrics.jsonl")
-    assert [r["frac_zero_variance_groups"] for r in records] == [1.0, 1.0]
+    assert [r["frac_no_contrast_groups"] for r in records] == [1.0, 1.0]
 
 
 def _tool_records(calls, errors):

@@ -121,7 +121,7 @@ def test_every_name_a_reader_uses_is_written_by_a_producer():
     assert all(readers.values()) and all(producers.values())  # each listed module does use the names
     assert unwritten(readers, producers) == {}
     # The health checks read these; each one switched off would go unnoticed without this test.
-    assert {metric_names.TRUNCATED_FRAC, metric_names.FRAC_ZERO_VARIANCE_GROUPS, metric_names.KL,
+    assert {metric_names.TRUNCATED_FRAC, metric_names.FRAC_NO_CONTRAST_GROUPS, metric_names.KL,
             metric_names.CLIP_FRAC_LOW, metric_names.ENTROPY,
             metric_names.EXPLAINED_VARIANCE} <= readers["rlvr/observe/health.py"]
 

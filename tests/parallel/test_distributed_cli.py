@@ -71,7 +71,7 @@ def test_two_process_train_writes_once_and_resumes_exactly(tiny_model_dir, tmp_p
     for record in records:
         assert record["num_sequences"] == 8  # both ranks' groups: 2 prompts x 4 completions
         assert record["dynamic_sampling/sampled_groups"] >= 2  # counted over both ranks
-        assert record["frac_zero_variance_groups"] < 1.0 and record["grad_norm"] > 0
+        assert record["frac_no_contrast_groups"] < 1.0 and record["grad_norm"] > 0
         assert record["optimizer_steps"] == 2
     assert sorted(p.name for p in full.iterdir()) == ["checkpoints", "config.yaml", "eval.jsonl", "metrics.jsonl",
                                                       "samples.jsonl"]

@@ -394,5 +394,5 @@ def test_a_run_saved_with_a_removed_key_at_its_off_value_still_resumes(tmp_path)
         "train.iterations": (16, 20)}
     data["train"]["stop_if_dead_for"] = 2  # it stopped runs: the replacement must be chosen
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
-    with pytest.raises(ConfigError, match=r"'train.stop_if_dead_for' was removed: use train.stop_on: \[zero_variance\]"):
+    with pytest.raises(ConfigError, match=r"'train.stop_if_dead_for' was removed: use train.stop_on: \[no_contrast\]"):
         load_run_config(tmp_path)

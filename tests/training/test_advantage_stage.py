@@ -14,7 +14,7 @@ import torch
 from rlvr.core import ADVANTAGE_ESTIMATORS, compute_group_advantages
 from rlvr.training.advantages import compute_advantages
 from rlvr.training.collect import has_contrast
-from rlvr.observe.rollout_stats import zero_variance_fraction
+from rlvr.observe.rollout_stats import no_contrast_fraction
 
 NAN = float("nan")
 
@@ -102,7 +102,7 @@ def test_dynamic_sampling_statistics_and_advantages_agree_on_borderline_groups()
     # Dynamic sampling keeps exactly the groups with contrast.
     assert [has_contrast(rewards[4 * g : 4 * g + 4]) for g in range(len(GROUPS))] == expected_contrast
     # The statistics count the others.
-    assert zero_variance_fraction(rewards, 4) == pytest.approx(expected_contrast.count(False) / len(GROUPS))
+    assert no_contrast_fraction(rewards, 4) == pytest.approx(expected_contrast.count(False) / len(GROUPS))
     # Every estimator gives exactly 0 to a group without contrast, and something else to the others.
     for name in ("grpo", "mean_centered", "rloo"):
         advantages = compute_advantages(rewards, group_ids, _algo(name)).view(-1, 4)

@@ -135,8 +135,8 @@ def test_two_ranks_keep_sampling_until_every_rank_is_full(two_ranks):
 def test_two_ranks_log_the_global_round_and_group_counts(two_ranks):
     stats = two_ranks[0]["stats"]  # rank 0 writes the metrics
     assert stats["dynamic_sampling/rounds"] == 3
-    assert stats["dynamic_sampling/sampled_groups"] == 8 and stats["dynamic_sampling/filled_degenerate"] == 0
-    assert stats["num_sequences"] == 8 and stats["frac_zero_variance_groups"] == 0.0
+    assert stats["dynamic_sampling/sampled_groups"] == 8 and stats["dynamic_sampling/filled_no_contrast"] == 0
+    assert stats["num_sequences"] == 8 and stats["frac_no_contrast_groups"] == 0.0
 
 
 class GreedyAwareBackend(ScriptedBackend):

@@ -19,7 +19,7 @@ from rlvr.config import load_config
 from rlvr.core import RolloutBatch, masked_whiten
 from rlvr.observe.metric_names import (
     EXPLAINED_VARIANCE,
-    FRAC_ZERO_VARIANCE_GROUPS,
+    FRAC_NO_CONTRAST_GROUPS,
     HEALTH_WARNINGS,
     RETURN_MEAN,
     TIME_VALUES,
@@ -54,7 +54,7 @@ def test_ppo_run_with_groups_of_one(tiny_model_dir, tmp_path):
             assert key in record and math.isfinite(record[key]), key
         assert record["optimizer_steps"] == 2
         # A group of one has no contrast and needs none: no zero-variance share, no warning about it.
-        assert FRAC_ZERO_VARIANCE_GROUPS not in record and "zero_variance" not in record[HEALTH_WARNINGS]
+        assert FRAC_NO_CONTRAST_GROUPS not in record and "no_contrast" not in record[HEALTH_WARNINGS]
         assert record["frac_nonzero_advantages"] > 0.5
     # The head starts at zero: every value 0, explained variance exactly 0; then it learns.
     assert records[0][VALUE_MEAN] == 0.0 and records[0][EXPLAINED_VARIANCE] == 0.0

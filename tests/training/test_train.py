@@ -17,7 +17,7 @@ from tests.observe.test_metric_names import PREFIXES, REPO, names_used
 from tests.training.test_ppo import PPO_METRICS
 
 REQUIRED_METRICS = [
-    "reward/mean", "reward/std", "reward/share", "frac_zero_variance_groups", "frac_nonzero_advantages",
+    "reward/mean", "reward/std", "reward/share", "frac_no_contrast_groups", "frac_nonzero_advantages",
     "policy_loss_per_token", "kl", "entropy", "clip_frac/low", "clip_frac/high", "grad_norm", "lr",
     "truncated_frac", "completion_len/mean", "optimizer_steps", "skipped_nonfinite_updates",
     "time/generation", "time/scoring", "time/logprobs", "time/update", "tokens_per_second", "peak_rss_bytes",
@@ -44,7 +44,7 @@ def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
             assert key in record, key
             assert record[key] is not None and math.isfinite(record[key]), key
         assert record["optimizer_steps"] == 2  # grpo: 2 epochs, one optimizer step each
-        assert record["frac_zero_variance_groups"] < 1.0  # the toy task has contrast
+        assert record["frac_no_contrast_groups"] < 1.0  # the toy task has contrast
         assert record["kl"] >= 0
     # Every metric the health checks and the report read is in this run's records (PPO's value
     # metrics: in a PPO run's, tests/training/test_ppo.py).
