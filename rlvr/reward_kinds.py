@@ -93,6 +93,9 @@ VARIANT_KINDS = ("variant",)
 LONGER_SAME_NUMBER = re.compile(r"[0-9]\.[0-9]+$|(?<![0-9.])0+$")
 # Text ending in a decimal's trailing fractional zero: dropping it leaves the number (`-21.` for `-21.0`).
 SHORTER_SAME_NUMBER = re.compile(r"[0-9]\.[0-9]*0$")
+# A number followed by its unit (`38 days`): its neighbours are other numbers with the same unit, since
+# `38 day` is the same answer and a verifier that reads the number rightly accepts it.
+NUMBER_WITH_UNIT = re.compile(r"(-?[0-9]{1,30}(?:\.[0-9]{1,30})?)(\s+[A-Za-z][A-Za-z ]{0,40})")
 
 
 def _number_text(value: Fraction) -> str:
@@ -102,13 +105,17 @@ def _number_text(value: Fraction) -> str:
 def neighbours(truth: str | None) -> list[str]:
     """Values near the truth but different: n+1, n-1, 10n, -n and, for an integer, n.5 (read as n where
     the integer part is read); for a text answer, its last letter or digit dropped and doubled, the word
-    reversed. The last letter or digit, not the last character:
+    reversed; for a number with a unit (`38 days`), the number's neighbours with the unit. The last letter
+    or digit, not the last character:
     `5\\sqrt{2}}` is `5\\sqrt{2}` and a stray brace. A doubled digit that leaves the number as written
     (`65.511` for `65.51`, `X=00` for `X=0`: `LONGER_SAME_NUMBER`), or a dropped trailing zero of a
     decimal (`-21.` for `-21.0`), is a `variants` entry instead."""
     if truth is None:
         return []
     value = parse_rational(truth)
+    with_unit = NUMBER_WITH_UNIT.fullmatch(truth.strip()) if value is None else None
+    if with_unit is not None:
+        return [number + with_unit.group(2) for number in neighbours(with_unit.group(1))]
     if value is None:
         text = truth.strip()
         last = max((i for i, c in enumerate(text) if c.isalnum()), default=len(text) - 1)

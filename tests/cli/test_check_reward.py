@@ -471,3 +471,11 @@ def test_graph_color_control_is_its_reference_colouring_and_no_held_out_split_is
     assert result.failures == [] and result.kinds["control"].main_full == 2
     assert not any(line.startswith("control:") for line in result.allowed)
     assert drawn == [0]
+
+
+def test_a_number_with_its_unit_has_number_neighbours_not_a_unit_spelt_differently():
+    from rlvr.reward_kinds import neighbours
+
+    assert neighbours("38 days") == ["39 days", "37 days", "380 days", "-38 days", "38.5 days"]
+    assert "38 day" not in neighbours("38 days")  # the same answer: time_intervals' scorer rightly pays it
+    assert neighbours("husband") == ["husban", "husbandd", "dnabsuh"]  # plain text as before
