@@ -454,39 +454,11 @@ def test_a_retired_registry_name_fails_naming_its_replacement(tmp_path, key, old
     assert getattr(load_run_config(tmp_path, check=False).algorithm, name) == old
 
 
-def test_a_registry_backed_field_reads_the_registrys_retired_names():
-    """Any key whose choices come from a Registry gets the retired-name message, not only the built-in ones."""
+def _kernel_config():
+    """A made-up config root with one section whose keys take names from a registry that retired one."""
     import dataclasses
 
-    from rlvr.config.loading import build_section, first_choice_error, option
-    from rlvr.registry import Registry
-
-    kernels: Registry[int] = Registry("kernel")
-    kernels.add("gauss", 1)
-    kernels.rename("normal", "gauss")
-
-    @dataclasses.dataclass
-    class Section:
-        """A made-up section."""
-
-        kernel: str = option("gauss", "a name from a registry", choices=lambda: kernels)
-
-    @dataclasses.dataclass
-    class Root:
-        smooth: Section = dataclasses.field(default_factory=Section)
-
-    def built(name):
-        return Root(smooth=build_section(Section, {"kernel": name}, "smooth."))
-
-    assert first_choice_error(built("gauss")) is None
-    assert first_choice_error(built("normal")) == "smooth.kernel: 'normal' was renamed to 'gauss'; set smooth.kernel: gauss"
-    assert first_choice_error(built("box")) == "smooth.kernel: unknown choice 'box'; valid choices: gauss"
-
-
-def test_saved_data_reads_retired_names_as_their_successors_in_names_and_lists():
-    import dataclasses
-
-    from rlvr.config.loading import option, with_current_names
+    from rlvr.config.loading import option
     from rlvr.registry import Registry
 
     kernels: Registry[int] = Registry("kernel")
@@ -505,6 +477,27 @@ def test_saved_data_reads_retired_names_as_their_successors_in_names_and_lists()
     class Root:
         smooth: Section = dataclasses.field(default_factory=Section)
 
+    return Section, Root
+
+
+def test_a_registry_backed_field_reads_the_registrys_retired_names():
+    """Any key whose choices come from a Registry gets the retired-name message, not only the built-in ones."""
+    from rlvr.config.loading import build_section, first_choice_error
+
+    Section, Root = _kernel_config()
+
+    def built(name):
+        return Root(smooth=build_section(Section, {"kernel": name}, "smooth."))
+
+    assert first_choice_error(built("gauss")) is None
+    assert first_choice_error(built("normal")) == "smooth.kernel: 'normal' was renamed to 'gauss'; set smooth.kernel: gauss"
+    assert first_choice_error(built("box")) == "smooth.kernel: unknown choice 'box'; valid choices: gauss"
+
+
+def test_saved_data_reads_retired_names_as_their_successors_in_names_and_lists():
+    from rlvr.config.loading import with_current_names
+
+    _, Root = _kernel_config()
     saved = {"smooth": {"kernel": "normal", "kernels": ["box", "normal"], "label": "normal"}}
     assert with_current_names(Root, saved) == {"smooth": {"kernel": "gauss", "kernels": ["box", "gauss"],
                                                           "label": "normal"}}
