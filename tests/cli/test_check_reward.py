@@ -320,9 +320,11 @@ def test_a_task_of_its_own_declares_its_format_allowance(monkeypatch):
     from rlvr.tasks import build_task
 
     config = load_config("examples/reverse_words.yaml", [])
-    audit = run_reward_audit(config, prompts=4, kinds=["control", "neighbour", "echo", "tags_empty"])
-    assert not audit.failures and [line.split(":")[0] for line in audit.allowed] == ["neighbour"]
+    audit = run_reward_audit(config, prompts=4, kinds=["control", "neighbour", "echo", "tags_empty", "variant"])
+    assert not audit.failures and [line.split(":")[0] for line in audit.allowed] == ["neighbour", "variant"]
     assert audit.kinds["echo"].any_reward == 0 and audit.kinds["tags_empty"].any_reward == 0
+    # The word reversed in another case is no answer here (case matters): its variants earn no correctness.
+    assert audit.kinds["variant"].main == 0 and audit.kinds["control"].main_full == audit.kinds["control"].completions
     task_class = type(build_task(config.task.name, options=dict(config.task.options), use_chat_template=False))
     monkeypatch.setattr(task_class, "format_allowances", {})
     failed = run_reward_audit(config, prompts=4, kinds=["control", "neighbour"])

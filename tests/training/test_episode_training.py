@@ -21,7 +21,9 @@ from rlvr.tasks.base import Example
 from rlvr.testing import build_tiny_model, build_tiny_tokenizer
 from rlvr.training.collect import CollectedGroups, rollout_batch, split_groups
 from rlvr.observe.rollout_stats import EpisodeCounts, episode_stats
+from rlvr.observe.metric_names import EPISODE_TOOL_CALLS_PREFIX, EPISODE_TOOL_ERRORS_PREFIX
 from rlvr.utils import read_jsonl
+from tests.observe.test_metric_names import PREFIXES, REPO, names_used
 from tests.conftest import tiny_overrides
 from tests.rollout.test_episodes import CountdownEnv
 
@@ -135,6 +137,13 @@ def test_rlvr_train_runs_grpo_on_guess_number(tiny_model_dir, tmp_path, backend)
         assert all(0.0 <= share <= 1.0 for share in shares) and sum(shares) <= 1.0 + 1e-9
         assert math.isfinite(record["loss"])
     assert max(record["episode/turns"] for record in records) > 1.0  # replies were inserted and continued
+    # Every episode metric the health checks and the report read is in this run's records (the per-tool
+    # ones need an environment with tools: guess_number has none).
+    written = {key for record in records for key in record}
+    for reader in ("rlvr/observe/health.py", "rlvr/report/figures.py"):
+        for name in names_used((REPO / reader).read_text()):
+            if name.startswith("episode/") and name not in (EPISODE_TOOL_CALLS_PREFIX, EPISODE_TOOL_ERRORS_PREFIX):
+                assert name in written or (name in PREFIXES and any(k.startswith(name) for k in written)), (reader, name)
     samples = read_jsonl(run_dir / "samples.jsonl")
     assert any("⟦user: " in sample["transcript"] for sample in samples)
     assert all(sample["turns"] >= 1 for sample in samples)

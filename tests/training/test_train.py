@@ -47,10 +47,12 @@ def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
         assert record["frac_no_contrast_groups"] < 1.0  # the toy task has contrast
         assert record["kl"] >= 0
     # Every metric the health checks and the report read is in this run's records (PPO's value
-    # metrics: in a PPO run's, tests/training/test_ppo.py).
+    # metrics: in a PPO run's, tests/training/test_ppo.py; episode/*: in an environment run's,
+    # tests/training/test_episode_training.py).
     written = {key for record in records + read_jsonl(run_dir / "eval.jsonl") for key in record}
     for reader in ("rlvr/observe/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py"):
-        for name in names_used((REPO / reader).read_text()) - set(PPO_METRICS):
+        used = {name for name in names_used((REPO / reader).read_text()) if not name.startswith("episode/")}
+        for name in used - set(PPO_METRICS):
             assert name in written or (name in PREFIXES and any(key.startswith(name) for key in written)), (reader, name)
     assert records[0]["kl"] == 0.0  # the policy starts equal to the reference (LoRA B = 0)
     assert records[1]["kl"] > 0  # and moves away from it

@@ -185,7 +185,10 @@ class _WorkerProcess:
         env = dict(os.environ)
         if memory_mb is not None:
             env["RLVR_VERIFIER_MEMORY_MB"] = str(memory_mb)
-        package_root = str(Path(__file__).resolve().parents[2])
+        # The folder that holds the `rlvr` package (whatever depth this module sits at), so the worker
+        # imports the same rlvr, and the caller's extra functions beside it.
+        package_root = str(next(folder for folder in Path(__file__).resolve().parents
+                                if (folder / "rlvr" / "__init__.py").is_file()))
         env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = "1"
