@@ -194,6 +194,39 @@ def _completion_columns(per_completion_token: torch.Tensor, length: int, prompt_
     return torch.cat([prompt_columns, per_completion_token], dim=1)  # [N, L-1]
 
 
+@dataclass(frozen=True)
+class ResponseRows:
+    """Prompt / response pairs as token rows in the completion layout (`rlvr.core.prompt_completion_rows`)."""
+
+    input_ids: torch.Tensor  # [N, P+C] long, prompts left-padded to P, responses right-padded after them
+    attention_mask: torch.Tensor  # [N, P+C] long
+    prompt_len: int  # P
+    mask: torch.Tensor  # [N, P+C-1] float: 1 at the columns that score a response token
+
+
+def response_rows(tokenizer: Any, prompts: list[str], responses: list[str]) -> ResponseRows:
+    """Prompt and response tokenized apart (no special tokens added) and joined as ids, the response
+    right after its prompt."""
+    fill_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if fill_id is None:
+        raise ValueError("tokenizer has neither a pad token nor an EOS token to pad rows with")
+    prompt_ids = [tokenizer.encode(text, add_special_tokens=False) for text in prompts]
+    response_ids = [tokenizer.encode(text, add_special_tokens=False) for text in responses]
+    return ResponseRows(*prompt_completion_rows(prompt_ids, response_ids, fill_id))
+
+
+def rows_logprobs(model: Any, rows: ResponseRows, *, enable_grad: bool = True,
+                  with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`response_logprobs` on rows already built (SFT counts a batch's response tokens before scoring it)."""
+    device = next(model.parameters()).device
+    input_ids, attention_mask, mask = rows.input_ids.to(device), rows.attention_mask.to(device), rows.mask.to(device)
+    logprobs, entropy = compute_completion_logprobs(
+        model, input_ids, attention_mask, rows.prompt_len, enable_grad=enable_grad, with_entropy=with_entropy,
+        completion_mask=mask,
+    )  # [N, L-1] each
+    return logprobs, entropy, mask
+
+
 def response_logprobs(
     model: Any,
     tokenizer: Any,
@@ -206,21 +239,9 @@ def response_logprobs(
     """Log-probs (and entropies) of given responses after given prompts, through the completion path.
 
     SFT's loss and the generation logs' entropy use this, so they score tokens exactly as the RL loop
-    does (one decoder pass, the LM head only at response tokens, upcast in chunks). Prompt and response
-    are tokenized apart (no special tokens added) and joined as ids, the response right after its
-    prompt. -> (logprobs [N, L-1], entropy [N, L-1], response_mask [N, L-1] float), laid out like
-    `rlvr.core.compute_per_token_logprobs` (column t scores token t+1), 0 outside the mask.
+    does (one decoder pass, the LM head only at response tokens, upcast in chunks). The rows are
+    `response_rows`'. -> (logprobs [N, L-1], entropy [N, L-1], response_mask [N, L-1] float), laid out
+    like `rlvr.core.compute_per_token_logprobs` (column t scores token t+1), 0 outside the mask.
     """
-    fill_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if fill_id is None:
-        raise ValueError("tokenizer has neither a pad token nor an EOS token to pad rows with")
-    prompt_ids = [tokenizer.encode(text, add_special_tokens=False) for text in prompts]
-    response_ids = [tokenizer.encode(text, add_special_tokens=False) for text in responses]
-    input_ids, attention_mask, prompt_len, mask = prompt_completion_rows(prompt_ids, response_ids, fill_id)
-    device = next(model.parameters()).device
-    input_ids, attention_mask, mask = input_ids.to(device), attention_mask.to(device), mask.to(device)
-    logprobs, entropy = compute_completion_logprobs(
-        model, input_ids, attention_mask, prompt_len, enable_grad=enable_grad, with_entropy=with_entropy,
-        completion_mask=mask,
-    )  # [N, L-1] each
-    return logprobs, entropy, mask
+    return rows_logprobs(model, response_rows(tokenizer, prompts, responses), enable_grad=enable_grad,
+                         with_entropy=with_entropy)

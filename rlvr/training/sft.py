@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from rlvr.config import Config, load_run_config
-from rlvr.core import masked_normalize, prompt_completion_rows
+from rlvr.core import masked_normalize
 from rlvr.observe.metric_names import (
     DATA_SIZE,
     DATA_SIZE_BEFORE_FILTER,
@@ -38,7 +38,7 @@ from rlvr.observe.metric_names import (
     UNIX_TIME,
 )
 from rlvr.models import trainable_parameters
-from rlvr.models.completion_logprobs import response_logprobs
+from rlvr.models.completion_logprobs import response_rows, rows_logprobs
 from rlvr.rollout import score_completions
 from rlvr.tasks.base import Example
 from rlvr.observe.metrics import MetricSums
@@ -66,12 +66,6 @@ def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, normalization
     raise ValueError(f"unknown loss normalization {normalization!r}; valid: token_mean, constant")
 
 
-def _token_lists(tokenizer, pairs: list[dict]) -> tuple[list[list[int]], list[list[int]]]:
-    """Prompt and response ids of `pairs`, tokenized apart as `response_logprobs` does."""
-    return ([tokenizer.encode(p["prompt"], add_special_tokens=False) for p in pairs],
-            [tokenizer.encode(p["response"], add_special_tokens=False) for p in pairs])
-
-
 def filter_correct(pairs: list[dict], task, eos_text: str | None = None) -> list[dict]:
     """The pairs whose response the task's verifier accepts (verdict.correct); the EOS text is not scored."""
     if any(pair["ground_truth"] is None for pair in pairs):
@@ -91,12 +85,12 @@ def sft_step(policy, tokenizer, optimizer, scheduler, params, pairs: list[dict],
     optimizer.zero_grad(set_to_none=True)
     chunks = [pairs[i : i + microbatch_size] for i in range(0, len(pairs), microbatch_size)]
     # The token_mean loss divides by the whole batch's response tokens: counted before any backward.
-    masks = [prompt_completion_rows(*_token_lists(tokenizer, chunk), fill_id=0)[3] for chunk in chunks]
-    total_tokens = float(sum(mask.sum() for mask in masks))
+    batches = [response_rows(tokenizer, [p["prompt"] for p in chunk], [p["response"] for p in chunk])
+               for chunk in chunks]
+    total_tokens = float(sum(rows.mask.sum() for rows in batches))
     sums = MetricSums()
-    for chunk in chunks:
-        log_probs, entropy, mask = response_logprobs(policy, tokenizer, [p["prompt"] for p in chunk],
-                                                     [p["response"] for p in chunk])  # [b, L-1] each
+    for chunk, rows in zip(chunks, batches):
+        log_probs, entropy, mask = rows_logprobs(policy, rows)  # [b, L-1] each
         share = len(chunk) / len(pairs)  # sequence-mean losses weigh each microbatch by its rows
         if normalization == "token_mean":
             loss = sft_loss(log_probs, mask, normalization, token_count=total_tokens)
