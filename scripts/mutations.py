@@ -1392,7 +1392,7 @@ TOOLS = [
     mutation(
         "calculator_errors_counted_as_calls", "rlvr/tasks/calculator.py",
         "the episode's error count adds every call",
-        ("_add_counts(state.tool_errors, run.tool_errors)", "_add_counts(state.tool_errors, run.tool_calls)"),
+        ("add_counts(state.tool_errors, run.tool_errors)", "add_counts(state.tool_errors, run.tool_calls)"),
         tests=("tests/tasks/test_calculator_task.py",),
     ),
 ]

@@ -23,7 +23,7 @@ import torch
 from rlvr.rollout.backend import RolloutBackend
 from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids, fill_token_id
 from rlvr.tasks.base import Example, Verdict
-from rlvr.tasks.environment import Episode, Turn
+from rlvr.tasks.environment import Episode, Turn, add_counts
 from rlvr.tasks.verification.judging import error_verdict, judge_episode
 
 UNLIMITED = 2**31  # max_episode_tokens when none is set
@@ -104,11 +104,6 @@ class ReplyRenderer:
         return self.tokenizer(self.text(role, content, last_token), add_special_tokens=False)["input_ids"]
 
 
-def _add_counts(total: dict[str, int], counts: dict[str, int]) -> None:
-    for name, count in counts.items():
-        total[name] = total.get(name, 0) + int(count)
-
-
 def turn_budgets(records: list[EpisodeRecord], live: list[int], max_new_tokens: int,
                  max_episode_tokens: int) -> list[int]:
     """Tokens each live episode may sample this turn: the turn's budget, or what is left of the episode's."""
@@ -187,8 +182,8 @@ def run_episodes(backend: RolloutBackend, task, examples: Sequence[Example], pro
             except Exception as exc:  # noqa: BLE001 - an environment bug ends its episode, never the run
                 record.env_error = f"respond of task {task.name!r} raised {type(exc).__name__}: {exc}"
                 continue
-            _add_counts(record.tool_calls, reply.tool_calls)
-            _add_counts(record.tool_errors, reply.tool_errors)
+            add_counts(record.tool_calls, reply.tool_calls)
+            add_counts(record.tool_errors, reply.tool_errors)
             if reply.content is not None:
                 record.episode.turns.append(Turn(reply.role, reply.content))
             if reply.done:

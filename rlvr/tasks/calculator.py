@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from rlvr.tasks.verification.answers import extract_answer_tag
 from rlvr.tasks.base import Example, Verdict, check_count_option, resolve_weights
-from rlvr.tasks.environment import EnvReply, Episode, Turn
+from rlvr.tasks.environment import EnvReply, Episode, Turn, add_counts
 from rlvr.tasks.verification.grading import Judgement, judgement_verdict
 from rlvr.tasks.integer import ONLY_INTEGER_RE, IntegerTask, judge_integer
 from rlvr.tools.execution import run_tool_calls
@@ -41,11 +41,6 @@ class CalculatorState:
     turns: int = 0
     tool_calls: dict[str, int] = field(default_factory=dict)
     tool_errors: dict[str, int] = field(default_factory=dict)
-
-
-def _add_counts(total: dict[str, int], counts: dict[str, int]) -> None:
-    for name, count in counts.items():
-        total[name] = total.get(name, 0) + count
 
 
 class CalculatorTask:
@@ -104,8 +99,8 @@ class CalculatorTask:
         run = run_tool_calls(assistant_text, self.tools, self.call_format)
         if run.content is None:
             return EnvReply(done=True)  # no call: this turn is the answer
-        _add_counts(state.tool_calls, run.tool_calls)
-        _add_counts(state.tool_errors, run.tool_errors)
+        add_counts(state.tool_calls, run.tool_calls)
+        add_counts(state.tool_errors, run.tool_errors)
         return EnvReply(content=run.content, role="tool", tool_calls=run.tool_calls, tool_errors=run.tool_errors)
 
     def final_answer(self, episode: Episode) -> str | None:

@@ -83,6 +83,12 @@ class Environment(Task, Protocol):
     # driver calls it before the first turn.
 
 
+def add_counts(total: dict[str, int], counts: dict[str, int]) -> None:
+    """Add per-tool counts (`EnvReply.tool_calls`, `tool_errors`) into `total`, in place."""
+    for name, count in counts.items():
+        total[name] = total.get(name, 0) + int(count)
+
+
 def is_environment(task) -> bool:
     """True when `task` runs episodes (has `start`, `respond` and `score_episode`), not single completions."""
     return all(callable(getattr(task, name, None)) for name in ("start", "respond", "score_episode"))
