@@ -204,6 +204,12 @@ class RolloutConfig:
                             "backend returns its own log-probs (vllm); 0 disables; the in-process backends sample with "
                             "the trainer's weights and need none",
                             bounds=Bounds(0.0, MAX_COEF, note="0 disables the correction"))
+    # 1 overlaps sampling with the update (a GPU gains the shorter of the two per iteration) at the price of
+    # one version of staleness, which rollout.correction weighs out (rlvr/training/async_rollout.py).
+    async_steps: int = option(0, "policy versions between the weights that sample a batch and those it trains: 0 "
+                              "on-policy; 1 samples iteration k+1's batch before iteration k's update, in a thread "
+                              "while it runs (one process only), corrected by rollout.correction",
+                              bounds=count(0, 1, "0: on-policy, 1: one step off-policy"))
 
 
 @dataclass

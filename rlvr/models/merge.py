@@ -31,6 +31,13 @@ def _plain_lora(layer) -> bool:
     return hasattr(layer, "get_delta_weight") and not any(a in variants for a in layer.active_adapters)
 
 
+def merges_in_place(model) -> bool:
+    """Whether `merged_adapter(model)` writes into the base weights' own storage (an adapter other than plain
+    LoRA, merged by PEFT) instead of swapping new tensors in; a copy sharing those weights must then sample unmerged."""
+    layers = _lora_layers(model) if hasattr(model, "merge_adapter") else []
+    return bool(layers) and not all(_plain_lora(layer) for layer in layers)
+
+
 @contextlib.contextmanager
 def merged_adapter(model, enabled: bool = True):
     """Inside the block the policy's adapter is merged; afterwards the weights are bit-identical.

@@ -73,6 +73,7 @@ MISMATCH_RATIO_OUT_FRAC = "rollout/mismatch_ratio_out_frac"  # share of tokens w
 IS_WEIGHT_MEAN = "rollout/is_weight_mean"  # the rollout.correction weight (e.g. min(pi_trainer / pi_sampler, C)), token mean
 IS_CAPPED_FRAC = "rollout/is_capped_frac"  # share of tokens whose weight hit the cap C (tis_token, tis_sequence)
 IS_DROPPED_FRAC = "rollout/is_dropped_frac"  # share of tokens the correction dropped (weight 0: mask_token, mask_sequence)
+POLICY_LAG = "rollout/policy_lag"  # rollout.async_steps=1: updates between the weights that sampled the batch and these
 # PPO's value model (algorithm.value_model shared or separate)
 VALUE_LOSS_PER_TOKEN = "value/loss_per_token"  # 0.5 * the larger squared error, token mean over the epochs
 VALUE_CLIP_FRAC = "value/clip_frac"  # share of tokens where the clipped value error is the larger one

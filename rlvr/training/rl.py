@@ -35,6 +35,7 @@ from rlvr.observe.metric_names import (
     OPTIMIZER_STEPS_TOTAL,
     PEAK_CUDA_BYTES,
     PEAK_RSS_BYTES,
+    POLICY_LAG,
     REWARD_MEAN,
     SKIPPED_NONFINITE_UPDATES,
     SKIPPED_NONFINITE_UPDATES_TOTAL,
@@ -51,8 +52,8 @@ from rlvr.rollout import SamplingSettings
 from rlvr.tasks.base import primary_component
 import rlvr.observe.console as console
 from rlvr.training.advantages import with_advantages
-from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
-from rlvr.training.collect import collect_groups, greedy_baselines, rollout_batch
+from rlvr.training.async_rollout import rollout_schedule
+from rlvr.training.collect import collect_groups
 from rlvr.parallel.distributed import check_divisible, init_distributed
 from rlvr.observe.health import HealthMonitor
 from rlvr.training.optim import make_optimizer, make_scheduler
@@ -76,7 +77,7 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
     algo, rollout, train_cfg = config.algorithm, config.rollout, config.train
     with open_run(config, RL_RUN, resume_dir=resume_dir, dist=dist, need_reference=needs_reference_logprobs(algo),
                   need_value_model=algo.value_model != "none", force_config_change=force_config_change) as session:
-        policy, tokenizer, task, backend = session.policy, session.tokenizer, session.task, session.backend
+        policy, task = session.policy, session.task
         value_model = session.value_model  # PPO's value head (and its own model); None for the group presets
         params = session.trainable_parameters()  # the policy's and the value model's; FSDP: the sharded ones
         optimizer = make_optimizer(params, config.optim)
@@ -95,18 +96,20 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             from tqdm import tqdm
 
             progress = tqdm(total=train_cfg.iterations, initial=start, desc="rlvr train", unit="it")
+        rollouts = rollout_schedule(session, settings, config, dist, state, collect=collect_groups)
         for iteration in range(start, train_cfg.iterations):
             iteration_started = time.perf_counter()
             done = iteration + 1  # iterations finished at the end of this one
-            # 1-2. Sample B prompts x G completions and judge them (DAPO: more rounds until B groups have contrast).
-            collected = collect_groups(backend, task, settings, config, iteration, dist)
+            # 1-2. Sample B prompts x G completions and judge them (DAPO: more rounds until B groups have contrast);
+            #      ReMax: and one greedy completion per prompt. async_steps=1: sampled during the last iteration.
+            sampled = rollouts.take(iteration)
+            collected, batch = sampled.collected, sampled.batch  # batch: [N, L] ids and masks
             timings = {TIME_GENERATION: collected.generation_seconds, TIME_SCORING: collected.scoring_seconds}
-            batch = rollout_batch(collected, tokenizer, task.name)  # [N, L] ids and masks
             reward_baselines = None
-            if algo.advantage_estimator in GREEDY_BASELINE_ESTIMATORS:  # ReMax: one greedy completion per prompt
-                baselines = greedy_baselines(backend, task, settings, collected, config)
-                reward_baselines = baselines.rewards  # [N]
-                timings[TIME_GENERATION] += baselines.seconds
+            if sampled.baselines is not None:  # ReMax
+                reward_baselines = sampled.baselines.rewards  # [N]
+                timings[TIME_GENERATION] += sampled.baselines.seconds
+            rollouts.prefetch(iteration + 1)  # async_steps=1: the next batch samples these weights while 3-6 run
             # 3. Reference log-probs, only for a KL term (in the loss, or PPO's in the reward).
             if needs_reference_logprobs(algo):
                 started = time.perf_counter()
@@ -130,6 +133,7 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
                                    dist=dist, value_model=value_model,
                                    value_warmup=iteration < algo.value_warmup_iterations)
             timings[TIME_UPDATE] = time.perf_counter() - started
+            rollouts.wait()
             state[OPTIMIZER_STEPS] += update.optimizer_steps
             state[SKIPPED_NONFINITE_UPDATES] += update.skipped_nonfinite_updates
             # 7. Log, evaluate, checkpoint, stop on a health warning named in train.stop_on.
@@ -144,6 +148,8 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
                 TIME_ITERATION: seconds, TOKENS_PER_SECOND: stats[GENERATED_TOKENS] / seconds,
                 ELAPSED_S: session.elapsed(), UNIX_TIME: time.time(), PEAK_RSS_BYTES: peak_rss_bytes(),
             }
+            if rollout.async_steps:
+                record[POLICY_LAG] = iteration - sampled.policy_version
             if torch.cuda.is_available():
                 record[PEAK_CUDA_BYTES] = torch.cuda.max_memory_allocated()
             last = done == train_cfg.iterations
@@ -154,7 +160,7 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             if train_cfg.samples_every and done % train_cfg.samples_every == 0:
                 session.writer.samples([{ITERATION: done, **s} for s in rows.samples[: train_cfg.samples_per_iteration]])
             if last or done % train_cfg.save_every == 0:
-                session.save_checkpoint(done, optimizer, scheduler, state)
+                session.save_checkpoint(done, optimizer, scheduler, {**state, **rollouts.checkpoint_state()})
             if done == start + 1:
                 console.iteration_estimate(config, done, train_cfg.iterations, seconds)
             if progress is not None:
@@ -165,7 +171,7 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             if stop_reason is not None:
                 if dist.is_main:
                     print(f"stopping: {stop_reason}")
-                session.save_checkpoint(done, optimizer, scheduler, state)
+                session.save_checkpoint(done, optimizer, scheduler, {**state, **rollouts.checkpoint_state()})
                 break
         if progress is not None:
             progress.close()

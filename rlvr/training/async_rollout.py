@@ -1,0 +1,216 @@
+"""Where each iteration's rollout batch comes from: sampled now (`rollout.async_steps=0`), or one policy
+version earlier, while the previous iteration trained (`rollout.async_steps=1`, one-step off-policy).
+
+Versions count finished iterations: v_k is the policy after k updates, and iteration k updates v_k into
+v_{k+1}. On-policy, iteration k trains on a batch v_k sampled. One step off-policy, the batch of iteration
+k+1 is sampled by v_k *before* iteration k's update, in a background thread while that update runs, so
+iteration k >= 1 trains on v_{k-1}'s samples (`rollout/policy_lag` 1); a fresh run's first batch is
+sampled by v_0 at once (lag 0). The last iteration samples one batch more, kept in the last checkpoint
+with every other pending batch, so a resume (also one that extends train.iterations) continues exactly.
+
+The stale weights must not move while they sample, and the optimizer steps the live policy meanwhile.
+An in-process backend (decode_loop, hf_generate) therefore samples with a `SamplerCopy`: a copy of
+the policy that shares its frozen weights (read only) and owns its trainable ones, refreshed from the
+policy before each update (LoRA: only the adapter is copied; full fine-tuning: all weights, twice the
+memory). Sampling before the step on the live model instead would leave only the forward and backward
+passes to overlap, with one module shared by two threads (the adapter merge swaps its weights, the
+reference pass disables its adapter). The copy also scores its samples with the trainer's own code
+(`score_minibatch`), so `batch.sampler_logprobs` are the stale policy's log-probs and the update weighs the
+lag out with `rollout.correction` (old log-probs are the current policy's: the first epoch's ratio stays
+1, the lag is in pi_old / pi_sampler). An engine of its own (vllm) takes the weights when `sync()`
+opens, here in the main thread before the update, and reports its own log-probs.
+
+The thread runs only when nothing else draws from torch's global RNG meanwhile (a loss that draws tokens
+at random samples first, then updates), so a run is reproducible either way; one process only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.core import POLICY_LOSSES, RolloutBatch, draws_tokens_at_random, iter_minibatches
+from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
+from rlvr.models.merge import merges_in_place
+from rlvr.rollout import InProcessBackend, RolloutBackend, SamplingSettings
+from rlvr.training.collect import CollectedGroups, GreedyBaselines, collect_groups, greedy_baselines, rollout_batch
+from rlvr.training.values import score_minibatch
+
+# The key of the loop counters (`state`, saved in trainer_state.pt) that holds the pending rollout.
+PENDING_ROLLOUT = "pending_rollout"
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One iteration's sampled, judged batch, and which policy version sampled it."""
+
+    collected: CollectedGroups
+    batch: RolloutBatch  # [N, L]; one step off-policy: sampler_logprobs [N, L-1] of the sampling weights
+    baselines: GreedyBaselines | None  # ReMax: the greedy completions' rewards, from the same weights
+    policy_version: int  # iterations finished by the weights that sampled it
+
+
+def sample_rollout(backend: RolloutBackend, task, tokenizer, settings: SamplingSettings, config, iteration: int,
+                   policy_version: int, dist, collect=collect_groups) -> Rollout:
+    """Stages 1-2 of an iteration: sample and judge B x G completions (`collect`), lay them out as a batch,
+    and for ReMax score one greedy completion per prompt."""
+    collected = collect(backend, task, settings, config, iteration, dist)
+    batch = rollout_batch(collected, tokenizer, task.name)  # [N, L] ids and masks
+    baselines = None
+    if config.algorithm.advantage_estimator in GREEDY_BASELINE_ESTIMATORS:
+        baselines = greedy_baselines(backend, task, settings, collected, config)
+    return Rollout(collected=collected, batch=batch, baselines=baselines, policy_version=policy_version)
+
+
+def policy_logprobs(model, batch: RolloutBatch, config) -> torch.Tensor:
+    """log pi of every completion token of `batch` under `model`, by the update's own forward pass. -> [N, L-1]."""
+    device = next(model.parameters()).device
+    parts = []
+    for minibatch in iter_minibatches(batch, config.optim.minibatch_size, shuffle=False, device=device):
+        scores = score_minibatch(model, None, minibatch, config, with_entropy=False, enable_grad=False)
+        parts.append(scores.logprobs.to(batch.completion_mask.device))  # [b, L-1]
+    return torch.cat(parts)  # [N, L-1]
+
+
+class SamplerCopy:
+    """A copy of the policy for sampling: frozen weights shared (each wrapped in a parameter of its own, so the
+    copy's adapter merge swaps its own tensors), trainable weights owned, refreshed by `refresh`."""
+
+    def __init__(self, policy) -> None:
+        memo = {id(param): torch.nn.Parameter(param.data, requires_grad=False)
+                for param in policy.parameters() if not param.requires_grad}
+        self.model = copy.deepcopy(policy, memo)
+        self.model.train(False)
+        owned = dict(self.model.named_parameters())
+        self._pairs = [(owned[name], param) for name, param in policy.named_parameters() if param.requires_grad]
+        for param in self.model.parameters():
+            param.requires_grad_(False)
+
+    def refresh(self) -> None:
+        """Copy the policy's trainable weights in (call while nothing steps the optimizer)."""
+        with torch.no_grad():
+            for own, live in self._pairs:
+                own.copy_(live)
+
+
+class OnPolicyRollouts:
+    """`rollout.async_steps=0`: each iteration samples its batch at the current weights when it takes it."""
+
+    def __init__(self, session, settings: SamplingSettings, config, dist, collect=collect_groups) -> None:
+        self.session, self.settings, self.config, self.dist, self.collect = session, settings, config, dist, collect
+
+    def take(self, iteration: int) -> Rollout:
+        session = self.session
+        return sample_rollout(session.backend, session.task, session.tokenizer, self.settings, self.config,
+                              iteration, iteration, self.dist, self.collect)
+
+    def prefetch(self, iteration: int) -> None:
+        """Nothing: the batch of `iteration` is sampled when it is taken."""
+
+    def wait(self) -> None:
+        """Nothing runs in the background."""
+
+    def checkpoint_state(self) -> dict:
+        return {}
+
+
+class OneStepOffRollouts:
+    """`rollout.async_steps=1`: `prefetch(k + 1)` samples at v_k while iteration k trains; `take(k + 1)` hands it over."""
+
+    def __init__(self, session, settings: SamplingSettings, config, dist, pending: Rollout | None = None,
+                 collect=collect_groups) -> None:
+        if dist.enabled:
+            raise ValueError("rollout.async_steps=1 samples in a background thread of one process; it does not run "
+                             "data-parallel (launched with several ranks): use rollout.async_steps=0 there")
+        self.session, self.settings, self.config, self.dist, self.collect = session, settings, config, dist, collect
+        backend = session.backend
+        self.copy = None
+        if isinstance(backend, InProcessBackend):  # the engine is the policy: sample with a copy of it
+            self.copy = SamplerCopy(session.policy)
+            self.backend = type(backend)(self.copy.model, copy.deepcopy(session.tokenizer),
+                                         merge_lora=backend.merge_lora and not merges_in_place(self.copy.model),
+                                         **backend.options)
+        else:  # an engine of its own takes the weights when sync() opens
+            self.backend = backend
+        # A loss drawing tokens from torch's global RNG would race the sampler for it: sample first, then update.
+        self.overlap = not draws_tokens_at_random(POLICY_LOSSES.get(config.algorithm.policy_loss))
+        self.pending = pending
+        self._thread: threading.Thread | None = None
+        self._result: Rollout | None = None
+        self._error: BaseException | None = None
+        self._weights_taken = contextlib.ExitStack()
+
+    def take(self, iteration: int) -> Rollout:
+        """The batch of `iteration`: the one sampled during the previous iteration (or saved with the checkpoint),
+        else (a fresh run's first iteration) one sampled now by the current weights, v_iteration."""
+        if self.pending is None:
+            self._start(iteration, version=iteration)
+            self.wait()
+        rollout, self.pending = self.pending, None
+        return rollout
+
+    def prefetch(self, iteration: int) -> None:
+        """Start sampling the batch of `iteration` with the current weights, v_{iteration-1}; call before the
+        update of iteration - 1 changes them."""
+        self._start(iteration, version=iteration - 1)
+
+    def _start(self, iteration: int, version: int) -> None:
+        """Fix the current weights (version `version`) for sampling and sample the batch of `iteration` with
+        them: in a thread when `overlap`, else here."""
+        if self.copy is not None:
+            self.copy.refresh()
+        else:
+            self._weights_taken.enter_context(self.backend.sync())  # the engine copies the weights now
+        if self.overlap:
+            self._thread = threading.Thread(target=self._sample, args=(iteration, version), daemon=True,
+                                            name="rlvr-rollout")
+            self._thread.start()
+        else:
+            self._sample(iteration, version)
+
+    def _sample(self, iteration: int, version: int) -> None:
+        try:
+            rollout = sample_rollout(self.backend, self.session.task, self.backend.tokenizer, self.settings,
+                                     self.config, iteration, version, self.dist, self.collect)
+            if self.copy is not None:  # the stale weights score their own samples
+                rollout = _with_sampler_logprobs(rollout, policy_logprobs(self.copy.model, rollout.batch, self.config))
+            elif rollout.batch.sampler_logprobs is None:
+                raise RuntimeError(f"rollout.async_steps=1 needs the sampling weights' log-probs, and the rollout "
+                                   f"backend {type(self.backend).__name__} reports none (Generation.sampler_logprobs)")
+            self._result = rollout
+        except BaseException as exc:  # re-raised in the main thread by wait()
+            self._error = exc
+
+    def wait(self) -> None:
+        """Wait for the batch being sampled; it becomes the pending one. The sampler's error is raised here."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._weights_taken.close()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        if self._result is not None:
+            self.pending, self._result = self._result, None
+
+    def checkpoint_state(self) -> dict:
+        """What a checkpoint must hold for an exact resume: the batch sampled for the next iteration."""
+        return {PENDING_ROLLOUT: self.pending}
+
+
+def _with_sampler_logprobs(rollout: Rollout, logprobs: torch.Tensor) -> Rollout:
+    return Rollout(collected=rollout.collected, batch=rollout.batch.replace(sampler_logprobs=logprobs),
+                   baselines=rollout.baselines, policy_version=rollout.policy_version)
+
+
+def rollout_schedule(session, settings: SamplingSettings, config, dist, state: dict, collect=collect_groups):
+    """The rollout source `rollout.async_steps` asks for, sampling with `collect` (the loop's `collect_groups`);
+    a pending batch saved in `state` (on resume) is taken out of it and trained on first."""
+    pending = state.pop(PENDING_ROLLOUT, None)
+    if config.rollout.async_steps == 0:
+        return OnPolicyRollouts(session, settings, config, dist, collect)
+    return OneStepOffRollouts(session, settings, config, dist, pending, collect)
