@@ -1467,5 +1467,53 @@ AUDIT_A = [
     ),
 ]
 
+ASYNC_TESTS = "tests/training/test_async_rollout.py::"
+ASYNC_ROLLOUT = [
+    mutation(
+        "async_copy_not_refreshed", "rlvr/training/async_rollout.py",
+        "one step off-policy, the sampler's copy is never refreshed: every batch is sampled by v_0",
+        ("        if self.copy is not None:\n            self.copy.refresh()",
+         "        if self.copy is not None:\n            pass"),
+        tests=(ASYNC_TESTS + "test_which_weights_sample_each_batch",
+               ASYNC_TESTS + "test_sampler_logprobs_are_the_stale_policys_and_the_correction_weighs_them"),
+    ),
+    mutation(
+        "async_copy_shares_trainable_weights", "rlvr/training/async_rollout.py",
+        "the sampler's copy shares the trainable weights too: the optimizer step moves them while they sample",
+        ("for param in policy.parameters() if not param.requires_grad}", "for param in policy.parameters()}"),
+        tests=(ASYNC_TESTS + "test_which_weights_sample_each_batch",
+               ASYNC_TESTS + "test_sampler_logprobs_are_the_stale_policys_and_the_correction_weighs_them"),
+    ),
+    mutation(
+        "async_prefetch_version_current", "rlvr/training/async_rollout.py",
+        "a prefetched batch is labelled with the version after the update: rollout/policy_lag reads 0",
+        ("self._start(iteration, version=iteration - 1)", "self._start(iteration, version=iteration)"),
+        tests=(ASYNC_TESTS + "test_which_weights_sample_each_batch", ASYNC_TESTS + "test_async_resume_equals_uninterrupted",
+               ASYNC_TESTS + "test_the_thread_changes_nothing_but_the_time"),
+    ),
+    mutation(
+        "async_pending_not_checkpointed", "rlvr/training/async_rollout.py",
+        "the checkpoint leaves out the batch sampled for the next iteration: a resume samples it again, at v_k",
+        ("        return {PENDING_ROLLOUT: self.pending}", "        return {}"),
+        tests=(ASYNC_TESTS + "test_which_weights_sample_each_batch", ASYNC_TESTS + "test_async_resume_equals_uninterrupted"),
+    ),
+    mutation(
+        "async_scored_by_live_policy", "rlvr/training/async_rollout.py",
+        "the sampler's log-probs are scored by the live policy (as it is then) instead of the weights that sampled",
+        ("policy_logprobs(self.copy.model, rollout.batch, self.config)",
+         "policy_logprobs(self.session.policy, rollout.batch, self.config)"),
+        tests=(ASYNC_TESTS + "test_sampler_logprobs_are_the_stale_policys_and_the_correction_weighs_them",
+               ASYNC_TESTS + "test_the_thread_changes_nothing_but_the_time"),
+    ),
+    mutation(
+        "async_steps_sense_inverted", "rlvr/training/async_rollout.py",
+        "rollout.async_steps=0 runs one step off-policy and 1 on-policy",
+        ("    if config.rollout.async_steps == 0:", "    if config.rollout.async_steps == 1:"),
+        tests=(ASYNC_TESTS + "test_which_weights_sample_each_batch",
+               ASYNC_TESTS + "test_sampler_logprobs_are_the_stale_policys_and_the_correction_weighs_them"),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
-             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A)
+             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
+             + ASYNC_ROLLOUT)

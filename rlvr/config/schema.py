@@ -197,12 +197,12 @@ class RolloutConfig:
     # The sampler's log-probs differ a little from the trainer's (another engine, other kernels, a stale
     # copy): its samples are reweighted or dropped by rollout.correction with cap C (rlvr/core/sampler_correction.py).
     correction: str = option("tis_token", "how the policy loss corrects for the sampler/trainer gap when the backend "
-                             "returns its own log-probs (vllm): tis_token min(r, C), tis_sequence min(prod r, C), "
+                             "returns its own log-probs (vllm) or samples a version behind (rollout.async_steps=1): tis_token min(r, C), tis_sequence min(prod r, C), "
                              "mask_token (drop tokens with r outside [1/C, C]), mask_sequence (drop sequences whose "
                              "geometric-mean r is outside it)", choices=_sampler_corrections)
     tis_cap: float = option(2.0, "the correction's cap C (truncation, or the band [1/C, C] of the masks) when the "
-                            "backend returns its own log-probs (vllm); 0 disables; the in-process backends sample with "
-                            "the trainer's weights and need none",
+                            "backend returns its own log-probs (vllm) or samples a version behind (async_steps=1); 0 "
+                            "disables; the in-process backends on-policy sample with the trainer's weights and need none",
                             bounds=Bounds(0.0, MAX_COEF, note="0 disables the correction"))
     # 1 overlaps sampling with the update (a GPU gains the shorter of the two per iteration) at the price of
     # one version of staleness, which rollout.correction weighs out (rlvr/training/async_rollout.py).

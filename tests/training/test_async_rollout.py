@@ -118,6 +118,9 @@ def test_which_weights_sample_each_batch(recorder, tiny_model_dir, tmp_path, asy
         assert [r["rollout/policy_lag"] for r in records] == [0, 1, 1, 1]
         assert all(model is not recorder.policy for model in recorder.sampling_models)  # the sampler's copy
         assert set(recorder.threads) == {"rlvr-rollout"}
+        # The last checkpoint keeps that batch, sampled by v_3.
+        saved = torch.load(tmp_path / "run" / "checkpoints" / "iter_000004" / "trainer_state.pt", weights_only=False)
+        assert saved["state"][async_rollout.PENDING_ROLLOUT].policy_version == 3
     assert len(recorder.sampled) == len(expected)
     for index, version in enumerate(expected):
         assert same_state(recorder.sampled[index], versions[version]), (index, version)
