@@ -119,7 +119,8 @@ class OnPolicyRollouts:
 
 
 class OneStepOffRollouts:
-    """`rollout.async_steps=1`: `prefetch(k + 1)` samples at v_k while iteration k trains; `take(k + 1)` hands it over."""
+    """`rollout.async_steps=1`: `prefetch(k + 1)` samples at v_k while iteration k trains, `take(k + 1)` hands
+    the batch over."""
 
     def __init__(self, session, settings: SamplingSettings, config, dist, pending: Rollout | None = None,
                  collect=collect_groups) -> None:

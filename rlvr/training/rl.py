@@ -7,11 +7,13 @@ completions and judge them (`collect_groups`, prompt-major groups), lay them out
 PPO only: the value model's values at sampling time (`with_old_values`), then turn the rewards
 into advantages (`with_advantages`: group-relative, or GAE against the values) and run
 `ppo_epochs` optimizer steps over the batch (`update_policy`); then log one line of metrics,
-evaluate and checkpoint now and then. The run around the loop (folder, model, value model, task,
-rollout backend, evaluation, checkpoints) is a `RunSession` (session.py). Launched data-parallel,
+evaluate and checkpoint now and then. With `rollout.async_steps=1` the next iteration's stages 1-2
+run while 3-6 run, at the weights before this update (one step off-policy, async_rollout.py). The
+run around the loop (folder, model, value model, task, rollout backend, evaluation, checkpoints) is
+a `RunSession` (session.py). Launched data-parallel,
 each rank does this on its share of the B prompts (distributed.py), optionally with the decoder
-layers sharded (FSDP, fsdp.py). Shortcuts taken, on purpose: rollouts and update share one model
-(LoRA's reference is the same model with the adapter disabled), and the old log-probs come from
+layers sharded (FSDP, fsdp.py). Shortcuts taken, on purpose: rollouts and update share one model (one step
+off-policy: a copy sharing the frozen weights; LoRA's reference is the same model with the adapter disabled), and the old log-probs come from
 the first update epoch instead of a separate forward pass (PPO's value pass gives them when the
 KL penalty is in the reward, which needs them before the advantages).
 """
@@ -171,7 +173,8 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             if stop_reason is not None:
                 if dist.is_main:
                     print(f"stopping: {stop_reason}")
-                session.save_checkpoint(done, optimizer, scheduler, {**state, **rollouts.checkpoint_state()})
+                session.save_checkpoint(done, optimizer, scheduler,
+                                        {**state, **rollouts.checkpoint_state()})
                 break
         if progress is not None:
             progress.close()
