@@ -82,7 +82,7 @@ def test_sft_scores_responses_on_the_rl_path_as_the_full_logits_path_does():
                                       allow_unused=True)
     for one, two in zip(ours_grad, theirs_grad):
         if one is not None and two is not None:
-            torch.testing.assert_close(one, two, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(one, two, rtol=1e-4, atol=1e-5)  # fp32 sums in another order: ~2e-6
     # The layout is the RL one: prompts end at column P, so no response token is scored before P-1 ...
     _, _, prompt_len, expected_mask = prompt_completion_rows(
         [tokenizer.encode(p, add_special_tokens=False) for p in prompts],
