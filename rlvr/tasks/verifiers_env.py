@@ -43,6 +43,9 @@ EXTRA = "pip install 'rlvr[verifiers]' (verifiers 0.4, Python >= 3.11)"
 DEFAULT_SIZE = 10_000
 DEFAULT_MAX_TURNS = 10
 MAX_EVAL_SIZE = 100
+# The component holding what an Env's finalize() records (cross-agent judgement, names unknown beforehand): the
+# weighted sum of those rewards, so the total stays verifiers' `Trace.reward`.
+FINALIZE = "finalize"
 
 
 def require_verifiers(name: str):
@@ -152,9 +155,17 @@ class VerifiersTask:
         self.train, self.held_out = self._split(environment, tasks, taskset_options, env, eval_taskset, eval_size)
         probe = self.train[0]
         check_supported(self.name, probe)
+        from verifiers.v1.utils.loaders import environment_class
+
+        self.env_class = environment_class(self.env_config.taskset.id, self.env_config.id)
         rewards = probe.hooks("reward")
-        self.component_names = tuple(fn.__name__ for fn in rewards)
         self.default_weights = {fn.__name__: float(getattr(fn, "_vf_weight", 1.0)) for fn in rewards}
+        if self.env_class is not self.vf.SingleAgentEnv:
+            if FINALIZE in self.default_weights:
+                raise ValueError(f"{self.name}: a reward function may not be named {FINALIZE!r} (rlvr's component "
+                                 "for the rewards the env's finalize() records)")
+            self.default_weights[FINALIZE] = 1.0
+        self.component_names = tuple(self.default_weights)
         self.weights = resolve_weights(self.default_weights, reward_weights or {})
         self.primary_component = max(self.component_names, key=lambda c: self.default_weights[c])
         self.stop_strings: tuple[str, ...] = ()
@@ -228,12 +239,17 @@ class VerifiersTask:
         status, detail = trace.info.get("rlvr_scoring", ("ok", ""))
         if error is not None:
             status, detail = "error", error
-        unnamed = sorted(set(trace.rewards) - set(self.component_names))
-        if status == "ok" and unnamed:
+        functions = [name for name in self.component_names if name != FINALIZE]
+        unnamed = sorted(set(trace.rewards) - set(functions))
+        if status == "ok" and unnamed and FINALIZE not in self.component_names:
             status, detail = "error", (f"rewards {unnamed} are not reward functions of the task (keyed scores): "
                                        "rlvr needs one score per @vf.reward function")
         components = {name: math.nan if status != "ok" or trace.rewards.get(name) is None
-                      else float(trace.rewards[name].score) for name in self.component_names}
+                      else float(trace.rewards[name].score) for name in functions}
+        if FINALIZE in self.component_names:
+            components[FINALIZE] = (math.nan if status != "ok" else
+                                    float(sum(trace.rewards[name].value for name in unnamed
+                                              if trace.rewards[name] is not None)))
         total = weighted_total(components, self.weights)
         if status == "ok" and not math.isfinite(total):
             status, detail = "unjudgeable", "no reward function recorded a score"
@@ -269,7 +285,6 @@ class VerifiersEnvironment(VerifiersTask):
         from verifiers.v1.configs.agent import agent_config_fields
         from verifiers.v1.session import hook_boundary
         from verifiers.v1.types import Request
-        from verifiers.v1.utils.loaders import environment_class
 
         options = self._options
         if options["call_format"] not in FORMATS:
@@ -283,8 +298,7 @@ class VerifiersEnvironment(VerifiersTask):
                              f"{', '.join(seats)}: name the one the policy plays")
         default_turns = seats[self.seat].max_turns or DEFAULT_MAX_TURNS
         self.max_turns = check_count_option(self.name, "max_turns", options["max_turns"] or default_turns, minimum=1)
-        env_class = environment_class(self.env_config.taskset.id, self.env_config.id)
-        self.env = None if env_class is self.vf.SingleAgentEnv else env_class(self.env_config)
+        self.env = None if self.env_class is self.vf.SingleAgentEnv else self.env_class(self.env_config)
         probe = self.train[0]
         self.shared_servers = type(self.taskset).toolsets(self.taskset.config)
         self._shared_open = False
@@ -446,11 +460,9 @@ class VerifiersEnvironment(VerifiersTask):
 
 def runs_episodes(task: VerifiersTask) -> bool:
     """True when the taskset declares tool servers or has an `Env` of its own: then it runs as episodes."""
-    from verifiers.v1.utils.loaders import environment_class
-
     probe = task.train[0]
     has_tools = bool(type(probe).toolsets(probe.config) or type(task.taskset).toolsets(task.taskset.config))
-    return has_tools or environment_class(task.env_config.taskset.id, task.env_config.id) is not task.vf.SingleAgentEnv
+    return has_tools or task.env_class is not task.vf.SingleAgentEnv
 
 
 def verifiers_task(environment: Optional[str] = None, **kwargs):
