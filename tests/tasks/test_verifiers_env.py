@@ -386,3 +386,26 @@ def test_an_env_episode_cut_by_max_turns_is_terminated_for_the_env_and_scored():
         assert record.episode.truncated_by == "max_turns" and record.turns == 2
         assert verdict.components["found"] == 0.0
         assert record.episode.state.exchange.finished  # run() saw a terminated segment and returned
+
+
+# -- training
+
+
+@pytest.mark.slow
+def test_rlvr_train_runs_one_iteration_on_a_verifiers_taskset_with_tools(tiny_model_dir, tmp_path):
+    from rlvr.cli import main
+    from rlvr.observe.metric_names import EPISODE_TOOL_CALLS_PREFIX
+    from rlvr.utils import read_jsonl
+    from tests.conftest import tiny_overrides
+
+    run_dir = tmp_path / "counter"
+    overrides = tiny_overrides(tiny_model_dir, run_dir, **{
+        "task.name": "verifiers:rlvr_vf_counter", "task.use_chat_template": "true", "task.options.eval_size": 2,
+        "task.options.max_turns": 2, "train.eval_size": 2, "train.iterations": 1, "rollout.max_new_tokens": 6,
+        "rollout.max_episode_tokens": 120, "rollout.stop_strings": "[a, e, o]"})
+    assert main(["train", *overrides]) == 0
+    (record,) = read_jsonl(run_dir / "metrics.jsonl")
+    assert record["iteration"] == 1 and math.isfinite(record["loss"])
+    assert 1.0 <= record["episode/turns"] <= 2.0
+    assert record[f"{EPISODE_TOOL_CALLS_PREFIX}counter_press"] >= 0.0  # the offered tool is counted, from 0
+    assert record["reward/reached"] >= 0.0 and record["reward/said_done"] >= 0.0  # the components, logged
