@@ -337,7 +337,8 @@ def test_each_episode_has_its_own_tool_state_and_a_stop_predicate_ends_it():
     example = task.examples("train", 1, 0)[0]
     target = task.task_of(example).data.target
     first, second = task.start(example), task.start(example)
-    assert task.respond(first, "<counter_press>2</counter_press>").content == "count=2"
+    reply = task.respond(first, "<counter_press>2</counter_press>")
+    assert (reply.role, reply.content, reply.done) == ("tool", "count=2", False)
     assert task.respond(second, "<counter_press>1</counter_press>").content == "count=1"  # not 3
     over = task.respond(first, f"<counter_press>{target}</counter_press>")
     assert over.done and over.content == f"count={target + 2}"  # overshot: @vf.stop ends the episode
@@ -345,6 +346,18 @@ def test_each_episode_has_its_own_tool_state_and_a_stop_predicate_ends_it():
     assert verdict.components["reached"] == 0.0 and "stop: overshoot" in verdict.detail
     bad = task.respond(second, "<counter_press>lots</counter_press>")
     assert bad.tool_errors == {"counter_press": 1} and "error" in bad.content and not bad.done
+
+
+def test_a_stop_predicate_ends_a_driven_episode_before_its_turn_limit():
+    task = build_task("verifiers:rlvr_vf_counter", options={"eval_size": 2})
+    example = task.examples("train", 1, 0)[0]
+    target = task.task_of(example).data.target
+    overshoot = char_ids(f"<counter_press>{target + 1}</counter_press>")
+    _, _, result = run(lambda k, r, p: overshoot, task, [example], 2, max_new_tokens=40,
+                       stop_strings=task.stop_strings, max_turns=5)
+    for record, verdict in zip(result.records, result.verdicts):
+        assert record.turns == 1 and record.episode.truncated_by is None  # @vf.stop ended it, not a limit
+        assert verdict.components == {"reached": 0.0, "said_done": 0.0} and "stop: overshoot" in verdict.detail
 
 
 # -- an Env of its own
