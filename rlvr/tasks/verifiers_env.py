@@ -216,23 +216,18 @@ class VerifiersTask:
 
     # -- scoring
 
-    def _score(self, task, trace) -> None:
-        """Score in place; a failure is kept on the trace (`info`), as verifiers keeps it on its trace."""
+    async def score_async(self, task, trace) -> None:
+        """Score `trace` in place, on the loop; a failure is kept on the trace (`info`), as verifiers keeps it
+        on its own, and becomes the verdict's status."""
         try:
-            LOOP.run(score_trace(task, trace, self.timeout_seconds))
+            await score_trace(task, trace, self.timeout_seconds)
         except TimeoutError:
             trace.info["rlvr_scoring"] = ("timeout", f"scoring took longer than {self.timeout_seconds:g} s")
         except Exception as exc:  # noqa: BLE001 - a reward function's failure is this completion's verdict
             trace.info["rlvr_scoring"] = ("error", f"{type(exc).__name__}: {exc}")
 
-    async def score_async(self, task, trace) -> None:
-        """`_score` on the loop (an Env's run() scores its seat's trace there)."""
-        try:
-            await score_trace(task, trace, self.timeout_seconds)
-        except TimeoutError:
-            trace.info["rlvr_scoring"] = ("timeout", f"scoring took longer than {self.timeout_seconds:g} s")
-        except Exception as exc:  # noqa: BLE001 - as in _score
-            trace.info["rlvr_scoring"] = ("error", f"{type(exc).__name__}: {exc}")
+    def _score(self, task, trace) -> None:
+        LOOP.run(self.score_async(task, trace))
 
     def verdict(self, trace, error: Optional[str] = None) -> Verdict:
         """The trace's rewards as a verdict: one component per reward function, NaN where none was recorded."""

@@ -20,7 +20,7 @@ import verifiers.v1 as vf  # the `test` extra installs it: these tests fail, not
 from verifiers.v1.graph import MessageNode
 
 from rlvr.tasks import build_task
-from rlvr.tasks.environment import Episode, Turn, is_environment
+from rlvr.tasks.environment import Episode, is_environment
 from tests.rollout.test_episodes import EOS, TOKENIZER, char_ids, run
 
 SUM = '''
