@@ -1514,6 +1514,64 @@ ASYNC_ROLLOUT = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- verifiers environments
+
+TESTS_VF = ("tests/tasks/test_verifiers_env.py",)
+
+VERIFIERS_ENVS = [
+    mutation(
+        "vf_reward_weight_ignored", "rlvr/tasks/verifiers_env.py",
+        "every verifiers reward weighs 1: the rubric's weights (2.0, -0.5) are dropped",
+        ('float(getattr(fn, "_vf_weight", 1.0))', "1.0"),
+        tests=TESTS_VF,
+    ),
+    mutation(
+        "vf_held_out_trained_on", "rlvr/tasks/verifiers_env.py",
+        "the held-out slice stays in the training tasks",
+        ("return tasks[:len(tasks) - count], tasks[len(tasks) - count:]", "return tasks, tasks[len(tasks) - count:]"),
+        tests=TESTS_VF,
+    ),
+    mutation(
+        "vf_system_prompt_dropped", "rlvr/tasks/verifiers_bridge.py",
+        "a task's system prompt never reaches the prompt",
+        ('messages = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []',
+         "messages = []"),
+        tests=TESTS_VF,
+    ),
+    mutation(
+        "vf_completion_not_sampled", "rlvr/tasks/verifiers_env.py",
+        "the completion is stored as a prompt message: verifiers' `last_reply` (sampled turns only) reads nothing",
+        ("append_message(trace, assistant_message(completion), sampled=True)",
+         "append_message(trace, assistant_message(completion))"),
+        tests=TESTS_VF,
+    ),
+    mutation(
+        "vf_tool_state_fresh_each_call", "rlvr/tasks/verifiers_bridge.py",
+        "each tool call gets a fresh state: an episode's presses never add up",
+        ("token = _call_state.set(state)", "token = _call_state.set(own_class())"),
+        tests=TESTS_VF,
+    ),
+    mutation(
+        "vf_tool_result_as_user", "rlvr/tasks/verifiers_env.py",
+        "tool results are sent back as a user message, not the tool role",
+        ('return EnvReply(content=run.content, role="tool", done=done,',
+         'return EnvReply(content=run.content, role="user", done=done,'),
+        tests=TESTS_VF,
+    ),
+    mutation(
+        "vf_stop_after_tools_not_run", "rlvr/tasks/verifiers_env.py",
+        "@vf.stop predicates are not checked after the tools ran",
+        ("            done = self._stopped(state)\n", "            done = False\n"),
+        tests=TESTS_VF,
+    ),
+    mutation(
+        "vf_env_turn_ends_episode", "rlvr/tasks/verifiers_env.py",
+        "the Env's next user turn ends the episode instead of being sent",
+        ('        return EnvReply(content=value, role="user")', "        return EnvReply(done=True)"),
+        tests=TESTS_VF,
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
-             + ASYNC_ROLLOUT)
+             + ASYNC_ROLLOUT + VERIFIERS_ENVS)

@@ -2,7 +2,8 @@
 
 `task.name` is read in this order:
   1. a registered family, with an optional argument after the first colon
-     (`gsm8k`, `dataset`, `reasoning_gym:spell_backward`): the part before the colon decides;
+     (`gsm8k`, `dataset`, `reasoning_gym:spell_backward`, `verifiers:my_taskset`): the part before the
+     colon decides;
   2. otherwise `path/to/file.py:Name` (a Python file) or `package.module:Name` (an importable
      module): `Name` is a class or factory following `rlvr.tasks.base.Task`, called with
      `task.options` as keywords (and `reward_weights`, `use_chat_template`, `seed` when it takes them).
@@ -33,6 +34,7 @@ from rlvr.tasks.verification.judging import DEFAULT_MAX_ABS_REWARD, judge
 from rlvr.tasks.math_problems import MathTask
 from rlvr.tasks.reasoning_gym_tasks import ReasoningGymTask
 from rlvr.tasks.verification.verifiers import VERIFIERS
+from rlvr.tasks.verifiers_env import verifiers_task
 
 TASKS: Registry = Registry("task")
 TASKS.add("format_copy", FormatCopyTask)
@@ -43,6 +45,7 @@ TASKS.add("reasoning_gym", ReasoningGymTask)
 TASKS.add("dataset", DatasetTask)
 TASKS.add("guess_number", GuessNumberTask)
 TASKS.add("calculator_arithmetic", CalculatorTask)
+TASKS.add("verifiers", verifiers_task)
 
 _OUTSIDE_FAMILIES: set[str] = set()  # registered with `register_task`: built like a task from a file
 _FAMILY_NAME = re.compile(r"[A-Za-z_][\w.-]*")

@@ -119,7 +119,13 @@ def test_settings_come_from_the_config_and_the_task():
     assert SamplingSettings.for_task(config.rollout, R1Task).stop_strings == ("\n\n",)
 
 
-def test_every_task_declares_its_stop_strings(tmp_path):
+def test_every_task_declares_its_stop_strings(tmp_path, monkeypatch):
+    (tmp_path / "rlvr_stops_taskset.py").write_text(
+        "import verifiers.v1 as vf\n"
+        "class T(vf.Task):\n    @vf.reward\n    async def one(self, trace) -> float:\n        return 1.0\n"
+        "class S(vf.Taskset[T]):\n    def load(self):\n        return [T(vf.TaskData(prompt=str(i))) for i in range(5)]\n"
+        "__all__ = ['S']\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     data = tmp_path / "problems.jsonl"
     data.write_text("".join(json.dumps({"question": f"{i} + {i}?", "answer": f"#### {2 * i}", "problem": f"{i}+{i}",
                                         "solution": f"\\boxed{{{2 * i}}}"}) + "\n" for i in range(6)))
@@ -133,6 +139,7 @@ def test_every_task_declares_its_stop_strings(tmp_path):
         "dataset": build_task("dataset", options={"path": str(data), "stop_strings": ["\n\n"]}),
         "guess_number": build_task("guess_number"),
         "calculator_arithmetic": build_task("calculator_arithmetic"),
+        "verifiers": build_task("verifiers:rlvr_stops_taskset"),
     }
     shipped = {name for name in TASKS.names() if TASKS.get(name).__module__.startswith("rlvr.")}  # not the tests' toys
     assert set(built) == shipped
@@ -142,6 +149,7 @@ def test_every_task_declares_its_stop_strings(tmp_path):
     assert built["dataset"].stop_strings == ("\n\n",)
     assert built["guess_number"].stop_strings == ("</guess>",)
     assert built["calculator_arithmetic"].stop_strings == ("</calculator>", "</answer>")  # a call's end, an answer's
+    assert built["verifiers"].stop_strings == ()  # single turn, no tools
     # A task from outside rlvr that names no stop strings gets the protocol's default, ().
     outside = tmp_path / "outside_task.py"
     outside.write_text(
