@@ -156,12 +156,13 @@ class VLLMBackend(RolloutBackend):
         """G completions of each left-padded token-id prompt (prompt_ids, prompt_mask [B, P]), prompt-major."""
         from vllm.inputs import TokensPrompt
 
-        requests = [TokensPrompt(prompt_token_ids=ids) for ids in engine_prompts(prompt_ids, prompt_mask, group_size, settings)]
+        prompts = engine_prompts(prompt_ids, prompt_mask, group_size, settings)
+        requests = [TokensPrompt(prompt_token_ids=ids) for ids in prompts]
         outputs = self.llm.generate(requests, self.sampling_params(group_size, settings), use_tqdm=False)
-        rows = [SampledRow(token_ids=list(completion.token_ids),
-                           logprobs=[step[token].logprob for step, token in zip(completion.logprobs, completion.token_ids)],
-                           stopped=completion.finish_reason == "stop")  # EOS or a stop string, not the token budget
-                for output in outputs for completion in sorted(output.outputs, key=lambda c: c.index)]
+        rows = [SampledRow(token_ids=list(done.token_ids),
+                           logprobs=[step[token].logprob for step, token in zip(done.logprobs, done.token_ids)],
+                           stopped=done.finish_reason == "stop")  # EOS or a stop string, not the token budget
+                for output in outputs for done in sorted(output.outputs, key=lambda c: c.index)]
         return layout_generation(rows, prompt_ids, prompt_mask, group_size, settings, self.tokenizer, self.policy)
 
     def close(self) -> None:

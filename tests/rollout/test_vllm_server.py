@@ -43,11 +43,18 @@ def fake_completion(prompt: list[int], index: int, max_tokens: int) -> tuple[lis
     """The fake server's completion `index` of `prompt`: tokens, their log-probs and the finish reason."""
     length = 1 + (sum(prompt) + index) % max_tokens
     tokens = [3 + (prompt[-1] + 7 * index + k) % 61 for k in range(length)]  # characters, ids 3..63
-    finish = "length" if length == max_tokens else "stop"
-    if (sum(prompt) + index) % 3 == 0 and length < max_tokens:
-        tokens[-1] = IM_END_TOKEN_ID  # ended on EOS
+    finish = "length" if length == max_tokens else "stop"  # shorter: a stop string (or stop token) ended it
+    if (sum(prompt) + index) % 3 == 0:
+        tokens[-1], finish = IM_END_TOKEN_ID, "stop"  # ended on EOS, possibly as the budget's last token
     logprobs = [-(0.01 * token + 0.1 * k + 0.001 * index) for k, token in enumerate(tokens)]
     return tokens, logprobs, finish
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # a client that timed out closed the connection before the answer: expected in the timeout test
 
 
 class FakeVLLMServer:
@@ -92,7 +99,7 @@ class FakeVLLMServer:
                 status, answer = server.answer(self.path, body)
                 self._answer(status, answer)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
@@ -219,10 +226,11 @@ def test_build_refuses_full_fine_tuning_with_the_reason(fake_server, tiny_model_
 # ----------------------------------------------------------------------------- requests and answers
 
 def _expected_rows(tokenizer, prompts, group_size, settings):
-    """The fake's completions laid out by hand: prompt-major, prompts left-padded, completions right-filled."""
+    """The fake's completions laid out by hand: prompt-major, prompts left-padded, completions right-filled.
+    `prompts`: texts, or token-id lists sent as they are."""
     rows = []
     for prompt in prompts:
-        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"] if isinstance(prompt, str) else list(prompt)
         for index in range(group_size):
             rows.append((ids, *fake_completion(ids, index if settings.do_sample else 0, settings.max_new_tokens)))
     prompt_width = max(len(ids) for ids, *_ in rows)
@@ -242,6 +250,20 @@ def _expected_rows(tokenizer, prompts, group_size, settings):
             torch.tensor(truncated), prompt_width)
 
 
+def _assert_is_the_fakes(generation, tokenizer, prompts, group_size, settings) -> None:
+    """`generation` is the fake's completions of `prompts`, laid out by `_expected_rows`."""
+    input_ids, attention, logprobs, texts, lengths, truncated, prompt_width = _expected_rows(
+        tokenizer, prompts, group_size, settings)
+    assert generation.prompt_len == prompt_width
+    assert torch.equal(generation.input_ids, input_ids)
+    assert torch.equal(generation.attention_mask, attention)
+    assert torch.equal(generation.completion_lengths, lengths)
+    assert torch.equal(generation.truncated, truncated)
+    assert torch.equal(generation.loss_mask, attention[:, prompt_width:])
+    assert torch.allclose(generation.sampler_logprobs, logprobs)
+    assert generation.completion_texts == texts
+
+
 SAMPLED = SamplingSettings(max_new_tokens=5, min_new_tokens=1, temperature=0.7, top_p=0.9, top_k=5, min_p=0.05,
                            stop_strings=("q", "ab"))
 
@@ -249,8 +271,9 @@ SAMPLED = SamplingSettings(max_new_tokens=5, min_new_tokens=1, temperature=0.7, 
 def test_each_prompt_is_one_request_with_its_token_ids_and_the_sampling_fields(fake_server, lora_policy):
     backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url, seed=100))
     with backend.sync():
-        backend.generate(PROMPTS, 3, SAMPLED)
+        generation = backend.generate(PROMPTS, 3, SAMPLED)
         backend.generate(PROMPTS[:1], 3, SAMPLED)
+    _assert_is_the_fakes(generation, lora_policy.tokenizer, PROMPTS, 3, SAMPLED)  # each answer to its prompt
     bodies = sorted(fake_server.posted("/v1/completions"), key=lambda body: body["seed"])  # they run concurrently
     assert [body["prompt"] for body in bodies] == [lora_policy.tokenizer(p, add_special_tokens=False)["input_ids"]
                                                    for p in PROMPTS + PROMPTS[:1]]
@@ -269,19 +292,16 @@ def test_each_prompt_is_one_request_with_its_token_ids_and_the_sampling_fields(f
 def test_answers_are_laid_out_prompt_major_with_the_servers_logprobs(fake_server, lora_policy):
     backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url))
     with backend.sync():
-        generation = backend.generate(PROMPTS, 3, SAMPLED)
-    input_ids, attention, logprobs, texts, lengths, truncated, prompt_width = _expected_rows(
-        lora_policy.tokenizer, PROMPTS, 3, SAMPLED)
-    assert generation.prompt_len == prompt_width
-    assert torch.equal(generation.input_ids, input_ids)
-    assert torch.equal(generation.attention_mask, attention)
-    assert torch.equal(generation.completion_lengths, lengths)
-    assert torch.equal(generation.truncated, truncated)
-    assert torch.equal(generation.loss_mask, attention[:, prompt_width:])
-    assert torch.allclose(generation.sampler_logprobs, logprobs)
-    assert generation.completion_texts == texts
-    assert bool(truncated.any()) and not bool(truncated.all())  # both kinds of ending are compared
-    assert int((input_ids == IM_END_TOKEN_ID).sum()) > int((attention == 0).sum())  # some rows ended on EOS
+        generation = backend.generate(PROMPTS, 4, SAMPLED)
+    _assert_is_the_fakes(generation, lora_policy.tokenizer, PROMPTS, 4, SAMPLED)
+    input_ids, _, _, texts, lengths, truncated, prompt_width = _expected_rows(lora_policy.tokenizer, PROMPTS, 4, SAMPLED)
+    # Every kind of ending is compared: the budget, EOS within it, EOS as the budget's last token, a stop.
+    last = input_ids[torch.arange(len(lengths)), prompt_width + lengths - 1]  # [N] each row's last token
+    assert bool(truncated.any()) and not bool(truncated.all())
+    assert bool(((lengths == SAMPLED.max_new_tokens) & (last == IM_END_TOKEN_ID)).any())
+    assert bool(((lengths < SAMPLED.max_new_tokens) & (last == IM_END_TOKEN_ID)).any())
+    assert any(text.endswith(("q", "ab")) for text in texts)
+    assert sorted(body["seed"] for body in fake_server.posted("/v1/completions")) == [0, 4, 8]  # the default seed
     backend.close()
 
 
@@ -294,19 +314,19 @@ def test_greedy_sends_each_prompt_group_size_times_with_one_completion(fake_serv
     assert len(bodies) == 6 and all(body["n"] == 1 and body["temperature"] == 0.0 for body in bodies)
     assert all("seed" not in body for body in bodies)  # seed=null: the server's own random state
     assert all((b["top_p"], b["top_k"], b["min_p"]) == (1.0, 0, 0.0) for b in bodies)
-    input_ids, *_ = _expected_rows(lora_policy.tokenizer, PROMPTS, 2, settings)
-    assert torch.equal(generation.input_ids, input_ids)
+    assert all(b["stop"] == ["q"] and b["stop_token_ids"] == [IM_END_TOKEN_ID] for b in bodies)
+    _assert_is_the_fakes(generation, lora_policy.tokenizer, PROMPTS, 2, settings)
     backend.close()
 
 
 def test_generate_from_ids_sends_the_ids_as_they_are(fake_server, lora_policy):
     backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url))
     prompt_ids = [[33, 15, 39], [4, 17, 40, 41, 42]]
+    settings = SamplingSettings(max_new_tokens=4)
     with backend.sync():
-        generation = backend.generate_from_ids(prompt_ids, SamplingSettings(max_new_tokens=4))
+        generation = backend.generate_from_ids(prompt_ids, settings)
     assert sorted(body["prompt"] for body in fake_server.posted("/v1/completions")) == sorted(prompt_ids)
-    assert generation.input_ids[0, :5].tolist() == [IM_END_TOKEN_ID] * 2 + prompt_ids[0]
-    assert generation.input_ids[0, 5:5 + 1].tolist() == fake_completion(prompt_ids[0], 0, 4)[0][:1]
+    _assert_is_the_fakes(generation, lora_policy.tokenizer, prompt_ids, 1, settings)
     backend.close()
 
 
@@ -357,11 +377,13 @@ def test_an_adapter_dir_is_kept_and_only_this_runs_versions_are_deleted(fake_ser
     shared = tmp_path / "adapters"
     (shared / "someone-else").mkdir(parents=True)
     backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url, adapter_dir=shared))
-    with backend.sync():
-        pass
-    assert fake_server.posted("/v1/load_lora_adapter")[0]["lora_path"] == str(shared / backend.adapter)
+    for _ in range(2):
+        with backend.sync():
+            pass
+    assert [body["lora_path"] for body in fake_server.posted("/v1/load_lora_adapter")][-1] == str(shared / backend.adapter)
+    assert sorted(p.name for p in shared.iterdir()) == sorted(["someone-else", backend.adapter])
     backend.close()
-    assert sorted(p.name for p in shared.iterdir()) == ["someone-else"]
+    assert sorted(p.name for p in shared.iterdir()) == ["someone-else"] and fake_server.adapters == {}
 
 
 def test_generate_outside_sync_is_refused(fake_server, lora_policy):
