@@ -9,6 +9,10 @@ completions of at most 24 tokens:
 
     python benchmarks/rollout_backends.py --repeats 6 --group-size 8
     python benchmarks/rollout_backends.py --backends decode_loop vllm --group-size 8   # needs the vllm extra
+    python benchmarks/rollout_backends.py --backends decode_loop vllm_server --server-url http://127.0.0.1:8000
+
+`vllm_server` needs a server started on the embedded model's folder (rollout-backends guide); its
+time includes writing the adapter and loading it into the server.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=24)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--backends", nargs="*", default=["hf_generate", "decode_loop"])
+    parser.add_argument("--server-url", default="http://127.0.0.1:8000", help="the vllm_server backend's server")
     args = parser.parse_args()
 
     import torch
@@ -42,7 +47,8 @@ def main() -> int:
     settings = SamplingSettings(max_new_tokens=args.max_new_tokens)
     backends = {}
     for name in args.backends:
-        options = ["rollout.backend_options.max_model_len=1024"] if name == "vllm" else []
+        options = {"vllm": ["rollout.backend_options.max_model_len=1024"],
+                   "vllm_server": [f"rollout.backend_options.url={args.server_url}"]}.get(name, [])
         rollout = load_config(None, [f"rollout.backend={name}", *options]).rollout
         backends[name] = ROLLOUT_BACKENDS.get(name).build(loaded, rollout)
     seconds = {name: [] for name in args.backends}

@@ -1572,6 +1572,65 @@ VERIFIERS_ENVS = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- the vLLM server backend (a fake server)
+
+VLLM_SERVER_TESTS = tuple(f"tests/rollout/test_vllm_server.py::{name}" for name in (  # the fake server's, not `vllm`'s
+    "test_each_prompt_is_one_request_with_its_token_ids_and_the_sampling_fields",
+    "test_answers_are_laid_out_prompt_major_with_the_servers_logprobs",
+    "test_greedy_sends_each_prompt_group_size_times_with_one_completion",
+    "test_generate_from_ids_sends_the_ids_as_they_are",
+    "test_each_sync_loads_a_new_adapter_version_and_unloads_the_last",
+    "test_an_adapter_dir_is_kept_and_only_this_runs_versions_are_deleted",
+    "test_generate_outside_sync_is_refused",
+    "test_server_errors_name_the_endpoint_and_carry_the_servers_message",
+))
+VLLM_SERVER = [
+    mutation(
+        "server_samples_the_base_model", "rlvr/rollout/vllm_server.py",
+        "completions name the served base model, not the adapter just synced: training never reaches the sampler",
+        ("bodies.append(completion_body(self.adapter, prompt, fields, self.next_seed))",
+         "bodies.append(completion_body(self.model, prompt, fields, self.next_seed))"),
+        tests=VLLM_SERVER_TESTS,
+    ),
+    mutation(
+        "server_previous_adapter_kept", "rlvr/rollout/vllm_server.py",
+        "each sync loads a new adapter version and never unloads the last (the server's LoRA slots fill up)",
+        ("        if previous is not None:\n            self._unload(previous)\n", ""),
+        tests=VLLM_SERVER_TESTS,
+    ),
+    mutation(
+        "server_choices_in_answer_order", "rlvr/rollout/vllm_server.py",
+        "a request's completions are taken in the answer's order, not by their index",
+        ('for choice in sorted(choices, key=lambda c: c["index"]):', "for choice in choices:"),
+        tests=VLLM_SERVER_TESTS,
+    ),
+    mutation(
+        "server_seeds_overlap", "rlvr/rollout/vllm_server.py",
+        "the next request's seed advances by one, so its completions repeat the last request's seeds",
+        ('self.next_seed += fields["n"]', "self.next_seed += 1"),
+        tests=VLLM_SERVER_TESTS,
+    ),
+    mutation(
+        "server_stop_strings_not_sent", "rlvr/rollout/vllm_common.py",
+        "the stop strings are left out of the request: completions run on past them",
+        ("stop=[s for s in settings.stop_strings if s] or None,", "stop=None,"),
+        tests=VLLM_SERVER_TESTS,
+    ),
+    mutation(
+        "vllm_prompts_tiled", "rlvr/rollout/vllm_common.py",
+        "the prompts are tiled (1, 2, 1, 2) under prompt-major completions (1, 1, 2, 2)",
+        ("input_ids=torch.cat([prompt_ids.repeat_interleave(group_size, dim=0), completion_ids], dim=1),",
+         "input_ids=torch.cat([prompt_ids.repeat(group_size, 1), completion_ids], dim=1),"),
+        tests=VLLM_SERVER_TESTS,
+    ),
+    mutation(
+        "vllm_eos_at_budget_truncated", "rlvr/rollout/vllm_common.py",
+        "a completion that ends on EOS as the budget's last token is counted as truncated",
+        ("truncated=~stopped & (lengths >= settings.max_new_tokens),", "truncated=lengths >= settings.max_new_tokens,"),
+        tests=VLLM_SERVER_TESTS,
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
-             + ASYNC_ROLLOUT + VERIFIERS_ENVS)
+             + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER)

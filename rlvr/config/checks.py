@@ -95,10 +95,13 @@ def validate(config) -> None:
         )
     from rlvr.rollout import ROLLOUT_BACKENDS
 
+    backend_class = ROLLOUT_BACKENDS.get(r.backend)
     try:
-        ROLLOUT_BACKENDS.get(r.backend).check_options(r.backend_options)
+        backend_class.check_options(r.backend_options)
     except ValueError as exc:
         raise ConfigError(f"rollout.backend_options: {exc}") from None
+    if backend_class.requires_lora and not config.model.lora:
+        raise ConfigError(f"rollout.backend={r.backend} needs model.lora=true: {backend_class.requires_lora}")
     try:  # a task of your own is imported here, so a wrong path fails before any model loads
         check_task_name(config.task.name, options=config.task.options, reward_weights=config.task.reward_weights)
     except (KeyError, ValueError, FileNotFoundError) as exc:

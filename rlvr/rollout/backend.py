@@ -11,13 +11,16 @@ trainer talks to every engine through these four steps and nothing else:
     backend.close()            # release what build took (an engine, its memory)
 
 - `OPTIONS` names the keys `rollout.backend_options` may hold (key -> help); `check_options`
-  refuses any other key with the list of valid ones, so a typo fails at config load.
+  refuses any other key with the list of valid ones, so a typo fails at config load. A backend
+  that can sync only a LoRA adapter says why in `requires_lora`; the config then refuses
+  `model.lora=false` at load with that reason.
 - `sync()` is entered by the loop before every rollout (training rounds, evaluation, `rlvr
   check`); blocks may nest, and only the outermost one syncs. For the in-process backends (`decode_loop`, `hf_generate`,
   `InProcessBackend`) the engine is the training model itself, so there are no weights to push:
   the block only merges a LoRA adapter into the weights for speed (restored bit for bit on exit)
   or, under FSDP, gathers the sharded layers once. An engine of its own (`vllm`) copies the
-  policy's current weights into itself when the block is entered.
+  policy's current weights into itself when the block is entered; a server (`vllm_server`) is sent
+  the current LoRA adapter.
 - `generate_from_ids(prompt_ids, settings)` continues prompts given as token ids, one completion
   each, without tokenizing anything: the episode driver (`episodes.py`) samples each turn of every
   live episode with it, so the trained tokens are exactly the sampled ones.
@@ -55,6 +58,9 @@ class RolloutBackend(abc.ABC):
 
     # rollout.backend_options keys this backend accepts -> what each does.
     OPTIONS: ClassVar[dict[str, str]] = {}
+    # Non-empty: this backend syncs LoRA adapters only, and this says why; model.lora=false is then
+    # refused at config load with it.
+    requires_lora: ClassVar[str] = ""
 
     def __init__(self, policy, tokenizer, *, merge_lora: bool = True) -> None:
         self.policy = policy

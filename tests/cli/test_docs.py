@@ -132,7 +132,8 @@ def _key_problem(key: str, keys: set[str]) -> str | None:
     """None when `key` (a dotted override key) names a config key or lies inside an open mapping."""
     if key in keys:
         return None
-    if any(key.startswith(f"{open_key}.") for open_key in ("task.options", "task.reward_weights")):
+    open_keys = ("task.options", "task.reward_weights", "rollout.backend_options")  # each checked by its owner
+    if any(key.startswith(f"{open_key}.") for open_key in open_keys):
         return None
     return f"unknown config key {key!r}"
 

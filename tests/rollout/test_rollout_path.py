@@ -44,7 +44,7 @@ def _base_weight(policy):
 
 
 def test_backends_are_registered_classes_with_a_life_cycle():
-    assert ROLLOUT_BACKENDS.names() == ["decode_loop", "hf_generate", "vllm"]
+    assert ROLLOUT_BACKENDS.names() == ["decode_loop", "hf_generate", "vllm", "vllm_server"]
     for name in ROLLOUT_BACKENDS.names():
         backend_class = ROLLOUT_BACKENDS.get(name)
         assert issubclass(backend_class, RolloutBackend)

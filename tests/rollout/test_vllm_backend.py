@@ -121,6 +121,35 @@ def test_generate_outside_sync_is_refused(full_engine):
         backend.generate(PROMPTS, 1, SamplingSettings(max_new_tokens=2))
 
 
+def test_generate_from_ids_and_greedy_episodes_match_decode_loop(full_engine):
+    """Token-id prompts go to the engine as they are; a greedy episode is the same token for token."""
+    from rlvr.rollout import sample_and_score
+    from rlvr.rollout.base import left_pad_ids
+    from rlvr.rollout.decode_loop import decode_loop_from_ids
+    from tests.rollout.test_episodes import CountdownEnv
+
+    loaded, backend = full_engine
+    settings = SamplingSettings(max_new_tokens=6, do_sample=False, stop_strings=("b",))
+    prompt_ids = [[33, 15, 39], [4, 17, 40, 41, 42], [20]]
+    with backend.sync():
+        generation = backend.generate_from_ids(prompt_ids, settings)
+    ids, mask = left_pad_ids(prompt_ids, loaded.tokenizer.pad_token_id)
+    expected = decode_loop_from_ids(loaded.policy, loaded.tokenizer, ids, mask, settings)
+    assert torch.equal(generation.input_ids, expected.input_ids)
+    assert torch.equal(generation.completion_lengths, expected.completion_lengths)
+    task = CountdownEnv(max_turns=3)
+    examples = task.examples("train", 2, 0)
+    episode_settings = SamplingSettings(max_new_tokens=6, do_sample=False, stop_strings=tuple("aeiou "),
+                                        max_episode_tokens=100)
+    engine = sample_and_score(backend, task, examples, group_size=1, settings=episode_settings, use_chat_template=True)
+    loop = sample_and_score(ROLLOUT_BACKENDS.get("decode_loop")(loaded.policy, loaded.tokenizer), task, examples,
+                            group_size=1, settings=episode_settings, use_chat_template=True)
+    assert torch.equal(engine.generation.input_ids, loop.generation.input_ids)
+    assert torch.equal(engine.generation.loss_mask, loop.generation.loss_mask)
+    assert engine.generation.sampler_logprobs is not None and loop.generation.sampler_logprobs is None
+    assert float((engine.generation.sampler_logprobs * (1 - engine.generation.loss_mask)).abs().sum()) == 0.0
+
+
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_after_an_update_the_engine_scores_like_the_trainer(head32_model_dir, full_engine, lora):
     # After the tests that sample from `full_engine`: closing the LoRA case's engine tears down vLLM's
@@ -185,32 +214,3 @@ def test_greedy_completions_on_the_embedded_model_mostly_equal_decode_loop():
     same = sum(a == b for a, b in zip(generation.completion_texts, expected.completion_texts))
     print(f"greedy completions equal to decode_loop's: {same}/20")
     assert same >= 15
-
-
-def test_generate_from_ids_and_greedy_episodes_match_decode_loop(full_engine):
-    """Token-id prompts go to the engine as they are; a greedy episode is the same token for token."""
-    from rlvr.rollout import sample_and_score
-    from rlvr.rollout.base import left_pad_ids
-    from rlvr.rollout.decode_loop import decode_loop_from_ids
-    from tests.rollout.test_episodes import CountdownEnv
-
-    loaded, backend = full_engine
-    settings = SamplingSettings(max_new_tokens=6, do_sample=False, stop_strings=("b",))
-    prompt_ids = [[33, 15, 39], [4, 17, 40, 41, 42], [20]]
-    with backend.sync():
-        generation = backend.generate_from_ids(prompt_ids, settings)
-    ids, mask = left_pad_ids(prompt_ids, loaded.tokenizer.pad_token_id)
-    expected = decode_loop_from_ids(loaded.policy, loaded.tokenizer, ids, mask, settings)
-    assert torch.equal(generation.input_ids, expected.input_ids)
-    assert torch.equal(generation.completion_lengths, expected.completion_lengths)
-    task = CountdownEnv(max_turns=3)
-    examples = task.examples("train", 2, 0)
-    episode_settings = SamplingSettings(max_new_tokens=6, do_sample=False, stop_strings=tuple("aeiou "),
-                                        max_episode_tokens=100)
-    engine = sample_and_score(backend, task, examples, group_size=1, settings=episode_settings, use_chat_template=True)
-    loop = sample_and_score(ROLLOUT_BACKENDS.get("decode_loop")(loaded.policy, loaded.tokenizer), task, examples,
-                            group_size=1, settings=episode_settings, use_chat_template=True)
-    assert torch.equal(engine.generation.input_ids, loop.generation.input_ids)
-    assert torch.equal(engine.generation.loss_mask, loop.generation.loss_mask)
-    assert engine.generation.sampler_logprobs is not None and loop.generation.sampler_logprobs is None
-    assert float((engine.generation.sampler_logprobs * (1 - engine.generation.loss_mask)).abs().sum()) == 0.0
