@@ -32,9 +32,9 @@ from typing import Iterator
 import torch
 
 from rlvr.models.merge import merged_adapter
-from rlvr.rollout.backend import ROLLOUT_BACKENDS, RolloutBackend
-from rlvr.rollout.base import Generation, SamplingSettings, eos_token_ids, fill_token_id, left_pad_ids
-from rlvr.rollout.vllm_common import SampledRow, engine_prompts, layout_generation, sampling_fields
+from rlvr.rollout.backend import ROLLOUT_BACKENDS
+from rlvr.rollout.base import Generation, SamplingSettings, eos_token_ids
+from rlvr.rollout.vllm_common import SampledRow, TokenIdEngine, engine_prompts, layout_generation, sampling_fields
 
 # gpu_memory_utilization: vLLM's share of the GPU (weights + KV cache; ignored on CPU). vLLM's own
 # default of 0.9 leaves the colocated trainer no room, so 0.3, as TRL's colocate mode.
@@ -64,7 +64,7 @@ def repack_kept_cpu_weights(model) -> None:
 
 
 @ROLLOUT_BACKENDS.register("vllm")
-class VLLMBackend(RolloutBackend):
+class VLLMBackend(TokenIdEngine):
     """A colocated vLLM engine; `sync` loads the policy's (merged) weights into it."""
 
     OPTIONS = {
@@ -133,23 +133,6 @@ class VLLMBackend(RolloutBackend):
         from vllm import SamplingParams
 
         return SamplingParams(**sampling_fields(group_size, settings, eos_token_ids(self.tokenizer, self.policy)))
-
-    def generate(self, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
-        if not self.in_sync:
-            raise RuntimeError("VLLMBackend.generate called outside `with backend.sync():`; sync first, so the "
-                               "engine holds the policy's current weights")
-        if not prompts:
-            raise ValueError("vllm: no prompts")
-        encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        return self._sample(encoded["input_ids"], encoded["attention_mask"], group_size, settings)
-
-    def generate_from_ids(self, prompt_ids: list[list[int]], settings: SamplingSettings) -> Generation:
-        """One completion per token-id prompt, sent to the engine as `prompt_token_ids` (nothing re-tokenized)."""
-        if not self.in_sync:
-            raise RuntimeError("VLLMBackend.generate_from_ids called outside `with backend.sync():`; sync first, "
-                               "so the engine holds the policy's current weights")
-        ids, mask = left_pad_ids(prompt_ids, fill_token_id(self.tokenizer))  # [B, P] each
-        return self._sample(ids, mask, 1, settings)
 
     def _sample(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int,
                 settings: SamplingSettings) -> Generation:

@@ -6,16 +6,20 @@ field names are the same): `sampling_fields` builds it once. Whatever the transp
 completion is a `SampledRow` (token ids, the sampler's log-prob of each, whether it stopped), and
 `layout_generation` lays the rows out as `decode_loop` does: prompt-major, prompts left-padded,
 completions right-filled, texts decoded with rlvr's tokenizer and cut after the first stop string.
+`TokenIdEngine` is the part of the backend contract both fill alike: prompts (text or token ids) become
+left-padded token-id rows handed to the engine's `_sample`, and only inside `sync()`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 
-from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids, fill_token_id, length_mask
+from rlvr.rollout.backend import RolloutBackend
+from rlvr.rollout.base import (Generation, SamplingSettings, cut_at_stop, eos_token_ids, fill_token_id, left_pad_ids,
+                               length_mask)
 
 
 @dataclass(frozen=True)
@@ -93,3 +97,34 @@ def layout_generation(rows: Sequence[SampledRow], prompt_ids: torch.Tensor, prom
         truncated=~stopped & (lengths >= settings.max_new_tokens), loss_mask=loss_mask,
         sampler_logprobs=sampler_logprobs * loss_mask,
     )
+
+
+class TokenIdEngine(RolloutBackend):
+    """A backend whose engine takes prompts as token ids: `generate` and `generate_from_ids` for `_sample`."""
+
+    # What a `sync()` gives the engine, for the error when sampling is asked outside one.
+    SYNC_GIVES: ClassVar[str] = "the engine holds the policy's current weights"
+    NAME: ClassVar[str] = "vllm"  # the registered name, in errors
+
+    def _require_sync(self, method: str) -> None:
+        if not self.in_sync:
+            raise RuntimeError(f"{type(self).__name__}.{method} called outside `with backend.sync():`; sync first, "
+                               f"so {self.SYNC_GIVES}")
+
+    def generate(self, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
+        self._require_sync("generate")
+        if not prompts:
+            raise ValueError(f"{self.NAME}: no prompts")
+        encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        return self._sample(encoded["input_ids"], encoded["attention_mask"], group_size, settings)
+
+    def generate_from_ids(self, prompt_ids: list[list[int]], settings: SamplingSettings) -> Generation:
+        """One completion per token-id prompt, sent to the engine as token ids (nothing re-tokenized)."""
+        self._require_sync("generate_from_ids")
+        ids, mask = left_pad_ids(prompt_ids, fill_token_id(self.tokenizer))  # [B, P] each
+        return self._sample(ids, mask, 1, settings)
+
+    def _sample(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int,
+                settings: SamplingSettings) -> Generation:
+        """G completions of each left-padded token-id prompt (prompt_ids, prompt_mask [B, P]), prompt-major."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement _sample")

@@ -38,9 +38,9 @@ from typing import Any, Iterator
 
 import torch
 
-from rlvr.rollout.backend import ROLLOUT_BACKENDS, RolloutBackend
-from rlvr.rollout.base import Generation, SamplingSettings, eos_token_ids, fill_token_id, left_pad_ids
-from rlvr.rollout.vllm_common import SampledRow, engine_prompts, layout_generation, sampling_fields
+from rlvr.rollout.backend import ROLLOUT_BACKENDS
+from rlvr.rollout.base import Generation, SamplingSettings, eos_token_ids
+from rlvr.rollout.vllm_common import SampledRow, TokenIdEngine, engine_prompts, layout_generation, sampling_fields
 
 # request_timeout: one completions request holds a whole group's sampling, minutes on a CPU server.
 # seed: None (the server's own random state) by default. Seeded, request i gets seed + the completions
@@ -156,7 +156,7 @@ def _positive(key: str, value: Any, *, zero_ok: bool = False) -> None:
 
 
 @ROLLOUT_BACKENDS.register("vllm_server")
-class VLLMServerBackend(RolloutBackend):
+class VLLMServerBackend(TokenIdEngine):
     """A `vllm serve` process reached over HTTP; `sync` loads the policy's current LoRA adapter into it."""
 
     OPTIONS = {
@@ -172,6 +172,8 @@ class VLLMServerBackend(RolloutBackend):
         "max_parallel_requests": f"completions requests in flight at once (default {DEFAULTS['max_parallel_requests']})",
     }
     requires_lora = FULL_FINE_TUNING
+    SYNC_GIVES = "the server holds the policy's current adapter"
+    NAME = "vllm_server"
 
     @classmethod
     def check_options(cls, options) -> None:
@@ -256,23 +258,6 @@ class VLLMServerBackend(RolloutBackend):
     def _unload(self, name: str) -> None:
         self.client.request("/v1/unload_lora_adapter", {"lora_name": name})
         shutil.rmtree(self._adapter_folder(name), ignore_errors=True)
-
-    def generate(self, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
-        if not self.in_sync:
-            raise RuntimeError("VLLMServerBackend.generate called outside `with backend.sync():`; sync first, so "
-                               "the server holds the policy's current adapter")
-        if not prompts:
-            raise ValueError("vllm_server: no prompts")
-        encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        return self._sample(encoded["input_ids"], encoded["attention_mask"], group_size, settings)
-
-    def generate_from_ids(self, prompt_ids: list[list[int]], settings: SamplingSettings) -> Generation:
-        """One completion per token-id prompt, sent as token ids (nothing re-tokenized)."""
-        if not self.in_sync:
-            raise RuntimeError("VLLMServerBackend.generate_from_ids called outside `with backend.sync():`; sync "
-                               "first, so the server holds the policy's current adapter")
-        ids, mask = left_pad_ids(prompt_ids, fill_token_id(self.tokenizer))  # [B, P] each
-        return self._sample(ids, mask, 1, settings)
 
     def _sample(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int,
                 settings: SamplingSettings) -> Generation:
