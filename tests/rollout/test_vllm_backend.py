@@ -17,10 +17,10 @@ from rlvr.models import LoraSettings, load_policy
 from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, decode_loop, render_prompts
 from rlvr.testing import build_tiny_model, build_tiny_tokenizer
+from tests.rollout.engine_checks import PROMPTS, assert_greedy_like_decode_loop, assert_ids_like_decode_loop
 
 pytestmark = pytest.mark.vllm
 
-PROMPTS = ["say a 1", "b", "say cc 22"]
 
 
 @pytest.fixture(scope="module")
@@ -82,22 +82,8 @@ FIXED_PROMPT = 5
 
 def test_greedy_generation_matches_decode_loop_and_reports_the_trainers_logprobs(full_engine):
     loaded, backend = full_engine
-    settings = SamplingSettings(max_new_tokens=8, do_sample=False, stop_strings=("b",))
-    with backend.sync():
-        generation = backend.generate(PROMPTS, 2, settings)
-    expected = decode_loop(loaded.policy, loaded.tokenizer, PROMPTS, 2, settings)
-    assert generation.completion_texts == expected.completion_texts
-    assert torch.equal(generation.input_ids, expected.input_ids)
-    assert torch.equal(generation.attention_mask, expected.attention_mask)
-    assert torch.equal(generation.completion_lengths, expected.completion_lengths)
-    assert torch.equal(generation.truncated, expected.truncated)
-    assert torch.equal(generation.loss_mask, expected.loss_mask)
-    assert not bool(expected.truncated.all())  # a stop string ended some rows: the stop layout is compared
-    logprobs, _ = compute_completion_logprobs(loaded.policy, generation.input_ids, generation.attention_mask,
-                                              generation.prompt_len, enable_grad=False, with_entropy=False)
-    trainer = logprobs[:, generation.prompt_len - 1:] * generation.loss_mask  # [N, C]
-    assert (generation.sampler_logprobs - trainer).abs().max() < 1e-4
-    assert float(generation.sampler_logprobs.abs().sum()) > 1.0  # real log-probs, not zeros
+    assert_greedy_like_decode_loop(loaded, backend, SamplingSettings(max_new_tokens=8, do_sample=False,
+                                                                     stop_strings=("b",)))
 
 
 def test_sampled_groups_are_prompt_major_with_their_own_logprobs(full_engine):
@@ -124,19 +110,10 @@ def test_generate_outside_sync_is_refused(full_engine):
 def test_generate_from_ids_and_greedy_episodes_match_decode_loop(full_engine):
     """Token-id prompts go to the engine as they are; a greedy episode is the same token for token."""
     from rlvr.rollout import sample_and_score
-    from rlvr.rollout.base import left_pad_ids
-    from rlvr.rollout.decode_loop import decode_loop_from_ids
     from tests.rollout.test_episodes import CountdownEnv
 
     loaded, backend = full_engine
-    settings = SamplingSettings(max_new_tokens=6, do_sample=False, stop_strings=("b",))
-    prompt_ids = [[33, 15, 39], [4, 17, 40, 41, 42], [20]]
-    with backend.sync():
-        generation = backend.generate_from_ids(prompt_ids, settings)
-    ids, mask = left_pad_ids(prompt_ids, loaded.tokenizer.pad_token_id)
-    expected = decode_loop_from_ids(loaded.policy, loaded.tokenizer, ids, mask, settings)
-    assert torch.equal(generation.input_ids, expected.input_ids)
-    assert torch.equal(generation.completion_lengths, expected.completion_lengths)
+    assert_ids_like_decode_loop(loaded, backend)
     task = CountdownEnv(max_turns=3)
     examples = task.examples("train", 2, 0)
     episode_settings = SamplingSettings(max_new_tokens=6, do_sample=False, stop_strings=tuple("aeiou "),

@@ -31,11 +31,11 @@ from safetensors.torch import load_file
 from rlvr.config import ConfigError, load_config
 from rlvr.models import LoraSettings, load_policy
 from rlvr.models.completion_logprobs import compute_completion_logprobs
-from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, decode_loop
+from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings
 from rlvr.rollout.vllm_server import ServerError
 from rlvr.testing import IM_END_TOKEN_ID, build_tiny_model, build_tiny_tokenizer
+from tests.rollout.engine_checks import PROMPTS, assert_greedy_like_decode_loop, assert_ids_like_decode_loop
 
-PROMPTS = ["say a 1", "b", "say cc 22"]
 BASE_MODEL = "tiny-base"
 
 
@@ -518,21 +518,10 @@ def _server_logprobs(backend, ids: torch.Tensor, prompt_len: int) -> torch.Tenso
 @pytest.mark.vllm
 def test_real_server_greedy_completions_equal_decode_loops_with_the_trainers_logprobs(served):
     loaded, backend = served
-    settings = SamplingSettings(max_new_tokens=8, do_sample=False, stop_strings=("b", "#"))
-    with backend.sync():
-        generation = backend.generate(PROMPTS, 2, settings)
-    expected = decode_loop(loaded.policy, loaded.tokenizer, PROMPTS, 2, settings)
-    assert generation.completion_texts == expected.completion_texts
-    assert torch.equal(generation.input_ids, expected.input_ids)
-    assert torch.equal(generation.attention_mask, expected.attention_mask)
-    assert torch.equal(generation.completion_lengths, expected.completion_lengths)
-    assert torch.equal(generation.truncated, expected.truncated)
-    assert not bool(expected.truncated.all())  # a stop string or EOS ended some rows
+    generation = assert_greedy_like_decode_loop(loaded, backend, SamplingSettings(max_new_tokens=8, do_sample=False,
+                                                                                  stop_strings=("b", "#")))
     assert generation.sampler_logprobs.shape == generation.loss_mask.shape == (6, generation.input_ids.shape[1]
                                                                                 - generation.prompt_len)
-    trainer = _trainer_logprobs(loaded.policy, generation.input_ids, generation.attention_mask, generation.prompt_len)
-    assert (generation.sampler_logprobs - trainer * generation.loss_mask).abs().max() < 1e-4
-    assert float(generation.sampler_logprobs.abs().sum()) > 1.0  # real log-probs, not zeros
 
 
 @pytest.mark.vllm
@@ -586,18 +575,8 @@ def test_real_server_after_a_lora_update_and_sync_scores_like_the_trainer(served
 
 @pytest.mark.vllm
 def test_real_server_generate_from_ids_matches_decode_loop(served):
-    from rlvr.rollout.base import left_pad_ids
-    from rlvr.rollout.decode_loop import decode_loop_from_ids
-
     loaded, backend = served
-    settings = SamplingSettings(max_new_tokens=6, do_sample=False, stop_strings=("b",))
-    prompt_ids = [[33, 15, 39], [4, 17, 40, 41, 42], [20]]
-    with backend.sync():
-        generation = backend.generate_from_ids(prompt_ids, settings)
-    ids, mask = left_pad_ids(prompt_ids, loaded.tokenizer.pad_token_id)
-    expected = decode_loop_from_ids(loaded.policy, loaded.tokenizer, ids, mask, settings)
-    assert torch.equal(generation.input_ids, expected.input_ids)
-    assert torch.equal(generation.completion_lengths, expected.completion_lengths)
+    assert_ids_like_decode_loop(loaded, backend)
 
 
 @pytest.mark.vllm
