@@ -15,7 +15,7 @@ policy before each update (LoRA: only the adapter is copied; full fine-tuning: a
 memory). Sampling before the step on the live model instead would leave only the forward and backward
 passes to overlap, with one module shared by two threads (the adapter merge swaps its weights, the
 reference pass disables its adapter). The copy also scores its samples with the trainer's own code
-(`score_minibatch`), so `batch.sampler_logprobs` are the stale policy's log-probs and the update weighs the
+(`policy_logprobs`), so `batch.sampler_logprobs` are the stale policy's log-probs and the update weighs the
 lag out with `rollout.correction` (old log-probs are the current policy's: the first epoch's ratio stays
 1, the lag is in pi_old / pi_sampler). An engine of its own (vllm) takes the weights when `sync()`
 opens, here in the main thread before the update, and reports its own log-probs.
@@ -28,17 +28,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import threading
 from dataclasses import dataclass
 
 import torch
 
-from rlvr.core import POLICY_LOSSES, RolloutBatch, draws_tokens_at_random, iter_minibatches
+from rlvr.core import POLICY_LOSSES, RolloutBatch, draws_tokens_at_random
 from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
 from rlvr.models.merge import merges_in_place
 from rlvr.rollout import InProcessBackend, RolloutBackend, SamplingSettings
 from rlvr.training.collect import CollectedGroups, GreedyBaselines, collect_groups, greedy_baselines, rollout_batch
-from rlvr.training.values import score_minibatch
+from rlvr.training.reference import batch_logprobs
+from rlvr.training.values import forward_group_size
 
 # The key of the loop counters (`state`, saved in trainer_state.pt) that holds the pending rollout.
 PENDING_ROLLOUT = "pending_rollout"
@@ -67,13 +69,10 @@ def sample_rollout(backend: RolloutBackend, task, tokenizer, settings: SamplingS
 
 
 def policy_logprobs(model, batch: RolloutBatch, config) -> torch.Tensor:
-    """log pi of every completion token of `batch` under `model`, by the update's own forward pass. -> [N, L-1]."""
-    device = next(model.parameters()).device
-    parts = []
-    for minibatch in iter_minibatches(batch, config.optim.minibatch_size, shuffle=False, device=device):
-        scores = score_minibatch(model, None, minibatch, config, with_entropy=False, enable_grad=False)
-        parts.append(scores.logprobs.to(batch.completion_mask.device))  # [b, L-1]
-    return torch.cat(parts)  # [N, L-1]
+    """log pi of every completion token of `batch` under `model`, each group's prompt shared as the update's
+    forward shares it (`forward_group_size`), so unchanged weights give the update's own numbers. -> [N, L-1]."""
+    return batch_logprobs(model, batch, minibatch_size=config.optim.minibatch_size, group_size=forward_group_size(config),
+                          temperature=config.rollout.temperature)
 
 
 class SamplerCopy:
@@ -204,8 +203,7 @@ class OneStepOffRollouts:
 
 
 def _with_sampler_logprobs(rollout: Rollout, logprobs: torch.Tensor) -> Rollout:
-    return Rollout(collected=rollout.collected, batch=rollout.batch.replace(sampler_logprobs=logprobs),
-                   baselines=rollout.baselines, policy_version=rollout.policy_version)
+    return dataclasses.replace(rollout, batch=rollout.batch.replace(sampler_logprobs=logprobs))
 
 
 def rollout_schedule(session, settings: SamplingSettings, config, dist, state: dict, collect=collect_groups):

@@ -25,15 +25,16 @@ def scoring_group_size(group_size: int, minibatch_size: int) -> int:
     return group_size if minibatch_size % group_size == 0 else 1
 
 
-def reference_logprobs(reference_model, batch: RolloutBatch, *, minibatch_size: int, group_size: int,
-                       temperature: float) -> torch.Tensor:
-    """log pi_ref of every completion token of `batch`. -> [N, L-1], 0 outside the completion mask."""
+def batch_logprobs(model, batch: RolloutBatch, *, minibatch_size: int, group_size: int,
+                   temperature: float) -> torch.Tensor:
+    """log pi of every completion token of `batch` under `model` (the reference, or the sampling copy of
+    one step off-policy), without gradient. -> [N, L-1], 0 outside the completion mask."""
     shared = scoring_group_size(group_size, minibatch_size)
-    device = next(reference_model.parameters()).device
+    device = next(model.parameters()).device
     parts = []
     for minibatch in iter_minibatches(batch, minibatch_size, shuffle=False, device=device):
         logprobs, _ = compute_completion_logprobs(
-            reference_model, minibatch.input_ids, minibatch.attention_mask, minibatch.prompt_len,
+            model, minibatch.input_ids, minibatch.attention_mask, minibatch.prompt_len,
             group_size=shared, enable_grad=False, temperature=temperature, with_entropy=False,
             completion_mask=minibatch.completion_mask,
         )  # [b, L-1]
@@ -44,7 +45,7 @@ def reference_logprobs(reference_model, batch: RolloutBatch, *, minibatch_size: 
 def with_reference_logprobs(loaded: LoadedModel, batch: RolloutBatch, config) -> RolloutBatch:
     """A copy of `batch` holding the reference log-probs (the config's minibatch size and temperature)."""
     with reference_context(loaded) as reference:
-        ref_logprobs = reference_logprobs(reference, batch, minibatch_size=config.optim.minibatch_size,
+        ref_logprobs = batch_logprobs(reference, batch, minibatch_size=config.optim.minibatch_size,
                                           group_size=config.rollout.group_size,
                                           temperature=config.rollout.temperature)  # [N, L-1]
     return batch.replace(ref_logprobs=ref_logprobs)
