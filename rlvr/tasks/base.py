@@ -9,6 +9,7 @@ by accident.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, Union
 
@@ -66,6 +67,16 @@ def resolve_weights(defaults: dict[str, float], overrides: dict[str, float]) -> 
             f"task.reward_weights: unknown component {unknown[0]!r}; valid components: {', '.join(defaults)}"
         )
     return {**defaults, **overrides}
+
+
+def train_indices(count: int, pool_size: int, seed: int) -> list[int]:
+    """`count` indices into a training pool of `pool_size` items, drawn by `seed`: without replacement within
+    each pass over the pool, a new shuffled pass when one is used up."""
+    rng = random.Random(seed)
+    indices: list[int] = []
+    while len(indices) < count:
+        indices += rng.sample(range(pool_size), min(count - len(indices), pool_size))
+    return indices
 
 
 def check_count_option(task_name: str, key: str, value: Any, minimum: int = 0) -> int:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 from rlvr.tasks.verification.answers import produced_answer
-from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, prompt_text,
+from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, prompt_text, train_indices,
                              resolve_weights)
 from rlvr.tasks.data_files import Row, hf_rows, read_rows
 from rlvr.tasks.verification.grading import (DEFAULT_TIMEOUT_SECONDS, Grader, Judgement, judge_question_only, judge_r1_zero,
@@ -185,10 +185,7 @@ class ProblemTask:
             raise ValueError(f"{self.name}: unknown split {split!r}; valid splits: train, eval")
         if not self.train:
             raise ValueError(self._no_training_problems())
-        rng = random.Random(seed)
-        indices: list[int] = []
-        while len(indices) < count:  # without replacement within a pass over the data
-            indices += rng.sample(range(len(self.train)), min(count - len(indices), len(self.train)))
+        indices = train_indices(count, len(self.train), seed)
         return [self.make_example(self.train[i], i, "train") for i in indices]
 
     def _no_training_problems(self) -> str:

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import random
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
 from rlvr.tasks.base import Example, Verdict, check_count_option, check_seconds_option, prompt_text, resolve_weights
-from rlvr.tasks.base import weighted_total
+from rlvr.tasks.base import train_indices, weighted_total
 from rlvr.tasks.environment import EnvReply, Episode, add_counts
 from rlvr.tasks.verifiers_bridge import (DEFAULT_TURN_TIMEOUT_SECONDS, LOOP, BridgedAgent, Exchange, UnplayedAgent,
                                          append_message, assistant_message, chat_messages, episode_tools,
@@ -205,10 +204,7 @@ class VerifiersTask:
             return [self._example("eval", i) for i in range(min(count, len(self.held_out)))]
         if split != "train":
             raise ValueError(f"{self.name}: unknown split {split!r}; valid splits: train, eval")
-        rng = random.Random(seed)
-        indices: list[int] = []
-        while len(indices) < count:  # without replacement within a pass over the tasks
-            indices += rng.sample(range(len(self.train)), min(count - len(indices), len(self.train)))
+        indices = train_indices(count, len(self.train), seed)
         return [self._example("train", i) for i in indices]
 
     def iter_eval(self) -> Iterator[Example]:
