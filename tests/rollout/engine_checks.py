@@ -13,9 +13,18 @@ from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.rollout import SamplingSettings, decode_loop
 from rlvr.rollout.base import Generation, left_pad_ids
 from rlvr.rollout.decode_loop import decode_loop_from_ids
+from rlvr.testing import build_tiny_model, build_tiny_tokenizer
 
 PROMPTS = ["say a 1", "b", "say cc 22"]
 ID_PROMPTS = [[33, 15, 39], [4, 17, 40, 41, 42], [20]]
+
+
+def save_head32_model(folder):
+    """rlvr's tiny model and tokenizer saved in `folder`, 128 wide with 4 heads: vLLM's CPU attention takes
+    head sizes that are multiples of 32 (the default tiny model's are 8). -> folder"""
+    build_tiny_model(hidden_size=128, num_heads=4, num_kv_heads=2).save_pretrained(folder)
+    build_tiny_tokenizer().save_pretrained(folder)
+    return folder
 
 
 def assert_greedy_like_decode_loop(loaded, backend, settings: SamplingSettings, group_size: int = 2) -> Generation:

@@ -17,7 +17,7 @@ import torch
 
 from rlvr.config import ConfigError, load_config
 from rlvr.models.completion_logprobs import compute_completion_logprobs
-from rlvr.rollout import ROLLOUT_BACKENDS, Generation, RolloutBackend, SamplingSettings, decode_loop
+from rlvr.rollout import ROLLOUT_BACKENDS, Generation, RolloutBackend, decode_loop
 from rlvr.training.collect import CollectedGroups, SampledGroup, rollout_batch
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
@@ -90,7 +90,7 @@ def test_a_backend_registered_from_a_test_file_trains(engine_copy_backend, tiny_
     shift = 0.25
     run_dir = tmp_path / "run"
     config = load_config(None, tiny_overrides(tiny_model_dir, run_dir, **{
-        "rollout.backend": NAME, f"rollout.backend_options.logprob_shift": shift, "train.iterations": 2,
+        "rollout.backend": NAME, "rollout.backend_options.logprob_shift": shift, "train.iterations": 2,
         "train.eval_size": 0, "algorithm.kl_coef": 0.0, "rollout.tis_cap": 2.0}))
     train(config)
     records = read_jsonl(run_dir / "metrics.jsonl")

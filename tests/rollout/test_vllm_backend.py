@@ -16,8 +16,8 @@ from rlvr.config import load_config
 from rlvr.models import LoraSettings, load_policy
 from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, decode_loop, render_prompts
-from rlvr.testing import build_tiny_model, build_tiny_tokenizer
-from tests.rollout.engine_checks import PROMPTS, assert_greedy_like_decode_loop, assert_ids_like_decode_loop
+from tests.rollout.engine_checks import (PROMPTS, assert_greedy_like_decode_loop, assert_ids_like_decode_loop,
+                                         save_head32_model)
 
 pytestmark = pytest.mark.vllm
 
@@ -25,10 +25,7 @@ pytestmark = pytest.mark.vllm
 
 @pytest.fixture(scope="module")
 def head32_model_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("head32") / "model"
-    build_tiny_model(hidden_size=128, num_heads=4, num_kv_heads=2).save_pretrained(folder)
-    build_tiny_tokenizer().save_pretrained(folder)
-    return folder
+    return save_head32_model(tmp_path_factory.mktemp("head32") / "model")
 
 
 def _rollout_config(model_dir, **options):

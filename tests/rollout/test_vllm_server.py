@@ -33,8 +33,9 @@ from rlvr.models import LoraSettings, load_policy
 from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings
 from rlvr.rollout.vllm_server import ServerError
-from rlvr.testing import IM_END_TOKEN_ID, build_tiny_model, build_tiny_tokenizer
-from tests.rollout.engine_checks import PROMPTS, assert_greedy_like_decode_loop, assert_ids_like_decode_loop
+from rlvr.testing import IM_END_TOKEN_ID
+from tests.rollout.engine_checks import (PROMPTS, assert_greedy_like_decode_loop, assert_ids_like_decode_loop,
+                                         save_head32_model)
 
 BASE_MODEL = "tiny-base"
 
@@ -439,10 +440,7 @@ FIXED_PROMPT = 5
 @pytest.fixture(scope="module")
 def served_model_dir(tmp_path_factory):
     """vLLM's CPU attention takes head sizes that are multiples of 32: 128 wide, 4 heads."""
-    folder = tmp_path_factory.mktemp("served") / "model"
-    build_tiny_model(hidden_size=128, num_heads=4, num_kv_heads=2).save_pretrained(folder)
-    build_tiny_tokenizer().save_pretrained(folder)
-    return folder
+    return save_head32_model(tmp_path_factory.mktemp("served") / "model")
 
 
 @pytest.fixture(scope="module")
