@@ -32,7 +32,8 @@ from rlvr.training.reference import needs_reference_logprobs, with_reference_log
 from rlvr.observe.rollout_stats import advantage_per_row, gather_rollout, rollout_stats
 from rlvr.run.setup import load_model_and_task, rollout_backend, set_up_value_model
 from rlvr.training.update import update_policy
-from rlvr.training.values import forward_group_size, with_old_values
+from rlvr.training.microbatching import forward_group_size
+from rlvr.training.values import with_old_values
 
 # Estimators whose advantages sum to 0 within each group (z-score, mean-centring, leave-one-out).
 CENTRING_ESTIMATORS = ("grpo", "mean_centered", "rloo")

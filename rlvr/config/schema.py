@@ -320,6 +320,11 @@ class OptimConfig:
                                            bounds=count(1, MAX_PROMPTS * MAX_GROUP))
     grad_accum_steps: Optional[int] = option(1, "minibatches accumulated per optimizer step; null: derived from "
                                              "minibatch_size", bounds=count(1, MAX_PROMPTS * MAX_GROUP))
+    # Losses divide by the batch's global counts, so any split of the rows gives the same step.
+    microbatch_tokens: Optional[int] = option(None, "null: microbatches of minibatch_size rows; a number: whole "
+                                              "groups packed longest first, at most this many padded tokens (rows "
+                                              "x width) per microbatch (a group wider than that alone)",
+                                              bounds=count(1, 10**9))
 
 
 @dataclass

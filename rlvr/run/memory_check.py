@@ -37,8 +37,8 @@ PART_KEYS = {
     "gradients and optimizer state": "model.lora=true, model.lora_rank",
     "KV cache": "rollout.batch_size, rollout.group_size, rollout.max_new_tokens, train.eval_batch_size, "
                 "train.eval_max_new_tokens",
-    "activations": "optim.minibatch_size (or optim.grad_accum_steps), rollout.max_new_tokens, "
-                   "model.gradient_checkpointing=true",
+    "activations": "optim.minibatch_size (or optim.grad_accum_steps, or optim.microbatch_tokens), "
+                   "rollout.max_new_tokens, model.gradient_checkpointing=true",
     "logits chunks": "optim.minibatch_size (or optim.grad_accum_steps)",
 }
 
@@ -122,10 +122,21 @@ def run_sizes(config: Config, prompt_tokens: int) -> RunSizes:
     r = config.rollout
     return RunSizes(
         rollout_rows=config.rollout_size, rollout_tokens=prompt_tokens + r.max_new_tokens,
-        microbatch_rows=config.optim.minibatch_size,
+        microbatch_rows=update_microbatch_rows(config, prompt_tokens + r.max_new_tokens),
         reference=config.algorithm.kl_coef > 0 or config.algorithm.kl_in_reward > 0,
         value_model=config.algorithm.value_model, **_shared_sizes(config, prompt_tokens),
     )
+
+
+def update_microbatch_rows(config: Config, full_width: int) -> int:
+    """Rows of the update's largest microbatch at full width: `optim.minibatch_size`, or with
+    `optim.microbatch_tokens` as many as the budget holds at that width (whole groups, at least one)."""
+    budget = config.optim.microbatch_tokens
+    if budget is None:
+        return config.optim.minibatch_size
+    group = 1 if config.model.gradient_checkpointing else config.rollout.group_size  # the packed unit
+    groups = max(1, budget // (group * max(full_width, 1)))
+    return min(groups * group, config.rollout_size)
 
 
 def sft_sizes(config: Config, prompt_tokens: int) -> RunSizes:

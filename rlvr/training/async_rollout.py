@@ -40,7 +40,6 @@ from rlvr.models.merge import merges_in_place
 from rlvr.rollout import InProcessBackend, RolloutBackend, SamplingSettings
 from rlvr.training.collect import CollectedGroups, GreedyBaselines, collect_groups, greedy_baselines, rollout_batch
 from rlvr.training.reference import batch_logprobs
-from rlvr.training.values import forward_group_size
 
 # The key of the loop counters (`state`, saved in trainer_state.pt) that holds the pending rollout.
 PENDING_ROLLOUT = "pending_rollout"
@@ -71,8 +70,7 @@ def sample_rollout(backend: RolloutBackend, task, tokenizer, settings: SamplingS
 def policy_logprobs(model, batch: RolloutBatch, config) -> torch.Tensor:
     """log pi of every completion token of `batch` under `model`, each group's prompt shared as the update's
     forward shares it (`forward_group_size`), so unchanged weights give the update's own numbers. -> [N, L-1]."""
-    return batch_logprobs(model, batch, minibatch_size=config.optim.minibatch_size, group_size=forward_group_size(config),
-                          temperature=config.rollout.temperature)
+    return batch_logprobs(model, batch, config, as_update=True)
 
 
 class SamplerCopy:

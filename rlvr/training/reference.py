@@ -3,16 +3,18 @@
 Needed only for the KL term (`algorithm.kl_coef > 0`) or PPO's KL penalty in the reward
 (`algorithm.kl_in_reward > 0`). With LoRA the reference is the policy
 with its adapter disabled (no second copy); with full fine-tuning, a frozen copy of the initial
-weights (`rlvr.models.reference_context`). Run in minibatches of `optim.minibatch_size` rows,
-each group's prompt once when minibatches hold whole groups, as in the update.
+weights (`rlvr.models.reference_context`). Run in the update's microbatches
+(`rlvr.training.microbatching`), each group's prompt once when microbatches hold whole groups.
 """
 
 from __future__ import annotations
 
 import torch
 
-from rlvr.core import RolloutBatch, iter_minibatches
+from rlvr.core import RolloutBatch
+from rlvr.core.microbatches import scatter_per_token
 from rlvr.models import LoadedModel, compute_completion_logprobs, reference_context
+from rlvr.training.microbatching import forward_group_size, training_microbatches
 
 
 def needs_reference_logprobs(algo) -> bool:
@@ -20,32 +22,28 @@ def needs_reference_logprobs(algo) -> bool:
     return algo.kl_coef > 0 or algo.kl_in_reward > 0
 
 
-def scoring_group_size(group_size: int, minibatch_size: int) -> int:
-    """Rows per shared prompt in a minibatch: G when minibatches hold whole groups, else 1."""
-    return group_size if minibatch_size % group_size == 0 else 1
-
-
-def batch_logprobs(model, batch: RolloutBatch, *, minibatch_size: int, group_size: int,
-                   temperature: float) -> torch.Tensor:
+def batch_logprobs(model, batch: RolloutBatch, config, *, as_update: bool = False) -> torch.Tensor:
     """log pi of every completion token of `batch` under `model` (the reference, or the sampling copy of
-    one step off-policy), without gradient. -> [N, L-1], 0 outside the completion mask."""
-    shared = scoring_group_size(group_size, minibatch_size)
+    one step off-policy), without gradient, at `rollout.temperature`, in the training passes'
+    microbatches. `as_update`: prompts shared exactly as the update's forward shares them (so unchanged
+    weights give the update's own numbers); otherwise whenever microbatches hold whole groups.
+    -> [N, L-1], 0 outside the completion mask."""
+    shared = forward_group_size(config, with_grad=as_update)
     device = next(model.parameters()).device
     parts = []
-    for minibatch in iter_minibatches(batch, minibatch_size, shuffle=False, device=device):
+    for micro in training_microbatches(batch, config, device, group_size=shared):
+        minibatch = micro.batch
         logprobs, _ = compute_completion_logprobs(
             model, minibatch.input_ids, minibatch.attention_mask, minibatch.prompt_len,
-            group_size=shared, enable_grad=False, temperature=temperature, with_entropy=False,
+            group_size=shared, enable_grad=False, temperature=config.rollout.temperature, with_entropy=False,
             completion_mask=minibatch.completion_mask,
-        )  # [b, L-1]
-        parts.append(logprobs.to(batch.completion_mask.device))
-    return torch.cat(parts)  # [N, L-1]
+        )  # [b, l-1]
+        parts.append((micro, logprobs))
+    return scatter_per_token(parts, len(batch), batch.completion_mask.shape[1]).to(batch.completion_mask.device)
 
 
 def with_reference_logprobs(loaded: LoadedModel, batch: RolloutBatch, config) -> RolloutBatch:
-    """A copy of `batch` holding the reference log-probs (the config's minibatch size and temperature)."""
+    """A copy of `batch` holding the reference log-probs (the config's microbatches and temperature)."""
     with reference_context(loaded) as reference:
-        ref_logprobs = batch_logprobs(reference, batch, minibatch_size=config.optim.minibatch_size,
-                                          group_size=config.rollout.group_size,
-                                          temperature=config.rollout.temperature)  # [N, L-1]
+        ref_logprobs = batch_logprobs(reference, batch, config)  # [N, L-1]
     return batch.replace(ref_logprobs=ref_logprobs)

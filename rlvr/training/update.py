@@ -1,5 +1,7 @@
 """The update stage of an RL iteration: `ppo_epochs` optimizer steps over one rollout batch, each
-accumulated over `grad_accum_steps` microbatches that together cover the whole batch.
+accumulated over microbatches that together cover the whole batch (`rlvr.training.microbatching`:
+`grad_accum_steps` of `minibatch_size` rows, or packed by `optim.microbatch_tokens`), each cut to
+its own rows' columns so padding is not computed.
 
 Because every epoch is exactly one optimizer step, the first epoch runs at the sampling
 policy: its detached log-probs are the old log-probs (ratio exactly 1), and no separate
@@ -30,7 +32,6 @@ from rlvr.core import (
     RolloutBatch,
     aggregate_loss,
     draws_tokens_at_random,
-    iter_minibatches,
     kl_per_token,
     loss_options,
     top_entropy_mask,
@@ -66,6 +67,8 @@ from rlvr.models.value_model import ValueModel
 from rlvr.parallel.distributed import SINGLE, reduce_metric_sums
 from rlvr.parallel.fsdp import clip_grad_norm
 from rlvr.observe.metrics import MetricSums
+from rlvr.core.microbatches import scatter_per_token
+from rlvr.training.microbatching import forward_group_size, training_microbatches
 from rlvr.training.values import score_minibatch, value_batch_metrics
 
 
@@ -116,8 +119,9 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     for epoch in range(algo.ppo_epochs):
         collected_old = []
         epoch_loss = torch.zeros(())
-        for minibatch in iter_minibatches(epoch_batch, config.optim.minibatch_size, shuffle=False, device=device):
-            mask = minibatch.completion_mask  # [b, L-1]
+        for micro in training_microbatches(epoch_batch, config, device, group_size=forward_group_size(config)):
+            minibatch = micro.batch  # its rows, cut to their own columns
+            mask = minibatch.completion_mask  # [b, l-1]
             scores = score_minibatch(policy, value_model, minibatch, config, with_logprobs=not value_warmup,
                                      with_entropy=epoch == 0 or needs_entropy_every_epoch(algo),
                                      detach_value_input=value_warmup)  # [b, L-1] each
@@ -125,7 +129,7 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
             if not value_warmup:
                 if epoch_batch.old_logprobs is None:
                     minibatch_old = scores.logprobs.detach()  # first epoch: exactly the sampling policy
-                    collected_old.append(minibatch_old.to(batch.completion_mask.device))
+                    collected_old.append((micro, minibatch_old))
                 else:
                     minibatch_old = minibatch.old_logprobs
                 per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums,
@@ -143,7 +147,8 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
             loss.backward()
             epoch_loss = epoch_loss + loss.detach().cpu()
         if epoch_batch.old_logprobs is None and collected_old:
-            epoch_batch = batch.replace(old_logprobs=torch.cat(collected_old))  # [N, L-1], for later epochs
+            old = scatter_per_token(collected_old, len(batch), batch.completion_mask.shape[1])  # [N, L-1]
+            epoch_batch = batch.replace(old_logprobs=old.to(batch.completion_mask.device))  # for later epochs
         dist.sum_gradients(trainable_params)  # after this every rank holds the global gradient
         grad_norm = clip_grad_norm(trainable_params, config.optim.max_grad_norm, dist)  # global norm, FSDP shards too
         loss_value = dist.sum_scalar(float(epoch_loss)) if dist.enabled else float(epoch_loss)

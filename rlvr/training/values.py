@@ -3,7 +3,7 @@
 `with_old_values`: the value model's values for every completion token of the rollout batch, at
 the weights that sampled it (GAE needs them before the advantages, so this is a pass of its own),
 plus the sampling policy's log-probs when the KL penalty is in the reward (with a shared backbone
-both come from the same pass). Run in minibatches like the update, each group's prompt once.
+both come from the same pass). Run in the update's microbatches (`rlvr.training.microbatching`), each group's prompt once.
 `score_minibatch`: what the update needs of one minibatch: with a shared backbone log-probs and
 values from one decoder pass, with a separate value model one pass of each, without one the
 log-probs alone. `value_batch_metrics`: the sampling-time values against their returns, over
@@ -14,20 +14,13 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.core import RolloutBatch, explained_variance_from_sums, explained_variance_sums, iter_minibatches
+from rlvr.core import RolloutBatch, explained_variance_from_sums, explained_variance_sums
+from rlvr.core.microbatches import scatter_per_token
 from rlvr.observe.metric_names import EXPLAINED_VARIANCE, RETURN_MEAN, VALUE_MEAN
 from rlvr.models.completion_logprobs import CompletionScores, compute_completion_logprobs, compute_completion_scores
 from rlvr.models.value_model import ValueModel
 from rlvr.parallel.distributed import SINGLE, Dist
-from rlvr.training.reference import scoring_group_size
-
-
-def forward_group_size(config) -> int:
-    """Rows per shared prompt in the update's forward passes (1 with gradient checkpointing, which
-    cannot share one prompt's cache across the group)."""
-    if config.model.gradient_checkpointing:
-        return 1
-    return scoring_group_size(config.rollout.group_size, config.optim.minibatch_size)
+from rlvr.training.microbatching import forward_group_size, training_microbatches
 
 
 def score_minibatch(policy, value_model: ValueModel | None, minibatch: RolloutBatch, config, *,
@@ -59,14 +52,18 @@ def with_old_values(policy, value_model: ValueModel, batch: RolloutBatch, config
     """A copy of `batch` holding old_values [N, L-1] (and old_logprobs [N, L-1] when `with_logprobs`)."""
     device = next(policy.parameters()).device
     values, logprobs = [], []
-    for minibatch in iter_minibatches(batch, config.optim.minibatch_size, shuffle=False, device=device):
-        scores = score_minibatch(policy, value_model, minibatch, config, with_logprobs=with_logprobs,
+    for micro in training_microbatches(batch, config, device, group_size=forward_group_size(config)):
+        scores = score_minibatch(policy, value_model, micro.batch, config, with_logprobs=with_logprobs,
                                  with_entropy=False, enable_grad=False)
-        values.append(scores.values.to(batch.completion_mask.device))
+        values.append((micro, scores.values))
         if with_logprobs:
-            logprobs.append(scores.logprobs.to(batch.completion_mask.device))
-    old_logprobs = torch.cat(logprobs) if with_logprobs else batch.old_logprobs
-    return batch.replace(old_values=torch.cat(values), old_logprobs=old_logprobs)
+            logprobs.append((micro, scores.logprobs))
+    num_rows, width = batch.completion_mask.shape
+    old_values = scatter_per_token(values, num_rows, width).to(batch.completion_mask.device)  # [N, L-1]
+    old_logprobs = batch.old_logprobs
+    if with_logprobs:
+        old_logprobs = scatter_per_token(logprobs, num_rows, width).to(batch.completion_mask.device)
+    return batch.replace(old_values=old_values, old_logprobs=old_logprobs)
 
 
 def value_batch_metrics(batch: RolloutBatch, dist: Dist = SINGLE) -> dict[str, float]:
