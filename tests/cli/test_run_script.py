@@ -100,7 +100,8 @@ def _run(args: list[str], env_extra: dict, path_dirs: list[Path] = ()) -> subpro
 
 def test_run_installs_once_in_order_then_goes_straight_to_the_command(tmp_path):
     venv, log = _fake_venv(tmp_path, CPU_ONLY_REPORT)
-    env = {"RLVR_VENV": str(venv), "RLVR_TORCH": "cpu"}
+    vllm_venv, vllm_log = _fake_venv(tmp_path / "vllm", CPU_ONLY_REPORT)
+    env = {"RLVR_VENV": str(venv), "RLVR_VLLM_VENV": str(vllm_venv), "RLVR_TORCH": "cpu"}
     first = _run(["rlvr", "--version"], env)
     assert first.returncode == 0, first.stderr
     calls = log.read_text().splitlines()
@@ -125,6 +126,7 @@ def test_run_installs_once_in_order_then_goes_straight_to_the_command(tmp_path):
     assert _run(["test", "-k", "nothing"], env).returncode == 0
     calls = log.read_text().splitlines()
     assert f"-m pip install -e {REPO}[tasks,test]" in calls and calls[-1] == "-m pytest -q -k nothing"
+    assert not vllm_log.exists()  # pytest arguments: the vLLM environment is neither set up nor run
 
 
 def test_cpu_index_is_used_for_a_cuda_default_and_a_failure_falls_back_to_the_plain_pin(tmp_path):
@@ -140,7 +142,7 @@ def test_cpu_index_is_used_for_a_cuda_default_and_a_failure_falls_back_to_the_pl
 def test_fake_nvidia_smi_on_path_selects_the_cuda_build(tmp_path):
     bin_dir = tmp_path / "bin"
     _executable(bin_dir / "nvidia-smi", "#!/bin/sh\necho 'GPU 0: Fake (UUID: GPU-1)'\n")
-    env = {"RLVR_VENV": str(tmp_path / "no-venv")}
+    env = {"RLVR_VENV": str(tmp_path / "no-venv"), "RLVR_VLLM_VENV": str(tmp_path / "no-vllm-venv")}
     with_gpu = _run(["plan"], env, path_dirs=[bin_dir])
     assert with_gpu.returncode == 0, with_gpu.stderr
     assert "torch: cuda build, version 2.13.0" in with_gpu.stdout
