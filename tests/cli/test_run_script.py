@@ -235,7 +235,7 @@ def test_run_test_sets_up_the_vllm_environment_once_and_runs_its_tests_after_the
     uninstall = calls.index("-m pip uninstall --yes torchvision torchaudio torchcodec")
     assert calls.index("-c import transformers, vllm") > uninstall  # the import check sees the cleaned environment
     assert calls[-1] == "-m pytest -q -m vllm"
-    assert "about 3.5 GB" in first.stderr and "the vLLM tests: exit status 0" in first.stderr
+    assert "about 4.3 GB" in first.stderr and "the vLLM tests: exit status 0" in first.stderr
     stamp = json.loads((vllm / "rlvr-setup.json").read_text())
     assert stamp["extras"] == ["test", "vllm-cpu"] and stamp["torch"] == "cpu==2.13.0"
 
