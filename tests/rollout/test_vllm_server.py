@@ -593,3 +593,4 @@ def test_real_server_one_training_iteration_logs_a_near_zero_sampler_gap(served_
         assert record["rollout/logprob_abs_diff_mean"] < 1e-4
         assert record["rollout/logprob_abs_diff_max"] < 1e-3
         assert abs(record["rollout/mismatch_kl"]) < 1e-6
+        assert record["rollout/mismatch_ratio_out_frac"] == 0.0
