@@ -1679,6 +1679,65 @@ RUN_SCRIPT = [
     ),
 ]
 
+CORE_MICRO = "tests/core/test_microbatches.py::"
+TRAIN_MICRO = "tests/training/test_microbatching.py::"
+MICROBATCHES = [
+    mutation(
+        "trim_prompt_len_not_shifted", "rlvr/core/microbatches.py",
+        "a trimmed microbatch keeps the batch's prompt_len: its completions are read from the wrong column",
+        ("                   prompt_len=batch.prompt_len - first)", "                   prompt_len=batch.prompt_len)"),
+        tests=(CORE_MICRO + "test_trim_columns_cuts_every_field_at_the_same_tokens",
+               TRAIN_MICRO + "test_trimmed_and_packed_microbatches_give_the_whole_width_update"),
+    ),
+    mutation(
+        "trim_per_token_off_by_one", "rlvr/core/microbatches.py",
+        "per-token fields cut one column to the right of the tokens: each mask and log-prob scores the next token",
+        ("            changes[name] = value[:, first : end - 1]", "            changes[name] = value[:, first + 1 : end]"),
+        tests=(CORE_MICRO + "test_trim_columns_cuts_every_field_at_the_same_tokens",
+               TRAIN_MICRO + "test_trimmed_and_packed_microbatches_give_the_whole_width_update"),
+    ),
+    mutation(
+        "trim_drops_last_completion_column", "rlvr/core/microbatches.py",
+        "the longest completion's last token is cut off with the padding",
+        ("    end = prompt_len + (int(completion_cols[-1]) + 1 if completion_cols.numel() else 1)",
+         "    end = prompt_len + (int(completion_cols[-1]) if completion_cols.numel() else 1)"),
+        tests=(CORE_MICRO + "test_real_column_span_keeps_the_last_prompt_column_and_one_completion_column",
+               TRAIN_MICRO + "test_trimmed_and_packed_microbatches_give_the_whole_width_update"),
+    ),
+    mutation(
+        "scatter_ignores_first_column", "rlvr/core/microbatches.py",
+        "microbatch results are written back from column 0, not from the column their cut starts at",
+        ("        out[micro.rows.to(out.device), micro.first_column : micro.first_column + columns] = values.to(out.device)",
+         "        out[micro.rows.to(out.device), :columns] = values.to(out.device)"),
+        tests=(CORE_MICRO + "test_scatter_puts_each_microbatch_back_at_its_rows_and_columns",
+               TRAIN_MICRO + "test_reference_logprobs_and_old_values_match_the_whole_batch"),
+    ),
+    mutation(
+        "pack_budget_ignored", "rlvr/core/microbatches.py",
+        "packing never closes a microbatch: the token budget bounds nothing",
+        ("            if (len(current) + 1) * group_size * (merged_end - merged_first) <= token_budget:",
+         "            if True:"),
+        tests=(CORE_MICRO + "test_plan_with_a_budget_packs_whole_groups_longest_first",
+               TRAIN_MICRO + "test_trimmed_and_packed_microbatches_give_the_whole_width_update"),
+    ),
+    mutation(
+        "pack_splits_groups", "rlvr/core/microbatches.py",
+        "packed microbatches list their rows in packing order: a group's rows are no longer in order with their unit",
+        ("    return [[unit * group_size + offset for unit in sorted(plan) for offset in range(group_size)] for plan in plans]",
+         "    return [[unit * group_size + offset for offset in range(group_size) for unit in plan] for plan in plans]"),
+        tests=(CORE_MICRO + "test_plan_with_a_budget_packs_whole_groups_longest_first",
+               TRAIN_MICRO + "test_trimmed_and_packed_microbatches_give_the_whole_width_update"),
+    ),
+    mutation(
+        "token_budget_shares_under_checkpointing", "rlvr/training/microbatching.py",
+        "gradient checkpointing with a token budget still shares prompts in the update (checkpointing cannot)",
+        ("    if with_grad and config.model.gradient_checkpointing:\n        return 1",
+         "    if with_grad and config.model.gradient_checkpointing and config.optim.microbatch_tokens is None:\n        return 1"),
+        tests=(TRAIN_MICRO + "test_a_token_budget_shares_prompts_and_checkpointing_does_not",
+               TRAIN_MICRO + "test_a_token_budget_under_gradient_checkpointing_packs_rows_and_gives_the_same_update"),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
-             + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + RUN_SCRIPT)
+             + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + RUN_SCRIPT + MICROBATCHES)

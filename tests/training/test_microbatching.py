@@ -163,3 +163,17 @@ def test_a_token_budget_shares_prompts_and_checkpointing_does_not(tiny_model_dir
     # Units of one row when the forward shares nothing.
     micros = list(iter_microbatches(_batch(), rows=2, group_size=1, token_budget=30))
     assert sorted(len(m.rows) for m in micros) != [2, 2, 2, 2]
+
+
+def test_a_token_budget_under_gradient_checkpointing_packs_rows_and_gives_the_same_update(tiny_model_dir, monkeypatch):
+    """Checkpointing cannot share a prompt's cache across a group: the budget packs single rows instead."""
+    expected, _, _ = _update(tiny_model_dir, _config(tiny_model_dir), "grpo", monkeypatch, splitter=_whole_width)
+    config = _config(tiny_model_dir, **{"optim.microbatch_tokens": 30, "model.gradient_checkpointing": True})
+    weights, _, widths = _update(tiny_model_dir, config, "grpo", monkeypatch)
+    shapes = {size: [tuple(m.batch.input_ids.shape) for m in iter_microbatches(_batch(), rows=2, group_size=size,
+                                                                                 token_budget=30)]
+              for size in (1, GROUP)}
+    assert shapes[1] != shapes[GROUP] and widths == shapes[1] * 2  # units of one row, in both epochs
+    # Not sharing a prompt changes the order of the log-prob path's fp32 head arithmetic: equal to ~1e-7.
+    for name, value in expected.items():
+        torch.testing.assert_close(weights[name], value, rtol=1e-5, atol=1e-6, msg=name)

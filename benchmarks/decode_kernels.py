@@ -1,0 +1,181 @@
+"""Variants of the decoding step on the embedded SmolLM2-135M-Instruct (fp32), ms per step at 1-64 rows.
+
+  layered    `rlvr.rollout.decode_step` as it is: one linear per projection, layer by layer
+  fused      the same step with q, k, v multiplied as one [in, q+k+v] linear and gate, up as one
+             (fewer, wider matrix products for the small-row GEMMs that bound the step)
+  compiled   the layered step's dense parts (norm, projections, rotary; output projection, MLP)
+             through torch.compile (inductor): one graph per part shared by all layers (weights
+             are its inputs), dynamic in the row count; attention and the cache stay eager
+
+Each variant decodes R rows of one prompt from the same cache state; the variants step in lockstep
+(A B C C B A ...), so a change in the machine's load falls on each alike. Per row count: the median
+ms per step over `--steps` steps after `--warmup`, and the largest |logit difference| to `layered`
+at the first step (the variants must compute the same numbers up to float rounding).
+
+    OMP_NUM_THREADS=2 python benchmarks/decode_kernels.py --rows 1 4 16 64 --steps 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rlvr.rollout.decode_step import Linear, decode_step, rotate  # noqa: E402
+
+
+def fused_weights(weights):
+    """Per layer: (qkv Linear, gate_up Linear, split sizes)."""
+    fused = []
+    for layer in weights.layers:
+        qkv = torch.cat([layer.q.weight, layer.k.weight, layer.v.weight]).contiguous()
+        gate_up = torch.cat([layer.gate.weight, layer.up.weight]).contiguous()
+        fused.append((Linear(qkv, None, layer.q.weight_major), Linear(gate_up, None, layer.gate.weight_major),
+                      (layer.q.weight.shape[0], layer.k.weight.shape[0], layer.v.weight.shape[0]),
+                      layer.gate.weight.shape[0]))
+    return fused
+
+
+def fused_step(weights, fused, cache, token_ids, positions):
+    rows = token_ids.shape[0]
+    groups = weights.num_heads // weights.num_kv_heads
+    x = weights.embed(token_ids)
+    cos, sin = weights.rotary(x, positions[:, None])
+    mask = cache.attention_mask()
+    for index, (layer, (qkv, gate_up, sizes, inter)) in enumerate(zip(weights.layers, fused)):
+        h = layer.input_norm(x)
+        q, k, v = qkv(h).split(sizes, dim=-1)
+        q = q.reshape(rows, weights.num_heads, weights.head_dim)
+        k = k.reshape(rows, weights.num_kv_heads, weights.head_dim)
+        v = v.reshape(rows, weights.num_kv_heads, weights.head_dim)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        keys, values = cache.append(index, k, v)
+        query = q.reshape(rows, weights.num_kv_heads, groups, weights.head_dim).contiguous()
+        attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=weights.scaling)
+        x += layer.o(attended.reshape(rows, weights.num_heads * weights.head_dim))
+        h = layer.post_attention_norm(x)
+        gate, up = gate_up(h).split([inter, inter], dim=-1)
+        x += layer.down(F.silu(gate) * up)
+    cache.advance()
+    return weights.head(weights.norm(x)).contiguous()
+
+
+def _norm(x, weight, eps: float):
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return weight * (x * torch.rsqrt(variance + eps))
+
+
+def before_attention(x, cos, sin, norm_weight, q_weight, k_weight, v_weight, eps: float, heads: int,
+                     kv_heads: int, dim: int):
+    """Norm, q / k / v projections and rotary positions of one layer. x [R, H] -> q [R, Hq, D], k, v [R, Hkv, D]."""
+    h = _norm(x, norm_weight, eps)
+    q = F.linear(h, q_weight).view(-1, heads, dim)
+    k = F.linear(h, k_weight).view(-1, kv_heads, dim)
+    v = F.linear(h, v_weight).view(-1, kv_heads, dim)
+    return rotate(q, cos, sin), rotate(k, cos, sin), v
+
+
+def after_attention(x, attended, o_weight, norm_weight, gate_weight, up_weight, down_weight, eps: float):
+    """Output projection, residual, norm and SwiGLU MLP of one layer. x, attended [R, H] -> [R, H]."""
+    x = x + F.linear(attended, o_weight)
+    h = _norm(x, norm_weight, eps)
+    return x + F.linear(F.silu(F.linear(h, gate_weight)) * F.linear(h, up_weight), down_weight)
+
+
+def compiled_parts(weights):
+    """One compiled graph per part, shared by every layer (weights are inputs), dynamic in the row count."""
+    return (torch.compile(before_attention, dynamic=True), torch.compile(after_attention, dynamic=True))
+
+
+def compiled_step(weights, parts, cache, token_ids, positions):
+    before, after = parts
+    rows = token_ids.shape[0]
+    groups = weights.num_heads // weights.num_kv_heads
+    x = weights.embed(token_ids)
+    cos, sin = weights.rotary(x, positions[:, None])
+    mask = cache.attention_mask()
+    for index, layer in enumerate(weights.layers):
+        q, k, v = before(x, cos, sin, layer.input_norm.weight, layer.q.weight, layer.k.weight, layer.v.weight,
+                         layer.input_norm.eps, weights.num_heads, weights.num_kv_heads, weights.head_dim)
+        keys, values = cache.append(index, k, v)
+        query = q.reshape(rows, weights.num_kv_heads, groups, weights.head_dim).contiguous()
+        attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=weights.scaling)
+        x = after(x, attended.reshape(rows, weights.num_heads * weights.head_dim), layer.o.weight,
+                  layer.post_attention_norm.weight, layer.gate.weight, layer.up.weight, layer.down.weight,
+                  layer.post_attention_norm.eps)
+    cache.advance()
+    return weights.head(weights.norm(x)).contiguous()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--variants", nargs="+", default=["layered", "fused", "compiled"])
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from rlvr.models import load_policy
+    from rlvr.rollout.decode_loop import start_decoding
+    from rlvr.rollout.decode_step import DecoderWeights
+
+    loaded = load_policy("smollm2-135m-instruct")
+    model, tokenizer = loaded.policy, loaded.tokenizer
+    encoded = tokenizer(["Hi there, how are"], return_tensors="pt", add_special_tokens=False)
+    capacity = encoded["input_ids"].shape[1] + args.steps + args.warmup + 2
+    print(f"{'rows':>5}" + "".join(f"{name:>12}" for name in args.variants) + "   max |logit diff| vs layered")
+    with torch.inference_mode():
+        weights = DecoderWeights.of(model, capacity)
+        extra = {"fused": fused_weights(weights) if "fused" in args.variants else None}
+        if "compiled" in args.variants:
+            started = time.perf_counter()
+            extra["compiled"] = compiled_parts(weights)
+            compile_note = time.perf_counter() - started
+        for rows in args.rows:
+            _, steps = start_decoding(model, encoded["input_ids"], encoded["attention_mask"], rows, weights, capacity)
+            state = {name: (copy.deepcopy(steps.cache), steps.positions.clone()) for name in args.variants}
+            fns = {"layered": lambda cache, t, p: decode_step(weights, cache, t, p),
+                   "fused": lambda cache, t, p: fused_step(weights, extra["fused"], cache, t, p),
+                   "compiled": lambda cache, t, p: compiled_step(weights, extra["compiled"], cache, t, p)}
+            tokens = torch.full((rows,), 42, dtype=torch.long)
+            times = {name: [] for name in args.variants}
+            first_logits = {}
+            compile_seconds = 0.0
+            for step in range(args.steps + args.warmup):
+                order = args.variants if step % 2 == 0 else list(reversed(args.variants))
+                for name in order:
+                    cache, positions = state[name]
+                    started = time.perf_counter()
+                    logits = fns[name](cache, tokens, positions)
+                    elapsed = time.perf_counter() - started
+                    state[name] = (cache, positions + 1)
+                    if step == 0:
+                        first_logits[name] = logits
+                        if name == "compiled":
+                            compile_seconds = elapsed
+                    if step >= args.warmup:
+                        times[name].append(elapsed)
+            medians = {name: 1000 * statistics.median(values) for name, values in times.items()}
+            diffs = {name: float((first_logits[name] - first_logits["layered"]).abs().max())
+                     for name in args.variants if name != "layered" and "layered" in first_logits}
+            print(f"{rows:>5}" + "".join(f"{medians[name]:>10.2f}ms" for name in args.variants)
+                  + "   " + ", ".join(f"{name} {value:.1e}" for name, value in diffs.items())
+                  + (f"   (first compiled step {compile_seconds:.0f} s)" if compile_seconds > 1 else ""), flush=True)
+    if "compiled" in args.variants:
+        print(f"compile set-up {compile_note:.1f} s (compilation itself happens at the first step per row count)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
