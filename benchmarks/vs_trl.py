@@ -32,7 +32,8 @@ measured fp32 matmul rate, and rlvr's measured / bound.
     python benchmarks/vs_trl.py --steps 8 --rounds 2
     python benchmarks/vs_trl.py --workload w2 --gsm8k-path data/gsm8k/train.jsonl --steps 3 --warmup 1
 
-Results go to benchmarks/results/vs_trl.json (W2: vs_trl_w2.json). Numbers are for the machine
+`--microbatch-tokens N` packs rlvr's microbatches by token budget (`optim.microbatch_tokens`; TRL
+keeps its split). Results go to benchmarks/results/vs_trl.json (W2: vs_trl_w2.json). Numbers are for the machine
 it runs on. `--model --device --dtype --backend --max-new-tokens --trl-vllm` change the setting of
 both sides (a CUDA device, bf16, rlvr's `vllm` backend, TRL's colocated vLLM engine):
 `benchmarks/gpu.sh` runs each side that way and prints one table.
@@ -134,7 +135,7 @@ def peak_rss() -> int:
 
 # ----------------------------------------------------------------------------------------- rlvr
 def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STEP, workload: str = "w1",
-             gsm8k_path: str | None = None, setup: Setup = Setup()) -> dict:
+             gsm8k_path: str | None = None, setup: Setup = Setup(), microbatch_tokens: int = 0) -> dict:
     import torch
 
     from rlvr.config import load_config
@@ -199,6 +200,8 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
             # accumulated over several microbatches (the same step: the loss divides by the batch's
             # global sequence / token counts), fewer activations alive at once.
             "optim.grad_accum_steps": PROMPTS_PER_STEP // groups_per_microbatch,
+            # With a token budget the microbatches are whole groups packed longest first instead.
+            **({"optim.microbatch_tokens": microbatch_tokens} if microbatch_tokens > 0 else {}),
             "train.iterations": steps, "train.eval_size": 0,
             "train.save_every": 10_000, "train.keep_checkpoints": 1, "train.progress": "false",
             "train.output_dir": folder, "train.run_name": "w1", "train.samples_every": 0,
@@ -338,6 +341,9 @@ def main() -> int:
                         help="both sides: groups per forward / backward pass, the rest accumulated into the one "
                              "optimizer step (default: W1 4, one pass over the batch; W2 1, as 16 rows of up to "
                              "~650 tokens in one pass take about 20 GiB on the rlvr side and more on TRL's)")
+    parser.add_argument("--microbatch-tokens", type=int, default=0,
+                        help="rlvr side: optim.microbatch_tokens, whole groups packed longest first under this many "
+                             "padded tokens per microbatch (0, the default: --groups-per-microbatch groups each)")
     parser.add_argument("--model", default=MODEL, help="both sides' model: an embedded name or a model folder")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="both sides' device")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both sides' weights")
@@ -360,12 +366,15 @@ def main() -> int:
         parser.error(f"--steps ({args.steps}) must be above --warmup ({args.warmup})")
     json_path = args.json or str(REPO / "benchmarks" / "results" / ("vs_trl.json" if args.workload == "w1"
                                                                      else "vs_trl_w2.json"))
+    if args.microbatch_tokens < 0:
+        parser.error(f"--microbatch-tokens must be >= 0 (0: off), got {args.microbatch_tokens}")
     if args.max_new_tokens < 0:
         parser.error(f"--max-new-tokens must be >= 0 (0: the workload's budget), got {args.max_new_tokens}")
     setup = Setup(args.model, args.device, args.dtype, args.backend, args.max_new_tokens, args.trl_vllm)
     if args.side:
         if args.side == "rlvr":
-            run_rlvr(args.steps, Path(args.out), args.groups_per_microbatch, args.workload, args.gsm8k_path, setup)
+            run_rlvr(args.steps, Path(args.out), args.groups_per_microbatch, args.workload, args.gsm8k_path, setup,
+                     args.microbatch_tokens)
         else:
             run_trl(args.steps, Path(args.out), args.workload, args.gsm8k_path, args.groups_per_microbatch, setup)
         return 0
@@ -385,7 +394,8 @@ def main() -> int:
                 subprocess.run([sys.executable, __file__, "--side", side, "--steps", str(args.steps),
                                 "--warmup", str(warm), "--workload", args.workload,
                                 *(["--gsm8k-path", args.gsm8k_path] if args.gsm8k_path else []),
-                                "--groups-per-microbatch", str(args.groups_per_microbatch), "--out", str(out)],
+                                "--groups-per-microbatch", str(args.groups_per_microbatch),
+                                "--microbatch-tokens", str(args.microbatch_tokens), "--out", str(out)],
                                check=True, cwd=REPO, env=env)
                 result = json.loads(out.read_text())
             result["wall_seconds"] = time.perf_counter() - started
