@@ -32,7 +32,7 @@ from rlvr.training.reference import needs_reference_logprobs, with_reference_log
 from rlvr.observe.rollout_stats import advantage_per_row, gather_rollout, rollout_stats
 from rlvr.run.setup import load_model_and_task, rollout_backend, set_up_value_model
 from rlvr.training.update import update_policy
-from rlvr.training.microbatching import forward_group_size
+from rlvr.training.microbatching import forward_group_size, training_microbatches
 from rlvr.training.values import with_old_values
 
 # Estimators whose advantages sum to 0 within each group (z-score, mean-centring, leave-one-out).
@@ -167,7 +167,6 @@ def run_check(config) -> list[CheckRow]:
         reward_baselines = greedy_baselines(backend, task, settings, collected, config).rewards  # [N]
     batch = with_advantages(batch, collected.rewards, algo, reward_baselines=reward_baselines)
     stats = rollout_stats(gather_rollout(collected, batch), algo.dynamic_sampling)
-    prompt_len = batch.prompt_len
     _stage(f"sampled {len(batch)} completions; recomputing log-probs", check_started)
 
     # 3. The completion mask covers exactly the generated tokens (EOS included, no prompt, no padding);
@@ -193,22 +192,21 @@ def run_check(config) -> list[CheckRow]:
     rows.append(row("nonzero advantages", nonzero, "> 0", nonzero > 0,
                     "" if nonzero > 0 else "no group had reward contrast: the gradient is 0", warn_only=True))
 
-    # 5. Importance ratio on the first minibatch, before any step: the update's forward against
+    # 5. Importance ratio on the update's first microbatch, before any step: the update's forward against
     # the policy as it sampled (adapter merged, eval mode, plain full-sequence forward).
-    first = slice(0, config.optim.minibatch_size)
     device = next(policy.parameters()).device
-    input_ids = batch.input_ids[first].to(device)
-    attention_mask = batch.attention_mask[first].to(device)
-    mask = batch.completion_mask[first].to(device)  # [b, L-1]
+    group_size = forward_group_size(config)
+    first = next(iter(training_microbatches(batch, config, device, group_size=group_size))).batch  # the update's first
+    input_ids, attention_mask, mask = first.input_ids, first.attention_mask, first.completion_mask  # [b, l], [b, l-1]
+    first_prompt_len = first.prompt_len
     policy.train(False)
     with backend.sync():  # the policy exactly as the backend samples from it
         sampling_logprobs = compute_per_token_logprobs(policy, input_ids, attention_mask, enable_grad=False,
                                                        temperature=rollout.temperature)  # [b, L-1]
     policy.train(True)  # as update_policy runs it
-    group_size = forward_group_size(config)
     with torch.no_grad():
         update_logprobs, _ = compute_completion_logprobs(
-            policy, input_ids, attention_mask, prompt_len, group_size=group_size, enable_grad=False,
+            policy, input_ids, attention_mask, first_prompt_len, group_size=group_size, enable_grad=False,
             temperature=rollout.temperature, with_entropy=False, completion_mask=mask)  # [b, L-1]
     policy.train(False)
     ratio = torch.exp(update_logprobs.float() - sampling_logprobs.float())  # [b, L-1]
@@ -221,11 +219,11 @@ def run_check(config) -> list[CheckRow]:
     rows.append(row(f"KL {algo.kl_estimator} of identical log-probs", identical, "= 0", identical == 0.0))
     if has_reference:
         if batch.ref_logprobs is not None:
-            ref_logprobs = batch.ref_logprobs[first].to(device)
+            ref_logprobs = first.ref_logprobs
         else:
             with reference_context(loaded) as reference:
                 ref_logprobs, _ = compute_completion_logprobs(
-                    reference, input_ids, attention_mask, prompt_len, group_size=group_size, enable_grad=False,
+                    reference, input_ids, attention_mask, first_prompt_len, group_size=group_size, enable_grad=False,
                     temperature=rollout.temperature, with_entropy=False, completion_mask=mask)
         kl = kl_per_token(update_logprobs, ref_logprobs, estimator=algo.kl_estimator)  # [b, L-1]
         kl_mean = float((kl * mask).sum() / mask.sum().clamp(min=1))

@@ -53,6 +53,17 @@ def test_clean_check_passes_from_the_cli(tiny_model_dir, capsys):
     assert "all checks passed" in out
 
 
+def test_check_with_a_token_budget_uses_the_updates_first_microbatch(tiny_model_dir, capsys):
+    """minibatch_size 2 is half a group: with a token budget the update packs whole groups, and so does the
+    check's ratio row (2 rows of a group scored as one shared prompt would be an error)."""
+    overrides = _overrides(tiny_model_dir, **{"optim.microbatch_tokens": 64, "optim.minibatch_size": 2,
+                                              "optim.grad_accum_steps": "null"})
+    assert main(["check", *overrides]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("importance ratio at step 0"))
+    assert "PASS" in line, line
+
+
 def test_ppo_check_runs_the_value_stage(tiny_model_dir, capsys):
     """PPO: groups of one, the KL penalty in the reward (a reference pass), the value stage, one update."""
     overrides = _overrides(tiny_model_dir, **{"algorithm.name": "ppo", "algorithm.kl_coef": 0.0,
