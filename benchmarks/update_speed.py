@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.vs_trl import GROUP, MODEL, PROMPTS_PER_STEP, THREADS, matmul_gflops  # noqa: E402
+from benchmarks.vs_trl import GROUP, MODEL, PROMPTS_PER_STEP, THREADS, matmul_gflops, matmul_parameters  # noqa: E402
 
 
 def completion_lengths(rows: int, budget: int, truncated_share: float, shortest: int) -> list[int]:
@@ -95,16 +95,10 @@ def computed_tokens(batch, config, split: str) -> int:
 
 
 def flop_bound(prompt_tokens: float, lengths: list[int]) -> float:
-    from transformers import AutoConfig
-
-    from rlvr.models import resolve_model_path
-
-    config = AutoConfig.from_pretrained(resolve_model_path(MODEL)[0])
-    h, layers, inter, vocab = config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size
-    kv = h * config.num_key_value_heads // config.num_attention_heads
-    body = layers * (2 * h * h + 2 * h * kv + 3 * h * inter)
+    """The update's part of `vs_trl.flop_bounds`' LoRA bound, for these completion lengths."""
+    body, head = matmul_parameters()
     completion = sum(lengths)
-    return 4 * body * (len(lengths) * prompt_tokens + completion) + 4 * h * vocab * completion
+    return 4 * body * (len(lengths) * prompt_tokens + completion) + 4 * head * completion
 
 
 def main() -> int:

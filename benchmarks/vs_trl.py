@@ -287,10 +287,8 @@ def matmul_gflops(size: int = 1024, repeats: int = 20) -> float:
     return 2 * size**3 * repeats / best / 1e9
 
 
-def flop_bounds(prompt_tokens: float, completion_tokens: float) -> dict:
-    """FLOPs of one step (completion_tokens: per row, on average): `simple` = 2N per generated or prefilled token + 6N per trained token;
-    `lora` = the same with 4N per trained token (frozen weights need no weight gradient) and the LM
-    head only at completion positions. N = all parameters (embedding used as LM head)."""
+def matmul_parameters() -> tuple[int, int]:
+    """(decoder-body, LM-head) weights that every token multiplies by, from the embedded model's config."""
     from transformers import AutoConfig
 
     from rlvr.models import resolve_model_path
@@ -299,7 +297,14 @@ def flop_bounds(prompt_tokens: float, completion_tokens: float) -> dict:
     h, layers, inter, vocab = config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size
     kv = h * config.num_key_value_heads // config.num_attention_heads
     body = layers * (2 * h * h + 2 * h * kv + 3 * h * inter)  # attention + MLP weights
-    head = h * vocab
+    return body, h * vocab
+
+
+def flop_bounds(prompt_tokens: float, completion_tokens: float) -> dict:
+    """FLOPs of one step (completion_tokens: per row, on average): `simple` = 2N per generated or prefilled token + 6N per trained token;
+    `lora` = the same with 4N per trained token (frozen weights need no weight gradient) and the LM
+    head only at completion positions. N = all parameters (embedding used as LM head)."""
+    body, head = matmul_parameters()
     rows = PROMPTS_PER_STEP * GROUP
     completion = rows * completion_tokens
     prompt = rows * prompt_tokens
