@@ -115,6 +115,7 @@ EVAL_COMPLETION_LEN_MEAN = "eval/completion_len_mean"
 EVAL_NUM_EXAMPLES = "eval/num_examples"
 EVAL_SECONDS = "eval/seconds"
 EVAL_REWARD_PREFIX = "eval/reward/"
+EVAL_PREFIX = "eval/"  # + an episode/* name: the held-out episodes' turns, tool calls, errors, truncation
 EVAL_ENTROPY = "eval/entropy"  # expert iteration: gen/entropy of the logged generations
 EVAL_EXAMPLES = "examples"  # a few judged completions (not a number)
 GEN_ACCURACY = "gen/accuracy"
@@ -138,6 +139,11 @@ def status_count(status: str) -> str:
 def eval_reward_component(component: str) -> str:
     """`eval/reward/<component>`: the eval mean of one named reward component."""
     return EVAL_REWARD_PREFIX + component
+
+
+def eval_metric(name: str) -> str:
+    """`eval/<name>`: a rollout metric (`episode/turns`, `episode/tool_calls`, ...) of the held-out episodes."""
+    return EVAL_PREFIX + name
 
 
 def policy_loss_metric(name: str) -> str:

@@ -235,6 +235,39 @@ def episode_generation(records: list[EpisodeRecord], prompt_ids: list[list[int]]
     )
 
 
+def demonstration_pairs(task, tokenizer, example: Example, prompt: str, turns: Sequence[str], *,
+                        use_chat_template: bool) -> tuple[list[dict], Verdict]:
+    """Scripted assistant `turns` replayed against the environment, as SFT pairs: one per turn.
+
+    Each pair's prompt is the conversation before that turn as the episode driver would hold it
+    (the rendered `prompt`, then every earlier turn and the environment's reply written by the
+    same `ReplyRenderer`), its response the turn; the last turn also gets the tokenizer's EOS text,
+    which the chat template writes after a final message. The replies come from `task.respond`
+    itself (a calculator demonstration gets the calculator's own output). Returns the pairs and
+    `score_episode`'s verdict of the replayed episode, so a caller keeps only the right ones.
+    A script that the environment ends early, or that ends while the environment waits, is refused.
+    """
+    if not turns:
+        raise ValueError("a demonstration needs at least one assistant turn")
+    renderer = ReplyRenderer(tokenizer, use_chat_template, eos_token_ids(tokenizer))
+    episode = Episode(example=example, turns=[], state=task.start(example))
+    context, pairs = prompt, []
+    for index, text in enumerate(turns):
+        last = index == len(turns) - 1
+        reply = task.respond(episode.state, text)
+        episode.turns.append(Turn("assistant", text))
+        if reply.content is not None:
+            episode.turns.append(Turn(reply.role, reply.content))
+        if reply.done != last:
+            where = "ended the episode after" if reply.done else "still waits after the last"
+            raise ValueError(f"task {task.name!r} {where} turn {index + 1} of {len(turns)} of the demonstration "
+                             f"{text!r}")
+        pairs.append({"prompt": context, "response": text + ((tokenizer.eos_token or "") if last else "")})
+        if not last:
+            context += text + renderer.text(reply.role, reply.content, None)
+    return pairs, judge_episode(task, episode)
+
+
 def transcript(episode: Episode, mark_environment: bool = False) -> str:
     """The conversation after the prompt as text; `mark_environment` wraps the environment's turns in ⟦ ⟧."""
     parts = []

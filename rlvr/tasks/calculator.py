@@ -131,6 +131,16 @@ class CalculatorTask:
             verdict.detail = f"{verdict.detail}; truncated by {episode.truncated_by}".lstrip("; ")
         return verdict
 
+    def demonstration(self, example: Example) -> list[str]:
+        """The assistant turns of a right episode: the call with the question's own operands, then the answer.
+
+        For an SFT warm-up (`rlvr.rollout.episodes.demonstration_pairs` replays them against this
+        environment, so the tool's reply between them is the calculator's own output).
+        """
+        meta = example.metadata
+        call = self.call_format.write_call(self.tools[0], {"expression": f"{meta['a']}*{meta['b']}"})
+        return [call, f"<answer>{example.ground_truth}</answer>"]
+
     def score(self, completion: str, example: Example) -> Verdict:
         """A single completion judged as a one-turn episode (no tool was run for it)."""
         return self.score_episode(Episode(example=example, turns=[Turn("assistant", completion)]))

@@ -28,8 +28,10 @@ from rlvr.observe.metric_names import (
     EVAL_REWARD_MEAN,
     EVAL_SECONDS,
     EVAL_TRUNCATED_FRAC,
+    eval_metric,
     eval_reward_component,
 )
+from rlvr.observe.rollout_stats import EpisodeCounts, episode_stats
 from rlvr.config import Config, ConfigError, save_config
 from rlvr.models.run_checkpoints import checkpoint_to_load
 from rlvr.rollout import RolloutBackend, SamplingSettings, sample_and_score
@@ -131,6 +133,11 @@ def eval_metrics(records: list[dict], seconds: float, keep_examples: int = TRAIN
     }
     for name in dict.fromkeys(n for v in verdicts for n in v["components"]):
         metrics[eval_reward_component(name)] = _mean([v["components"][name] for v in verdicts if name in v["components"]])
+    if records and all("turns" in r for r in records):  # episodes: eval/episode/turns, tool calls, errors, ...
+        counts = [EpisodeCounts(turns=r["turns"], tool_calls=r["tool_calls"], tool_errors=r["tool_errors"],
+                                env_tokens=r["env_tokens"], tokens=r["completion_tokens"] + r["env_tokens"],
+                                truncated_by=r["truncated_by"]) for r in records]
+        metrics.update({eval_metric(name): value for name, value in episode_stats(counts).items()})
     metrics[EVAL_EXAMPLES] = [
         {"ground_truth": r["ground_truth"], "completion": r["completion"], "components": r["verdict"]["components"],
          "correct": r["verdict"]["correct"]}

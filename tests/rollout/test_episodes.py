@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rlvr.rollout import ROLLOUT_BACKENDS, Generation, RolloutBackend, SamplingSettings, sample_and_score
-from rlvr.rollout.episodes import ReplyRenderer, run_episodes, transcript
+from rlvr.rollout.episodes import ReplyRenderer, demonstration_pairs, run_episodes, transcript
 from rlvr.rollout.base import render_prompts
 from rlvr.tasks.base import Example, Verdict
 from rlvr.tasks.environment import EnvReply, is_environment
@@ -341,6 +341,47 @@ def test_a_calculator_episode_runs_the_call_masks_its_result_and_pays_the_final_
     assert direct.records[0].tool_calls == {"calculator": 0} and direct.records[0].tool_errors == {"calculator": 0}
 
 
+def test_a_demonstration_becomes_sft_pairs_whose_prompts_are_the_text_the_driver_holds():
+    from rlvr.tasks import build_task
+
+    task = build_task("calculator_arithmetic", options={"eval_size": 5})
+    example = task.examples("train", 1, 3)[0]
+    a, b = example.metadata["a"], example.metadata["b"]
+    prompt = render_prompts(TOKENIZER, [example], True)[0]
+    turns = task.demonstration(example)
+    assert turns == [f"<calculator>{a}*{b}</calculator>", f"<answer>{a * b}</answer>"]
+    pairs, verdict = demonstration_pairs(task, TOKENIZER, example, prompt, turns, use_chat_template=True)
+    assert verdict.components["answer"] == 1.0 and verdict.correct
+    assert [p["response"] for p in pairs] == [turns[0], turns[1] + TOKENIZER.eos_token]  # EOS ends the last only
+    assert pairs[0]["prompt"] == prompt
+    # The second prompt: the call, then the calculator's own output as the driver renders a tool reply.
+    tool_reply = ReplyRenderer(TOKENIZER, True, {EOS}).text("tool", str(a * b), None)
+    assert pairs[1]["prompt"] == prompt + turns[0] + tool_reply and str(a * b) in tool_reply
+    # The same script sampled through the driver holds that text before its answer turn.
+    _, _, result = run(lambda k, r, p: char_ids(turns[k]), task, [example], 1, max_new_tokens=40,
+                       stop_strings=task.stop_strings)
+    row = result.generation.input_ids[0, result.generation.prompt_len:].tolist()
+    before_answer = row[: len(row) - len(char_ids(turns[1]))]
+    assert TOKENIZER.decode(before_answer, skip_special_tokens=False) == pairs[1]["prompt"][len(prompt):]
+    # A wrong demonstration is replayed, not trusted: its verdict says so.
+    wrong, wrong_verdict = demonstration_pairs(task, TOKENIZER, example, prompt,
+                                               [turns[0], f"<answer>{a * b + 1}</answer>"], use_chat_template=True)
+    assert len(wrong) == 2 and wrong_verdict.components["answer"] == 0.0
+
+
+def test_a_demonstration_the_environment_does_not_follow_is_refused():
+    env = CountdownEnv()
+    example = env.examples("train", 2, 0)[1]  # ends after 2 turns
+    with pytest.raises(ValueError, match="still waits after the last turn 1 of 1"):
+        demonstration_pairs(env, TOKENIZER, example, "p", ["a"], use_chat_template=False)
+    with pytest.raises(ValueError, match="ended the episode after turn 2 of 3"):
+        demonstration_pairs(env, TOKENIZER, example, "p", ["a", "b", "c"], use_chat_template=False)
+    with pytest.raises(ValueError, match="at least one"):
+        demonstration_pairs(env, TOKENIZER, example, "p", [], use_chat_template=False)
+    pairs, _ = demonstration_pairs(env, TOKENIZER, example, "p", ["a", "b"], use_chat_template=False)
+    assert pairs[1]["prompt"] == "pa\nok1\n"  # the raw reply between turns, as the driver writes it
+
+
 def test_tool_schemas_reach_a_template_with_a_tool_format_and_one_without_is_refused():
     from rlvr.tasks import build_task
     from tests.tools.test_tool_formats import QWEN_LIKE_TEMPLATE, tiny_tokenizer
@@ -355,3 +396,27 @@ def test_tool_schemas_reach_a_template_with_a_tool_format_and_one_without_is_ref
     with pytest.raises(ValueError, match="no tool format.*tagged"):
         sample_and_score(ScriptedBackend(lambda k, r, p: [EOS]), chat, examples, group_size=1,
                          settings=settings(), use_chat_template=True)  # the tiny template has no tool format
+
+
+def test_the_held_out_eval_reports_its_episodes_turns_calls_and_errors():
+    from rlvr.training.evaluation import eval_metrics, evaluate_examples
+
+    env = CountdownEnv()
+    examples = env.examples("eval", 3, 0)  # end after 1, 2 and 3 turns; each turn one call, the 2nd fails
+    backend = ScriptedBackend(lambda k, r, p: char_ids("ab") + [EOS])
+    records = evaluate_examples(backend, env, examples, settings(), use_chat_template=True, batch_size=2)
+    metrics = eval_metrics(records, seconds=1.0)
+    assert metrics["eval/episode/turns"] == pytest.approx((1 + 2 + 3) / 3)
+    assert metrics["eval/episode/tool_calls"] == pytest.approx(2.0)
+    assert metrics["eval/episode/tool_errors/calc"] == pytest.approx(2 / 3)  # the 2- and 3-turn episodes
+    assert metrics["eval/episode/truncated/max_turns"] == 0.0
+    # Policy tokens: 3 a turn (a, b, EOS); the rest after the prompt are the environment's replies.
+    policy = 3 * (1 + 2 + 3)
+    env_tokens = sum(r["env_tokens"] for r in records)
+    assert env_tokens > 0 and metrics["eval/episode/env_token_frac"] == pytest.approx(env_tokens / (env_tokens + policy))
+    # Single completions add no episode metrics.
+    plain = [{**r, "verdict": r["verdict"]} for r in records]
+    for r in plain:
+        for key in ("turns", "tool_calls", "tool_errors", "env_tokens", "truncated_by", "transcript"):
+            r.pop(key)
+    assert not any(key.startswith("eval/episode/") for key in eval_metrics(plain, seconds=1.0))
