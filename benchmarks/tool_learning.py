@@ -1,24 +1,28 @@
-"""Does GRPO teach the embedded SmolLM2 to use the calculator on 3-digit x 2-digit products?
+"""Does GRPO teach the embedded SmolLM2 an environment task: the calculator, or guess-the-number?
 
-Zero-shot the model never calls the tool (0 calls on the 100 held-out products), so there is
-nothing to reinforce. The run is therefore two stages, each a fresh process as a user would run it:
+Zero-shot the model plays neither: it never calls the calculator (0 calls on the 100 held-out
+products) and never writes a guess in tags, so there is nothing to reinforce. Each run is
+therefore two stages, each a fresh process as a user would run it:
 
-1. **SFT warm-up** (`rlvr sft configs/calculator_sft.yaml`) on right episodes replayed against the
-   task itself: `CalculatorTask.demonstration` gives the call and the answer of a training
-   question, `rlvr.rollout.episodes.demonstration_pairs` renders them as the episode driver would,
-   with the calculator's own reply between them (two pairs per question; no eval question is in
-   it). Its greedy evals before and after are the zero-shot and the warm-up's accuracy.
-2. **GRPO** (`configs/calculator_arithmetic.yaml model.init_from=<the SFT run>`) for each seed,
-   through `arithmetic_learning.run_side` (greedy evals on the 100 held-out products as they land,
-   Wilson intervals, best and final).
+1. **SFT warm-up** (`rlvr sft <the task's SFT config>`) on right episodes replayed against the
+   task itself: the task's `demonstration(example)` gives the assistant turns of a training
+   example (the calculator: the call, then the answer; guess_number: binary search), and
+   `rlvr.rollout.episodes.demonstration_pairs` renders them as the episode driver would, with the
+   environment's own replies between them, one pair per turn. No example held out for the eval
+   of the SFT run or of any GRPO seed is in it (checked). Its greedy evals before and after are
+   the zero-shot and the warm-up's accuracy.
+2. **GRPO** (`<the task's config> model.init_from=<the SFT run>`) for each seed, through
+   `arithmetic_learning.run_side` (greedy evals on the held-out split as they land, Wilson
+   intervals, best and final), with the episodes' turns, tool calls and errors read back.
 
     python benchmarks/tool_learning.py --questions 8 --seeds 0 1 2
+    python benchmarks/tool_learning.py --task guess_number --questions 24 --seeds 0
     python benchmarks/tool_learning.py --write-sft-data runs/calculator_sft.jsonl --questions 8   # data only
     python benchmarks/tool_learning.py --replot
 
-Runs go to `runs/bench-tool-sft` and `runs/bench-arith-calculator_arithmetic-rlvr-s<seed>` (deleted
-first); the summary to `benchmarks/results/tool_learning.json`, the curves to
-`docs/tool_learning.png`. Numbers are for the machine it runs on.
+Runs go to `runs/bench-sft-<task>` and `runs/bench-arith-<config>-rlvr-s<seed>` (deleted first);
+the summary to the task's JSON in `benchmarks/results/`, the curves to the task's figure in
+`docs/` (`TASK_RUNS`). Numbers are for the machine it runs on.
 """
 
 from __future__ import annotations
@@ -29,77 +33,135 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 if __package__:  # imported as benchmarks.tool_learning
-    from benchmarks.arithmetic_learning import plot, print_table, run_name, run_side
+    from benchmarks.arithmetic_learning import print_table, run_name, run_side
     from benchmarks.bench_runs import REPO, accuracy_ci, read_jsonl
 else:  # run as a script: its folder is on sys.path
-    from arithmetic_learning import plot, print_table, run_name, run_side
+    from arithmetic_learning import print_table, run_name, run_side
     from bench_runs import REPO, accuracy_ci, read_jsonl
 
-SFT_CONFIG = "configs/calculator_sft.yaml"
-RL_CONFIG = "configs/calculator_arithmetic.yaml"
-SFT_RUN = "bench-tool-sft"
-# What each eval and each iteration also keeps of the episodes: calls, failed calls and turns per episode.
-TOOL_METRICS = ("episode/tool_calls", "episode/tool_errors", "episode/turns")
+from rlvr.observe.metric_names import UNIX_TIME, reward_component
 
 
-def sft_rows(task, tokenizer, count: int, seed: int, use_chat_template: bool = True) -> list[dict]:
-    """`count` training questions' right episodes as SFT pairs (prompt, response, ground_truth), two a question."""
+@dataclass(frozen=True)
+class TaskRun:
+    sft_config: str
+    rl_config: str
+    json: str
+    figure: str
+    primary: str  # the reward component the rollout panel draws
+
+
+TASK_RUNS = {
+    "calculator_arithmetic": TaskRun("configs/calculator_sft.yaml", "configs/calculator_arithmetic.yaml",
+                                     "benchmarks/results/tool_learning.json", "docs/tool_learning.png", "answer"),
+    "guess_number": TaskRun("configs/guess_number_sft.yaml", "configs/guess_number.yaml",
+                            "benchmarks/results/guess_number_learning.json", "docs/guess_number_learning.png",
+                            "solved"),
+}
+# What each eval and each iteration also keeps of the episodes: turns, calls and failed calls per episode.
+EPISODE_METRICS = ("episode/turns", "episode/tool_calls", "episode/tool_errors")
+
+
+def sft_run_name(task_name: str) -> str:
+    return f"bench-sft-{task_name}"
+
+
+def example_key(example) -> str:
+    return json.dumps([example.prompt, example.ground_truth], sort_keys=True)
+
+
+def task_for_seed(config, seed: int):
+    from rlvr.tasks import build_task
+
+    return build_task(config.task.name, reward_weights=config.task.reward_weights, options=config.task.options,
+                      use_chat_template=config.task.use_chat_template, seed=seed)
+
+
+def held_out_keys(config, seeds) -> set[str]:
+    """Every example the held-out eval of a run with one of `seeds` scores (the split moves with the seed)."""
+    return {example_key(example) for seed in seeds for example in task_for_seed(config, seed).iter_eval()}
+
+
+def sft_rows(task, tokenizer, count: int, seed: int, held_out: set[str] = frozenset(),
+             use_chat_template: bool = True) -> list[dict]:
+    """`count` distinct training examples outside `held_out`, their right episodes as SFT pairs.
+
+    Each row is a pair (prompt, response) and the example's ground_truth: one per assistant turn.
+    """
     from rlvr.rollout import render_prompts
     from rlvr.rollout.episodes import demonstration_pairs
 
-    examples = task.examples("train", count, seed)
-    prompts = render_prompts(tokenizer, examples, use_chat_template=use_chat_template)
+    chosen, seen = [], set()
+    for example in task.examples("train", 50 * count, seed):
+        key = example_key(example)
+        if key not in held_out and key not in seen:
+            chosen.append(example)
+            seen.add(key)
+        if len(chosen) == count:
+            break
+    if len(chosen) < count:
+        raise ValueError(f"only {len(chosen)} distinct training examples of {task.name!r} lie outside the held-out "
+                         f"splits; ask for --questions {len(chosen)} or fewer")
+    prompts = render_prompts(tokenizer, chosen, use_chat_template=use_chat_template)
     rows = []
-    for example, prompt in zip(examples, prompts):
+    for example, prompt in zip(chosen, prompts):
         pairs, verdict = demonstration_pairs(task, tokenizer, example, prompt, task.demonstration(example),
                                              use_chat_template=use_chat_template)
         if verdict.components[task.primary_component] != 1.0:
-            raise ValueError(f"the demonstration of {example.metadata['question']!r} is not judged right: "
-                             f"{verdict.detail}")
+            raise ValueError(f"the demonstration for {example.ground_truth!r} is not judged right: {verdict.detail}")
         rows += [{**pair, "ground_truth": example.ground_truth} for pair in pairs]
     return rows
 
 
-def write_sft_data(path: Path, questions: int, seed: int = 1) -> Path:
+def write_sft_data(path: Path, task_run: TaskRun, questions: int, grpo_seeds=(0,), seed: int = 1) -> dict:
+    """The SFT data file for `task_run`: `questions` examples, none held out for the SFT run or `grpo_seeds`."""
+    from rlvr.config import load_config
     from rlvr.models import load_tokenizer, resolve_model_path
-    from rlvr.tasks.calculator import CalculatorTask
     from rlvr.utils import atomic_write_text
 
-    model_path, gguf_file = resolve_model_path("smollm2-135m-instruct")
+    config = load_config(REPO / task_run.sft_config)
+    model_path, gguf_file = resolve_model_path(config.model.name)
     tokenizer = load_tokenizer(model_path, gguf_file=gguf_file)
-    rows = sft_rows(CalculatorTask(seed=0), tokenizer, questions, seed)
+    held_out = held_out_keys(config, {config.train.seed, *grpo_seeds})
+    rows = sft_rows(task_for_seed(config, config.train.seed), tokenizer, questions, seed, held_out,
+                    use_chat_template=config.task.use_chat_template)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
-    print(f"wrote {len(rows)} pairs ({questions} questions) to {path}")
-    return path
+    print(f"wrote {len(rows)} pairs ({questions} examples, none of the {len(held_out)} held out) to {path}")
+    return {"questions": questions, "pairs": len(rows), "held_out_excluded": len(held_out)}
 
 
-def run_sft(runs_dir: Path, questions: int, overrides: list[str]) -> dict:
-    data = write_sft_data(runs_dir / f"{SFT_RUN}-data.jsonl", questions)
-    shutil.rmtree(runs_dir / SFT_RUN, ignore_errors=True)
-    command = [sys.executable, "-m", "rlvr", "sft", SFT_CONFIG, f"sft.data_path={data}",
-               f"train.output_dir={runs_dir}", f"train.run_name={SFT_RUN}", "train.progress=false", *overrides]
+def run_sft(runs_dir: Path, task_name: str, questions: int, grpo_seeds) -> dict:
+    task_run = TASK_RUNS[task_name]
+    name = sft_run_name(task_name)
+    data_path = runs_dir / f"{name}-data.jsonl"
+    data = write_sft_data(data_path, task_run, questions, grpo_seeds)
+    shutil.rmtree(runs_dir / name, ignore_errors=True)
+    command = [sys.executable, "-m", "rlvr", "sft", task_run.sft_config, f"sft.data_path={data_path}",
+               f"train.output_dir={runs_dir}", f"train.run_name={name}", "train.progress=false"]
     print("$", " ".join(command), flush=True)
     started = time.time()
     subprocess.run(command, cwd=REPO, check=True)
-    evals = read_jsonl(runs_dir / SFT_RUN / "eval.jsonl")
-    metrics = read_jsonl(runs_dir / SFT_RUN / "metrics.jsonl")
-    return {"questions": questions, "pairs": 2 * questions, "steps": len(metrics), "seconds": time.time() - started,
+    evals = read_jsonl(runs_dir / name / "eval.jsonl")
+    metrics = read_jsonl(runs_dir / name / "metrics.jsonl")
+    return {**data, "steps": len(metrics), "seconds": time.time() - started,
             "final_loss": metrics[-1]["loss"] if metrics else None,
-            "evals": [{**accuracy_ci(e), **episode_numbers(e, "eval/")} for e in evals]}
+            "evals": [{"seconds": e[UNIX_TIME] - started, **accuracy_ci(e), **episode_numbers(e, "eval/")}
+                      for e in evals]}
 
 
 def episode_numbers(record: dict, prefix: str = "") -> dict:
-    """The TOOL_METRICS of a metrics or eval record (eval records carry them as eval/episode/*)."""
-    return {name: record[prefix + name] for name in TOOL_METRICS if prefix + name in record}
+    """The EPISODE_METRICS of a metrics or eval record (eval records carry them as eval/episode/*)."""
+    return {name: record[prefix + name] for name in EPISODE_METRICS if prefix + name in record}
 
 
-def add_episode_numbers(result: dict, runs_dir: Path) -> dict:
-    """`run_side`'s result with each eval's and each iteration's TOOL_METRICS, read back from its run folder."""
-    run_dir = runs_dir / run_name(RL_CONFIG, "rlvr", result["seed"])
+def add_episode_numbers(result: dict, config: str, runs_dir: Path) -> dict:
+    """`run_side`'s result with each eval's and each iteration's EPISODE_METRICS, read back from its run folder."""
+    run_dir = runs_dir / run_name(config, "rlvr", result["seed"])
     evals, metrics = read_jsonl(run_dir / "eval.jsonl"), read_jsonl(run_dir / "metrics.jsonl")
     for kept, record in zip(result["evals"], evals):
         kept.update(episode_numbers(record, "eval/"))
@@ -108,49 +170,106 @@ def add_episode_numbers(result: dict, runs_dir: Path) -> dict:
     return result
 
 
-def print_sft(sft: dict) -> None:
+def time_to_target(sft: dict, result: dict, target: float) -> float | None:
+    """Seconds from the start of the warm-up to the first GRPO eval at or above `target`, or None."""
+    reached = next((e for e in result["evals"] if e["accuracy"] >= target), None)
+    return None if reached is None else sft["seconds"] + reached["seconds"]
+
+
+def print_summary(sft: dict, results: list[dict], target: float) -> None:
     first, last = sft["evals"][0], sft["evals"][-1]
-    print(f"\nSFT warm-up: {sft['questions']} questions ({sft['pairs']} pairs), {sft['steps']} steps, "
-          f"{sft['seconds']:.0f} s, final loss {sft['final_loss']:.4f}")
+    print(f"\nSFT warm-up: {sft['questions']} examples ({sft['pairs']} pairs), {sft['steps']} steps, "
+          f"{sft['seconds']:.0f} s with its two evals, final loss {sft['final_loss']:.4f}")
     for name, e in (("before (zero-shot)", first), ("after", last)):
         print(f"  {name:18s} accuracy {e['accuracy']:.3f} ({e['low']:.3f}-{e['high']:.3f}) of {e['n']}"
-              + "".join(f", {k.split('/')[-1]} {e[k]:.2f}" for k in TOOL_METRICS if k in e))
+              + "".join(f", {k.split('/')[-1]} {e[k]:.2f}" for k in EPISODE_METRICS if k in e))
+    print_table(results)
+    for r in results:
+        seconds = time_to_target(sft, r, target)
+        reached = "never" if seconds is None else f"{seconds:.0f} s ({seconds / 60:.1f} min) after the warm-up began"
+        print(f"seed {r['seed']}: held-out accuracy >= {target:.2f} {reached}")
+        for e in r["evals"]:
+            print(f"  it {e['iteration']:3d}  accuracy {e['accuracy']:.3f}"
+                  + "".join(f"  {k.split('/')[-1]} {e[k]:.2f}" for k in EPISODE_METRICS if k in e))
+
+
+def plot(sft: dict, results: list[dict], task_run: TaskRun, out: Path, target: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_eval, ax_reward, ax_turns) = plt.subplots(1, 3, figsize=(16, 4.5))
+    styles = ["-", "--", ":", "-."]
+    sft_points = [(e.get("seconds", sft["seconds"] if i else 0.0) / 60, e["accuracy"]) for i, e in enumerate(sft["evals"])]
+    ax_eval.plot(*zip(*sft_points), "s-", color="gray", label="SFT warm-up")
+    primary = reward_component(task_run.primary)
+    for r in results:
+        style, label = styles[r["seed"] % len(styles)], f"GRPO seed {r['seed']}"
+        xs = [(sft["seconds"] + e["seconds"]) / 60 for e in r["evals"]]
+        line, = ax_eval.plot(xs, [e["accuracy"] for e in r["evals"]], style, marker="o", label=label)
+        ax_eval.fill_between(xs, [e["low"] for e in r["evals"]], [e["high"] for e in r["evals"]],
+                             color=line.get_color(), alpha=0.08)
+        ax_reward.plot([m["iteration"] for m in r["metrics"]], [m.get(primary) for m in r["metrics"]], style,
+                       color=line.get_color(), label=label)
+        iterations = [e["iteration"] for e in r["evals"]]
+        for name, marker in (("episode/turns", "o"), ("episode/tool_calls", "^")):
+            if any(name in e for e in r["evals"]):
+                ax_turns.plot(iterations, [e.get(name) for e in r["evals"]], style, marker=marker,
+                              color=line.get_color(), label=f"{name.split('/')[-1]}, seed {r['seed']}")
+    ax_eval.axhline(target, color="black", lw=0.6, ls=":")
+    n = next((e["n"] for e in sft["evals"]), "?")
+    ax_eval.set(xlabel="minutes since the warm-up began", ylabel=f"greedy accuracy, {n} held-out (Wilson 95%)",
+                title="held-out accuracy", ylim=(-0.02, 1.02))
+    ax_reward.set(xlabel="GRPO iteration", ylabel=f"rollout {primary}", title="rollout reward (main component)",
+                  ylim=(-0.02, 1.02))
+    ax_turns.set(xlabel="GRPO iteration", ylabel="per held-out episode", title="turns and tool calls (greedy eval)")
+    for ax in (ax_eval, ax_reward, ax_turns):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{Path(task_run.rl_config).name} from a {sft['steps']}-step SFT warm-up on {sft['questions']} "
+                 "examples")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=sorted(TASK_RUNS), default="calculator_arithmetic")
     parser.add_argument("--write-sft-data", metavar="PATH", help="only write the SFT data to PATH and stop")
-    parser.add_argument("--questions", type=int, default=8, help="training questions in the SFT data (2 pairs each)")
+    parser.add_argument("--questions", type=int, default=8, help="training examples in the SFT data")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--skip-sft", action="store_true", help="reuse runs/bench-tool-sft and the SFT result in --json")
+    parser.add_argument("--target", type=float, default=0.6, help="the held-out accuracy whose time is reported")
+    parser.add_argument("--skip-sft", action="store_true", help="reuse the SFT run and the SFT result in the JSON")
     parser.add_argument("--override", action="append", default=[], help="key=value passed to the GRPO runs")
     parser.add_argument("--runs-dir", default="runs")
-    parser.add_argument("--json", default="benchmarks/results/tool_learning.json")
-    parser.add_argument("--out", default="docs/tool_learning.png")
-    parser.add_argument("--replot", action="store_true", help="only redraw the plot and table from --json")
+    parser.add_argument("--replot", action="store_true", help="only redraw the plot and table from the JSON")
     args = parser.parse_args()
+    task_run = TASK_RUNS[args.task]
     if args.write_sft_data:
-        write_sft_data(Path(args.write_sft_data), args.questions)
+        write_sft_data(Path(args.write_sft_data), task_run, args.questions, args.seeds)
         return 0
-    out_json = REPO / args.json
+    out_json = REPO / task_run.json
     if args.replot:
         saved = json.loads(out_json.read_text())
         sft, results = saved["sft"], saved["runs"]
     else:
         runs_dir = (REPO / args.runs_dir).resolve()
-        sft = json.loads(out_json.read_text())["sft"] if args.skip_sft else run_sft(runs_dir, args.questions, [])
-        print_sft(sft)
-        overrides = [f"model.init_from={runs_dir / SFT_RUN}", *args.override]
-        results = [add_episode_numbers(run_side("rlvr", RL_CONFIG, overrides, seed, runs_dir), runs_dir)
-                   for seed in args.seeds]
+        sft = (json.loads(out_json.read_text())["sft"] if args.skip_sft
+               else run_sft(runs_dir, args.task, args.questions, args.seeds))
+        overrides = [f"model.init_from={runs_dir / sft_run_name(args.task)}", *args.override]
+        results = [add_episode_numbers(run_side("rlvr", task_run.rl_config, overrides, seed, runs_dir),
+                                       task_run.rl_config, runs_dir) for seed in args.seeds]
         from rlvr.utils import atomic_write_text
 
         out_json.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out_json, json.dumps({"argv": sys.argv[1:], "sft": sft, "runs": results}, indent=1) + "\n")
+        atomic_write_text(out_json, json.dumps({"argv": sys.argv[1:], "task": args.task, "sft": sft,
+                                                "runs": results}, indent=1) + "\n")
         print(f"wrote {out_json}")
-    print_sft(sft)
-    print_table(results)
-    plot(results, REPO / args.out)
+    print_summary(sft, results, args.target)
+    plot(sft, results, task_run, REPO / task_run.figure, args.target)
     return 0
 
 

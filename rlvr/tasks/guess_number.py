@@ -85,6 +85,21 @@ class GuessNumberTask:
     def iter_eval(self):
         return iter(self.examples("eval", len(self.eval_numbers), 0))
 
+    def demonstration(self, example: Example) -> list[str]:
+        """The assistant turns of binary search on 1-100 for the example's number: at most 7 guesses.
+
+        Each guess is the midpoint (rounded down) of what the earlier answers leave, so the last
+        finds the number. For an SFT warm-up (`rlvr.rollout.episodes.demonstration_pairs` replays
+        them against this environment, so the answers between them are its own).
+        """
+        target, low, high, turns = int(example.ground_truth), LOW, HIGH, []
+        while True:
+            guess = (low + high) // 2
+            turns.append(f"<guess>{guess}</guess>")
+            if guess == target:
+                return turns
+            low, high = (guess + 1, high) if target > guess else (low, guess - 1)
+
     # ---------------------------------------------------------------- the environment
     def start(self, example: Example) -> dict:
         return {"target": int(example.ground_truth), "guesses": []}

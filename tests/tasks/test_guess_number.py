@@ -81,3 +81,20 @@ def test_examples_are_deterministic_and_the_eval_numbers_never_train():
         GuessNumberTask(eval_size=60)
     with pytest.raises(ValueError, match="unknown split"):
         task.examples("test", 1, 0)
+
+
+def test_the_demonstration_is_binary_search_and_finds_every_number_within_the_budget():
+    task = build_task("guess_number")
+    assert task.demonstration(task.example_for(100)) == [f"<guess>{n}</guess>" for n in (50, 75, 88, 94, 97, 99, 100)]
+    assert task.demonstration(task.example_for(1)) == [f"<guess>{n}</guess>" for n in (50, 25, 12, 6, 3, 1)]
+    lengths = []
+    for target in range(1, 101):
+        example = task.example_for(target)
+        state, turns = task.start(example), task.demonstration(example)
+        answers = [task.respond(state, turn) for turn in turns]
+        assert [a.done for a in answers] == [False] * (len(turns) - 1) + [True]  # ends on its last guess only
+        episode = Episode(example=example, turns=[Turn("assistant", t) for t in turns])
+        assert task.score_episode(episode).components["solved"] == 1.0
+        lengths.append(len(turns))
+    # Halving what is left: never more than 7 guesses, and a linear or off-by-one search would take more.
+    assert max(lengths) == 7 and sum(lengths) / 100 == pytest.approx(5.8)
