@@ -14,7 +14,7 @@ Usage (from the repository root or anywhere):
     python scripts/mutate.py --only kl_sign_reversed --only clip_removed
     python scripts/mutate.py --jobs 1        # one run at a time (default: 2)
 
-How it works: `rlvr/`, `tests/`, `configs/`, `examples/`, `pyproject.toml`, `run` and `scripts/` are copied
+How it works: `rlvr/`, `tests/`, `configs/`, `examples/`, `benchmarks/`, `pyproject.toml`, `run` and `scripts/` are copied
 into one temporary directory per worker, so the working tree is never modified. Torch, transformers and TRL are
 imported once here; each run forks a child that applies one mutation (exact text replacement)
 to its copy, imports rlvr from there (checked: the mutated module must come from the copy) and
@@ -47,7 +47,8 @@ import time
 import xml.etree.ElementTree as ElementTree
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COPIED = ["rlvr", "tests", "configs", "examples", "pyproject.toml", "run", "scripts"]  # run, scripts: ./run's tests
+COPIED = ["rlvr", "tests", "configs", "examples", "pyproject.toml", "run", "scripts",  # run, scripts: ./run's tests
+          "benchmarks"]  # tests/benchmarks import the scripts
 RUN_TIMEOUT_S = 600  # one mutation's tests; the unmutated run of them all gets BASELINE_TIMEOUT_S
 BASELINE_TIMEOUT_S = 3600
 

@@ -1293,6 +1293,37 @@ EPISODES = [
         tests=EPISODE_TESTS,
     ),
     mutation(
+        "demonstration_drops_the_reply", "rlvr/rollout/episodes.py",
+        "an SFT demonstration's next prompt leaves out the environment's reply to the turn before",
+        ("            context += text + renderer.text(reply.role, reply.content, None)",
+         "            context += text"),
+        tests=EPISODE_TESTS + ("tests/benchmarks/test_tool_learning.py",),
+    ),
+    mutation(
+        "demonstration_eos_on_every_turn", "rlvr/rollout/episodes.py",
+        "every turn of an SFT demonstration is trained to end with EOS, not only the episode's last",
+        ('(tokenizer.eos_token or "") if last else ""', '(tokenizer.eos_token or "")'),
+        tests=EPISODE_TESTS + ("tests/benchmarks/test_tool_learning.py",),
+    ),
+    mutation(
+        "eval_episode_tokens_policy_only", "rlvr/training/evaluation.py",
+        "the held-out eval's env_token_frac divides by the policy's tokens alone",
+        ('tokens=r["completion_tokens"] + r["env_tokens"]', 'tokens=r["completion_tokens"]'),
+        tests=EPISODE_TESTS + ("tests/training/test_episode_training.py::test_rlvr_train_runs_grpo_on_guess_number",),
+    ),
+    mutation(
+        "guess_demonstration_rounds_up", "rlvr/tasks/guess_number.py",
+        "the binary-search demonstration guesses the upper midpoint (51 first)",
+        ("guess = (low + high) // 2", "guess = (low + high + 1) // 2"),
+        tests=("tests/tasks/test_guess_number.py", "tests/benchmarks/test_tool_learning.py"),
+    ),
+    mutation(
+        "calculator_demonstration_adds", "rlvr/tasks/calculator.py",
+        "the calculator demonstration's call adds the operands (its reply is not the product)",
+        ("""{"expression": f"{meta['a']}*{meta['b']}"}""", """{"expression": f"{meta['a']}+{meta['b']}"}"""),
+        tests=EPISODE_TESTS + ("tests/benchmarks/test_tool_learning.py",),
+    ),
+    mutation(
         "env_token_frac_mean_of_shares", "rlvr/observe/rollout_stats.py",
         "episode/env_token_frac averages each episode's share instead of dividing the token totals",
         ("EPISODE_ENV_TOKEN_FRAC: sum(e.env_tokens for e in episodes) / total_tokens if total_tokens else 0.0,",

@@ -36,6 +36,9 @@ def test_guess_number_sft_data_leaves_out_every_seeds_held_out_numbers():
         assert pairs[-1]["response"].startswith(f"<guess>{target}</guess>")
         assert all(later["prompt"].startswith(earlier["prompt"] + earlier["response"])
                    for earlier, later in zip(pairs, pairs[1:]))
+        ends = [pair["response"].endswith(TOKENIZER.eos_token) for pair in pairs]
+        assert ends == [False] * (len(pairs) - 1) + [True]  # only the turn that ends the episode writes EOS
+    assert max(len(pairs) for pairs in by_target.values()) > 1
 
 
 def test_asking_for_more_examples_than_lie_outside_the_held_out_splits_is_refused():

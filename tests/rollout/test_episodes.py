@@ -420,3 +420,22 @@ def test_the_held_out_eval_reports_its_episodes_turns_calls_and_errors():
         for key in ("turns", "tool_calls", "tool_errors", "env_tokens", "truncated_by", "transcript"):
             r.pop(key)
     assert not any(key.startswith("eval/episode/") for key in eval_metrics(plain, seconds=1.0))
+
+
+def test_the_held_out_eval_counts_an_episode_as_a_training_rollout_counts_it():
+    """One definition of each episode metric: eval/episode/* of scripted episodes equal training's
+    episode/* of the same episodes sampled through sample_and_score."""
+    from rlvr.training.evaluation import eval_metrics, evaluate_examples
+
+    env = CountdownEnv()
+    examples = env.examples("eval", 3, 0)
+    script = lambda k, r, p: char_ids("abc") + [EOS]  # noqa: E731 - the same reply whatever the row
+    records = evaluate_examples(ScriptedBackend(script), env, examples, settings(), use_chat_template=True,
+                                batch_size=3)
+    scored = sample_and_score(ScriptedBackend(script), env, examples, group_size=1, settings=settings(),
+                              use_chat_template=True)
+    training = episode_stats([EpisodeCounts.of(record) for record in scored.episodes])
+    evaluated = eval_metrics(records, seconds=1.0)
+    assert 0.0 < training["episode/env_token_frac"] < 1.0
+    for name, value in training.items():
+        assert evaluated["eval/" + name] == pytest.approx(value), name

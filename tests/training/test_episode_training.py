@@ -137,6 +137,10 @@ def test_rlvr_train_runs_grpo_on_guess_number(tiny_model_dir, tmp_path, backend)
         assert all(0.0 <= share <= 1.0 for share in shares) and sum(shares) <= 1.0 + 1e-9
         assert math.isfinite(record["loss"])
     assert max(record["episode/turns"] for record in records) > 1.0  # replies were inserted and continued
+    # The held-out eval reports its own episodes (greedy): turns within the budget, the replies' share.
+    evals = read_jsonl(run_dir / "eval.jsonl")
+    assert evals and all(1.0 <= e["eval/episode/turns"] <= 3.0 for e in evals)
+    assert all(0.0 <= e["eval/episode/env_token_frac"] < 1.0 for e in evals)  # 0 when greedy never guesses
     # Every episode metric the health checks and the report read is in this run's records (the per-tool
     # ones need an environment with tools: guess_number has none).
     written = {key for record in records for key in record}
