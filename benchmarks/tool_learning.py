@@ -39,9 +39,11 @@ from pathlib import Path
 if __package__:  # imported as benchmarks.tool_learning
     from benchmarks.arithmetic_learning import print_table, run_name, run_side
     from benchmarks.bench_runs import REPO, accuracy_ci, read_jsonl
+    from benchmarks.vs_trl import matmul_gflops
 else:  # run as a script: its folder is on sys.path
     from arithmetic_learning import print_table, run_name, run_side
     from bench_runs import REPO, accuracy_ci, read_jsonl
+    from vs_trl import matmul_gflops
 
 from rlvr.observe.metric_names import UNIX_TIME, reward_component
 
@@ -257,6 +259,7 @@ def main() -> int:
         sft, results = saved["sft"], saved["runs"]
     else:
         runs_dir = (REPO / args.runs_dir).resolve()
+        gflops_before = matmul_gflops()  # the day's fp32 matmul rate, beside every second reported
         sft = (json.loads(out_json.read_text())["sft"] if args.skip_sft
                else run_sft(runs_dir, args.task, args.questions, args.seeds))
         overrides = [f"model.init_from={runs_dir / sft_run_name(args.task)}", *args.override]
@@ -264,9 +267,11 @@ def main() -> int:
                                        task_run.rl_config, runs_dir) for seed in args.seeds]
         from rlvr.utils import atomic_write_text
 
+        gflops = {"before": gflops_before, "after": matmul_gflops()}
+        print(f"matmul GFLOPS before {gflops['before']:.0f}, after {gflops['after']:.0f}")
         out_json.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out_json, json.dumps({"argv": sys.argv[1:], "task": args.task, "sft": sft,
-                                                "runs": results}, indent=1) + "\n")
+                                                "matmul_gflops": gflops, "runs": results}, indent=1) + "\n")
         print(f"wrote {out_json}")
     print_summary(sft, results, args.target)
     plot(sft, results, task_run, REPO / task_run.figure, args.target)

@@ -1253,6 +1253,7 @@ AUDIT_B = [
 # ----------------------------------------------------------------------------- episodes (environment tasks)
 
 EPISODE_TESTS = ("tests/rollout/test_episodes.py",)
+TURN_CACHE_TESTS = ("tests/rollout/test_turn_cache.py",)
 EPISODES = [
     mutation(
         "env_tokens_in_the_loss", "rlvr/rollout/episodes.py",
@@ -1329,6 +1330,49 @@ EPISODES = [
         ("EPISODE_ENV_TOKEN_FRAC: sum(e.env_tokens for e in episodes) / total_tokens if total_tokens else 0.0,",
          "EPISODE_ENV_TOKEN_FRAC: sum(e.env_tokens / e.tokens for e in episodes if e.tokens) / count,"),
         tests=EPISODE_TESTS + ("tests/training/test_episode_training.py::test_env_token_frac_of_a_real_rollout_is_the_masked_share_of_its_tokens",),
+    ),
+    mutation(
+        "turn_cache_positions_count_padding", "rlvr/rollout/decode_loop.py",
+        "a continued prefill numbers positions over every column, the paddings before and between included",
+        ("        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [B, W + S]",
+         "        positions = (torch.ones_like(prompt_mask).cumsum(-1) - 1)  # [B, W + S]"),
+        tests=TURN_CACHE_TESTS,
+    ),
+    mutation(
+        "turn_cache_holds_the_unfed_token", "rlvr/rollout/decode_loop.py",
+        "a row leaves its last sampled token among the ids it holds, though that token was never fed",
+        ("tuple(real_prompts[row] + tokens[row, :step].tolist())", "tuple(real_prompts[row] + tokens[row, :step + 1].tolist())"),
+        tests=TURN_CACHE_TESTS,
+    ),
+    mutation(
+        "turn_cache_left_aligned", "rlvr/rollout/turn_cache.py",
+        "held keys and values are written at the start of the past, where the mask says padding",
+        ("                past_keys[layer][index, :, width - size:] = row.keys[layer]\n"
+         "                past_values[layer][index, :, width - size:] = row.values[layer]",
+         "                past_keys[layer][index, :, :size] = row.keys[layer]\n"
+         "                past_values[layer][index, :, :size] = row.values[layer]"),
+        tests=TURN_CACHE_TESTS,
+    ),
+    mutation(
+        "turn_cache_matches_an_equal_prompt", "rlvr/rollout/turn_cache.py",
+        "a held row as long as the new prompt is taken, leaving no new token to feed",
+        ("if size < len(prompt) and", "if size <= len(prompt) and"),
+        tests=TURN_CACHE_TESTS,
+    ),
+    mutation(
+        "turn_cache_outlives_the_weights", "rlvr/rollout/backend.py",
+        "the keys and values held between turns survive the sync block, into the next weights' rollout",
+        ("""        finally:
+            if self.turn_cache is not None:
+                self.turn_cache.clear()""", """        finally:
+            pass"""),
+        tests=TURN_CACHE_TESTS,
+    ),
+    mutation(
+        "turn_cache_prefix_unchecked", "rlvr/rollout/turn_cache.py",
+        "any held row no longer than the prompt is reused, whether or not the prompt starts with its ids",
+        ("and tuple(prompt[:size]) == row.ids:", ":"),
+        tests=TURN_CACHE_TESTS,
     ),
 ]
 

@@ -35,3 +35,24 @@ def cache_argument_name(model: Any) -> str:
 def output_cache(output: Any) -> Any:
     cache = getattr(output, "cache", None)
     return cache if cache is not None else output.past_key_values
+
+
+def full_attention_only(model: Any) -> bool:
+    """Whether every layer attends to the whole past (no sliding window), so keys and values computed
+    earlier can be handed back to the model as a plain `DynamicCache`."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        return all(kind == "full_attention" for kind in types)
+    return not getattr(config, "sliding_window", None)
+
+
+def cache_of(keys: list, values: list) -> Any:
+    """A transformers `DynamicCache` holding per-layer keys and values [B, kv_heads, T, head_dim]."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for layer, (layer_keys, layer_values) in enumerate(zip(keys, values)):
+        cache.update(layer_keys, layer_values, layer)
+    return cache

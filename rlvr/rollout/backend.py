@@ -48,6 +48,7 @@ from typing import Any, Callable, ClassVar, ContextManager, Iterator, Mapping
 from rlvr.models.merge import merged_adapter
 from rlvr.registry import Registry, did_you_mean
 from rlvr.rollout.base import Generation, SamplingSettings, fill_token_id, left_pad_ids
+from rlvr.rollout.turn_cache import TurnCache
 
 # name -> backend class; `cls.build(loaded, rollout)` sets one up.
 ROLLOUT_BACKENDS: Registry[type] = Registry("rollout backend")
@@ -148,14 +149,24 @@ class InProcessBackend(RolloutBackend):
         super().__init__(policy, tokenizer, merge_lora=merge_lora)
         type(self).check_options(options)
         self.options = dict(options)
+        # Set by a backend whose ids_fn continues an episode's turn from the previous turn's keys and
+        # values (`rlvr/rollout/turn_cache.py`); emptied when the outermost sync block closes.
+        self.turn_cache: TurnCache | None = None
 
     @classmethod
     def build(cls, loaded, rollout) -> "InProcessBackend":
         return cls(loaded.policy, loaded.tokenizer, merge_lora=rollout.merge_lora, **rollout.backend_options)
 
-    def synced(self) -> ContextManager[None]:
-        """The engine is the policy: nothing to push. The adapter is merged (or FSDP layers gathered) for the block."""
-        return merged_adapter(self.policy, self.merge_lora)
+    @contextlib.contextmanager
+    def synced(self) -> Iterator[None]:
+        """The engine is the policy: nothing to push. The adapter is merged (or FSDP layers gathered) for the
+        block; keys and values held between turns are computed with these weights, so they go with it."""
+        try:
+            with merged_adapter(self.policy, self.merge_lora):
+                yield
+        finally:
+            if self.turn_cache is not None:
+                self.turn_cache.clear()
 
     def generate(self, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
         if not self.in_sync:
@@ -168,4 +179,5 @@ class InProcessBackend(RolloutBackend):
             raise RuntimeError(f"{type(self).__name__}.generate_from_ids called outside `with backend.sync():`; "
                                "sync first, so the sampled policy is the current one")
         ids, mask = left_pad_ids(prompt_ids, fill_token_id(self.tokenizer))  # [B, P] each
-        return type(self).ids_fn(self.policy, self.tokenizer, ids, mask, settings, **self.options)
+        extra = {} if self.turn_cache is None else {"turn_cache": self.turn_cache}
+        return type(self).ids_fn(self.policy, self.tokenizer, ids, mask, settings, **self.options, **extra)

@@ -11,7 +11,9 @@ strings; greedy gives the same tokens), with less work per step:
     once, and out of the cache once a quarter of its rows have finished (`COMPACT_FRACTION`);
   - sampling inverts the CDF with one uniform number per row, in two levels (blocks of the
     vocabulary, then tokens in the chosen block) instead of a cumulative sum over all of it;
-  - stop strings are checked only for rows whose new token can end one (`stop_strings.py`).
+  - stop strings are checked only for rows whose new token can end one (`stop_strings.py`);
+  - an episode's next turn prefills only what it adds, on the keys and values its previous turn
+    left (`turn_cache.py`, option `continue_turns`).
 Lengths, truncation and the stop position are known exactly, not re-derived from padded output.
 """
 
@@ -21,12 +23,13 @@ import math
 
 import torch
 
-from rlvr.models.hf_cache import cache_argument_name, output_cache
+from rlvr.models.hf_cache import cache_argument_name, cache_of, full_attention_only, output_cache
 from rlvr.models.kernels import weight_major_linears
 from rlvr.rollout.backend import ROLLOUT_BACKENDS, InProcessBackend
 from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids, length_mask
 from rlvr.rollout.decode_step import DecoderWeights, decode_step
 from rlvr.rollout.stop_strings import StopStringMatcher
+from rlvr.rollout.turn_cache import CachedRow, PrefillPlan, TurnCache, plan_prefill
 
 # Finished rows stay in the preallocated cache (computed, then ignored) until this fraction of its
 # rows have finished; then the rest are moved to the front. 0 compacts at every finished row.
@@ -117,6 +120,12 @@ class DynamicCacheSteps:
         self.cache.batch_select_indices(keep)
         self.attention, self.next_position = self.attention[keep], self.next_position[keep]
 
+    def held(self, index: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Live row `index`'s keys and values at its real positions: per layer [kv_heads, n, head_dim]."""
+        real = self.attention[index].bool()  # [T]
+        layers = self.cache.layers
+        return [layer.keys[index][:, real] for layer in layers], [layer.values[index][:, real] for layer in layers]
+
     def step(self, chosen: torch.Tensor) -> torch.Tensor:
         self.attention = torch.cat([self.attention, self.attention.new_ones(self.attention.shape[0], 1)], dim=1)
         out = self.model(input_ids=chosen[:, None], attention_mask=self.attention,
@@ -164,6 +173,13 @@ class PreallocatedSteps:
         self.sampled = None if in_order else torch.tensor(self.slots, dtype=torch.long,
                                                           device=self.positions.device)
 
+    def held(self, index: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Live row `index`'s keys and values at its real positions: per layer [kv_heads, n, head_dim]."""
+        slot, length = self.slots[index], self.cache.length
+        real = self.cache.real[slot, :length]  # [T]
+        buffer = self.cache.buffer[:, :, slot, :, :length]  # [layers, 2, kv_heads, T, head_dim]
+        return [keys[:, real] for keys in buffer[:, 0]], [values[:, real] for values in buffer[:, 1]]
+
     def step(self, chosen: torch.Tensor) -> torch.Tensor:
         """chosen [A]: the live rows' new tokens; returns their logits [A, V] in the same order."""
         if self.sampled is None:
@@ -176,13 +192,24 @@ class PreallocatedSteps:
 
 
 def start_decoding(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int,
-                   weights: DecoderWeights | None, capacity: int, compact_fraction: float = COMPACT_FRACTION):
+                   weights: DecoderWeights | None, capacity: int, compact_fraction: float = COMPACT_FRACTION,
+                   plan: PrefillPlan | None = None):
     """Prefill each prompt once with the model's forward; return the first logits [N, V] (N = B * G,
     prompt-major) and the steps object that continues: `PreallocatedSteps` when `weights` is given
-    (a cache of `capacity` positions), else `DynamicCacheSteps`. prompt_ids, prompt_mask [B, P]."""
-    positions = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P], skips left padding
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
-                use_cache=True, logits_to_keep=1)
+    (a cache of `capacity` positions), else `DynamicCacheSteps`. prompt_ids, prompt_mask [B, P].
+    With a `plan` (group_size 1) only its new tokens are prefilled, on top of its held keys and values."""
+    if plan is None:
+        positions = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P], skips left padding
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
+                    use_cache=True, logits_to_keep=1)
+    else:
+        device = prompt_ids.device
+        prompt_mask = plan.mask.to(device)  # [B, W + S]: held positions, then the new ones
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [B, W + S]
+        held = plan.past_keys[0].shape[2]
+        past = cache_of([k.to(device) for k in plan.past_keys], [v.to(device) for v in plan.past_values])
+        out = model(input_ids=plan.new_ids.to(device), attention_mask=prompt_mask, position_ids=positions[:, held:],
+                    use_cache=True, logits_to_keep=1, **{cache_argument_name(model): past})
     logits = out.logits[:, -1].repeat_interleave(group_size, dim=0)  # [N, V]
     next_position = positions[:, -1].repeat_interleave(group_size) + 1  # [N]
     prefill_cache = output_cache(out)
@@ -217,8 +244,11 @@ def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings:
 
 def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                          settings: SamplingSettings, *, group_size: int = 1, cache: str = "auto",
-                         compact_fraction: float = COMPACT_FRACTION) -> Generation:
-    """`decode_loop` on prompts given as left-padded token ids [B, P] and their mask [B, P]."""
+                         compact_fraction: float = COMPACT_FRACTION, turn_cache: TurnCache | None = None) -> Generation:
+    """`decode_loop` on prompts given as left-padded token ids [B, P] and their mask [B, P].
+
+    With a `turn_cache` (one completion per prompt) a row that continues one the cache holds is
+    prefilled from there, and every row's keys and values are left in the cache for the next call."""
     if settings.do_sample and settings.temperature <= 0:
         raise ValueError(f"decode_loop: temperature={settings.temperature} must be > 0 when sampling")
     if cache not in CACHES:
@@ -231,8 +261,24 @@ def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask
     eos = torch.tensor(sorted(eos_ids), device=device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else int(eos[0])
     stops = tuple(s for s in settings.stop_strings if s)
+    if turn_cache is not None and group_size != 1:
+        raise ValueError(f"decode_loop: a turn cache continues one completion per prompt, not group_size={group_size}")
+    if turn_cache is not None and not full_attention_only(model):
+        turn_cache = None  # a sliding window: held keys and values cannot be handed back as a plain cache
+    real_prompts = plan = None
+    if turn_cache is not None:
+        real_prompts = [ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids.cpu(), prompt_mask.cpu())]
+        held = [turn_cache.match(prompt) for prompt in real_prompts]
+        if any(row is not None for row in held):
+            plan = plan_prefill(real_prompts, held, pad_id)
+            turn_cache.reused_tokens += plan.reused
+            turn_cache.prefilled_tokens += plan.prefilled
+        else:
+            turn_cache.prefilled_tokens += sum(len(prompt) for prompt in real_prompts)
+    kept: list[CachedRow] = []
     # The last sampled token is never fed back: the prompt and max_new - 1 tokens are cached.
-    capacity = prompt_len + max(max_new - 1, 0)
+    cached_len = prompt_len if plan is None else plan.mask.shape[1]
+    capacity = cached_len + max(max_new - 1, 0)
     weights = DecoderWeights.of(model, capacity) if cache != "dynamic" else None
     if cache == "preallocated" and weights is None:
         raise ValueError(f"decode_loop: cache='preallocated' does not support this model "
@@ -245,7 +291,7 @@ def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask
     model.eval()
     with torch.inference_mode(), weight_major_linears(model):
         logits, steps = start_decoding(model, prompt_ids, prompt_mask, group_size, weights, capacity,
-                                       compact_fraction)
+                                       compact_fraction, plan)
         matcher = StopStringMatcher(tokenizer, stops, logits.shape[-1], device)
         active = torch.arange(num_rows, device=device)  # rows still generating, in row order
         for step in range(max_new):
@@ -257,7 +303,14 @@ def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask
             lengths[active] = step + 1
             done = matcher.finished(tokens, active, chosen, step, torch.isin(chosen, eos))  # [A]
             ended[active[done]] = True
-            if step + 1 == max_new or bool(done.all()):
+            last = step + 1 == max_new or bool(done.all())
+            if turn_cache is not None:  # rows leave their keys and values (step tokens fed) before the cache drops them
+                leaving = range(active.numel()) if last else done.nonzero().squeeze(-1).tolist()
+                for index in leaving:
+                    row = int(active[index])
+                    keys, values = steps.held(index)
+                    kept.append(CachedRow(tuple(real_prompts[row] + tokens[row, :step].tolist()), keys, values))
+            if last:
                 break
             if bool(done.any()):
                 steps.finish(done)
@@ -265,6 +318,8 @@ def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask
                 active, chosen = active[keep], chosen[keep]
             logits = steps.step(chosen)
     model.train(was_training)
+    if turn_cache is not None:
+        turn_cache.store(kept)
 
     lengths, ended = lengths.cpu(), ended.cpu()
     width = int(lengths.max()) if num_rows else 0
@@ -294,13 +349,22 @@ class DecodeLoopBackend(InProcessBackend):
     OPTIONS = {
         "cache": f"decoding cache: {', '.join(CACHES)} (auto: preallocated where the model supports it)",
         "compact_fraction": f"share of finished rows that triggers a cache compaction (default {COMPACT_FRACTION})",
+        "continue_turns": "an episode's next turn prefills only its new tokens, on the keys and values its last "
+                          "turn left (default true; false prefills the whole conversation every turn)",
     }
+
+    def __init__(self, policy, tokenizer, *, merge_lora: bool = True, **options) -> None:
+        super().__init__(policy, tokenizer, merge_lora=merge_lora, **options)
+        if self.options.pop("continue_turns", True):
+            self.turn_cache = TurnCache()
 
     @classmethod
     def check_options(cls, options) -> None:
         super().check_options(options)
         if "cache" in options and options["cache"] not in CACHES:
             raise ValueError(f"cache={options['cache']!r} is not one of {', '.join(CACHES)}")
+        if not isinstance(options.get("continue_turns", True), bool):
+            raise ValueError(f"continue_turns={options['continue_turns']!r} must be true or false")
         fraction = options.get("compact_fraction", COMPACT_FRACTION)
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
             raise ValueError(f"compact_fraction={fraction!r} must be a number in [0, 1]")

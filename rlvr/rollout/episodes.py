@@ -145,62 +145,64 @@ def run_episodes(backend: RolloutBackend, task, examples: Sequence[Example], pro
                              tool_calls=dict.fromkeys(offered, 0), tool_errors=dict.fromkeys(offered, 0))
                for (_, example), state in zip(rows, states)]
     live = list(range(len(rows)))
-    for turn in range(max_turns):
-        budgets = turn_budgets(records, live, settings.max_new_tokens, max_episode_tokens)
-        for row, budget in zip(live, budgets):
-            if budget <= 0:
-                records[row].episode.truncated_by = "episode_tokens"
-        live, budgets = [r for r, b in zip(live, budgets) if b > 0], [b for b in budgets if b > 0]
-        if not live:
-            break
-        call_settings = dataclasses.replace(settings, max_new_tokens=max(budgets))
-        with backend.sync():
+    # One sync block for every turn: the weights stay put, so a turn may continue from the keys and
+    # values the previous one left (a backend with a turn cache: `rlvr/rollout/turn_cache.py`).
+    with backend.sync():
+        for turn in range(max_turns):
+            budgets = turn_budgets(records, live, settings.max_new_tokens, max_episode_tokens)
+            for row, budget in zip(live, budgets):
+                if budget <= 0:
+                    records[row].episode.truncated_by = "episode_tokens"
+            live, budgets = [r for r, b in zip(live, budgets) if b > 0], [b for b in budgets if b > 0]
+            if not live:
+                break
+            call_settings = dataclasses.replace(settings, max_new_tokens=max(budgets))
             generation = backend.generate_from_ids([prompt_ids[rows[row][0]] + records[row].token_ids
                                                     for row in live], call_settings)
-        still_live = []
-        for position, (row, budget) in enumerate(zip(live, budgets)):
-            record = records[row]
-            length = int(generation.completion_lengths[position])
-            sampled = generation.input_ids[position, generation.prompt_len:generation.prompt_len + length].tolist()
-            ended = not bool(generation.truncated[position])
-            limit = turn_truncation(len(sampled), budget, ended, settings.max_new_tokens)
-            sampled = sampled[:budget]
-            text = cut_at_stop(tokenizer.decode([t for t in sampled if t not in eos_ids], skip_special_tokens=True),
-                               stops)
-            record.token_ids += sampled
-            record.policy_mask += [1] * len(sampled)
-            if generation.sampler_logprobs is None or record.sampler_logprobs is None:
-                record.sampler_logprobs = None
-            else:
-                record.sampler_logprobs += generation.sampler_logprobs[position, :len(sampled)].tolist()
-            record.episode.turns.append(Turn("assistant", text))
-            if limit is not None:
-                record.episode.truncated_by = limit
-                continue
-            try:
-                reply = task.respond(record.episode.state, text)
-            except Exception as exc:  # noqa: BLE001 - an environment bug ends its episode, never the run
-                record.env_error = f"respond of task {task.name!r} raised {type(exc).__name__}: {exc}"
-                continue
-            add_counts(record.tool_calls, reply.tool_calls)
-            add_counts(record.tool_errors, reply.tool_errors)
-            if reply.content is not None:
-                record.episode.turns.append(Turn(reply.role, reply.content))
-            if reply.done:
-                continue
-            if turn + 1 == max_turns:
-                record.episode.truncated_by = "max_turns"
-                continue
-            reply_ids = renderer.ids(reply.role, reply.content, sampled[-1] if sampled else None)
-            if len(record.token_ids) + len(reply_ids) >= max_episode_tokens:
-                record.episode.truncated_by = "episode_tokens"  # no room left for the policy's next token
-                continue
-            record.token_ids += reply_ids
-            record.policy_mask += [0] * len(reply_ids)
-            if record.sampler_logprobs is not None:
-                record.sampler_logprobs += [0.0] * len(reply_ids)
-            still_live.append(row)
-        live = still_live
+            still_live = []
+            for position, (row, budget) in enumerate(zip(live, budgets)):
+                record = records[row]
+                length = int(generation.completion_lengths[position])
+                sampled = generation.input_ids[position, generation.prompt_len:generation.prompt_len + length].tolist()
+                ended = not bool(generation.truncated[position])
+                limit = turn_truncation(len(sampled), budget, ended, settings.max_new_tokens)
+                sampled = sampled[:budget]
+                text = cut_at_stop(tokenizer.decode([t for t in sampled if t not in eos_ids], skip_special_tokens=True),
+                                   stops)
+                record.token_ids += sampled
+                record.policy_mask += [1] * len(sampled)
+                if generation.sampler_logprobs is None or record.sampler_logprobs is None:
+                    record.sampler_logprobs = None
+                else:
+                    record.sampler_logprobs += generation.sampler_logprobs[position, :len(sampled)].tolist()
+                record.episode.turns.append(Turn("assistant", text))
+                if limit is not None:
+                    record.episode.truncated_by = limit
+                    continue
+                try:
+                    reply = task.respond(record.episode.state, text)
+                except Exception as exc:  # noqa: BLE001 - an environment bug ends its episode, never the run
+                    record.env_error = f"respond of task {task.name!r} raised {type(exc).__name__}: {exc}"
+                    continue
+                add_counts(record.tool_calls, reply.tool_calls)
+                add_counts(record.tool_errors, reply.tool_errors)
+                if reply.content is not None:
+                    record.episode.turns.append(Turn(reply.role, reply.content))
+                if reply.done:
+                    continue
+                if turn + 1 == max_turns:
+                    record.episode.truncated_by = "max_turns"
+                    continue
+                reply_ids = renderer.ids(reply.role, reply.content, sampled[-1] if sampled else None)
+                if len(record.token_ids) + len(reply_ids) >= max_episode_tokens:
+                    record.episode.truncated_by = "episode_tokens"  # no room left for the policy's next token
+                    continue
+                record.token_ids += reply_ids
+                record.policy_mask += [0] * len(reply_ids)
+                if record.sampler_logprobs is not None:
+                    record.sampler_logprobs += [0.0] * len(reply_ids)
+                still_live.append(row)
+            live = still_live
     verdicts = [judge_episode(task, record.episode) if record.env_error is None
                 else error_verdict(task, record.env_error) for record in records]
     return EpisodeRollout(generation=episode_generation(records, prompt_ids, rows, fill_token_id(tokenizer)),
