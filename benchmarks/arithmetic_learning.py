@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 
 if __package__:  # imported as benchmarks.arithmetic_learning
-    from benchmarks.bench_runs import REPO, accuracy_ci, best_and_final, train_in_fresh_process
+    from benchmarks.bench_runs import REPO, accuracy_ci, best_and_final, save_figure, train_in_fresh_process
 else:  # run as a script: its folder is on sys.path
-    from bench_runs import REPO, accuracy_ci, best_and_final, train_in_fresh_process
+    from bench_runs import REPO, accuracy_ci, best_and_final, save_figure, train_in_fresh_process
 
 from rlvr.observe.metric_names import (CORRECT_FRAC, DISTINCT_COMPLETIONS_FRAC, ELAPSED_S, ENTROPY, HEALTH_WARNINGS, ITERATION,
                                REWARD_MEAN, REWARD_PREFIX, TIME_ITERATION, UNIX_TIME, reward_component)
@@ -203,10 +203,7 @@ def plot(results: list[dict], out: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(Path(results[0]["config"]).name if results else "")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}")
+    save_figure(fig, out)
 
 
 def main() -> int:

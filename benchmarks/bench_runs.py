@@ -92,3 +92,11 @@ def best_and_final(evals: list[dict], started: float) -> dict:
 def first_best(records: list[dict], key: str = "eval/accuracy") -> dict:
     """The record with the highest `key`, the earliest iteration among equals."""
     return max(records, key=lambda r: (r.get(key) or 0.0, -(r.get("iteration") or 0)))
+
+
+def save_figure(fig, out: Path) -> None:
+    """Lay out and write a benchmark's figure to `out` (its folder made if needed), and say so."""
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")

@@ -26,7 +26,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_runs import REPO, train_in_fresh_process
+from bench_runs import REPO, save_figure, train_in_fresh_process
 
 DEFAULT_CONFIGS = [None, "configs/format_copy_reinforce.yaml"]  # None: `rlvr train` with no config
 REWARD_TARGET, EVAL_TARGET = 1.25, 0.9
@@ -85,10 +85,7 @@ def plot(results: list[dict], out: Path, x_axis: str = "seconds") -> None:
     for ax in (ax_reward, ax_eval):
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}")
+    save_figure(fig, out)
 
 
 def main() -> int:

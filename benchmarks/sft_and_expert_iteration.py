@@ -24,6 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.bench_runs import save_figure  # noqa: E402
+
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
@@ -75,10 +77,7 @@ def plot(ei_evals: list[dict], sft_evals: list[dict], out: Path) -> None:
                title="format_copy: SFT on 64 correct answers", ylim=(-0.02, 1.02))
     for ax in (ax_ei, ax_sft):
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}")
+    save_figure(fig, out)
 
 
 def main() -> int:

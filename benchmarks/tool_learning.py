@@ -38,11 +38,11 @@ from pathlib import Path
 
 if __package__:  # imported as benchmarks.tool_learning
     from benchmarks.arithmetic_learning import print_table, run_name, run_side
-    from benchmarks.bench_runs import REPO, accuracy_ci, read_jsonl
+    from benchmarks.bench_runs import REPO, accuracy_ci, read_jsonl, save_figure
     from benchmarks.vs_trl import matmul_gflops
 else:  # run as a script: its folder is on sys.path
     from arithmetic_learning import print_table, run_name, run_side
-    from bench_runs import REPO, accuracy_ci, read_jsonl
+    from bench_runs import REPO, accuracy_ci, read_jsonl, save_figure
     from vs_trl import matmul_gflops
 
 from rlvr.observe.metric_names import UNIX_TIME, reward_component
@@ -231,10 +231,7 @@ def plot(sft: dict, results: list[dict], task_run: TaskRun, out: Path, target: f
         ax.legend(fontsize=7)
     fig.suptitle(f"{Path(task_run.rl_config).name} from a {sft['steps']}-step SFT warm-up on {sft['questions']} "
                  "examples")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}")
+    save_figure(fig, out)
 
 
 def main() -> int:
