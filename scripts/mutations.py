@@ -1271,7 +1271,7 @@ EPISODES = [
     mutation(
         "max_turns_off_by_one", "rlvr/rollout/episodes.py",
         "the last allowed turn's reply is inserted and the episode is not counted as cut by max_turns",
-        ("            if turn + 1 == max_turns:", "            if turn == max_turns:"),
+        ("last_turn=turn + 1 == max_turns", "last_turn=turn == max_turns"),
         tests=EPISODE_TESTS,
     ),
     mutation(

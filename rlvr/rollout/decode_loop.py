@@ -29,7 +29,7 @@ from rlvr.rollout.backend import ROLLOUT_BACKENDS, InProcessBackend
 from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids, length_mask
 from rlvr.rollout.decode_step import DecoderWeights, decode_step
 from rlvr.rollout.stop_strings import StopStringMatcher
-from rlvr.rollout.turn_cache import CachedRow, PrefillPlan, TurnCache, plan_prefill
+from rlvr.rollout.turn_cache import CachedRow, PrefillPlan, TurnCache
 
 # Finished rows stay in the preallocated cache (computed, then ignored) until this fraction of its
 # rows have finished; then the rest are moved to the front. 0 compacts at every finished row.
@@ -268,13 +268,7 @@ def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask
     real_prompts = plan = None
     if turn_cache is not None:
         real_prompts = [ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids.cpu(), prompt_mask.cpu())]
-        held = [turn_cache.match(prompt) for prompt in real_prompts]
-        if any(row is not None for row in held):
-            plan = plan_prefill(real_prompts, held, pad_id)
-            turn_cache.reused_tokens += plan.reused
-            turn_cache.prefilled_tokens += plan.prefilled
-        else:
-            turn_cache.prefilled_tokens += sum(len(prompt) for prompt in real_prompts)
+        plan = turn_cache.plan(real_prompts, pad_id)
     kept: list[CachedRow] = []
     # The last sampled token is never fed back: the prompt and max_new - 1 tokens are cached.
     cached_len = prompt_len if plan is None else plan.mask.shape[1]

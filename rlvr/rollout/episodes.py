@@ -126,6 +126,40 @@ def turn_truncation(sampled: int, budget: int, ended: bool, max_new_tokens: int)
     return None
 
 
+def answer_turn(task, record: EpisodeRecord, text: str, sampled: list[int], renderer: ReplyRenderer, *,
+                last_turn: bool, max_episode_tokens: int) -> bool:
+    """The environment's answer to the turn the policy just took (`text`, its tokens `sampled`).
+
+    Counts its tool calls and errors, keeps its reply in the transcript and, when the episode goes
+    on, inserts the reply as tokens with loss mask 0. Returns whether the episode goes on: not when
+    the environment ends it or raises (`env_error`), after the last allowed turn (`max_turns`), or
+    when the reply leaves no room for the policy's next token (`episode_tokens`).
+    """
+    try:
+        reply = task.respond(record.episode.state, text)
+    except Exception as exc:  # noqa: BLE001 - an environment bug ends its episode, never the run
+        record.env_error = f"respond of task {task.name!r} raised {type(exc).__name__}: {exc}"
+        return False
+    add_counts(record.tool_calls, reply.tool_calls)
+    add_counts(record.tool_errors, reply.tool_errors)
+    if reply.content is not None:
+        record.episode.turns.append(Turn(reply.role, reply.content))
+    if reply.done:
+        return False
+    if last_turn:
+        record.episode.truncated_by = "max_turns"
+        return False
+    reply_ids = renderer.ids(reply.role, reply.content, sampled[-1] if sampled else None)
+    if len(record.token_ids) + len(reply_ids) >= max_episode_tokens:
+        record.episode.truncated_by = "episode_tokens"  # no room left for the policy's next token
+        return False
+    record.token_ids += reply_ids
+    record.policy_mask += [0] * len(reply_ids)
+    if record.sampler_logprobs is not None:
+        record.sampler_logprobs += [0.0] * len(reply_ids)
+    return True
+
+
 def run_episodes(backend: RolloutBackend, task, examples: Sequence[Example], prompts: Sequence[str], *,
                  group_size: int, settings: SamplingSettings, use_chat_template: bool) -> EpisodeRollout:
     """G episodes of each example (rows prompt-major), every live one's next turn in one batched call."""
@@ -178,30 +212,9 @@ def run_episodes(backend: RolloutBackend, task, examples: Sequence[Example], pro
                 record.episode.turns.append(Turn("assistant", text))
                 if limit is not None:
                     record.episode.truncated_by = limit
-                    continue
-                try:
-                    reply = task.respond(record.episode.state, text)
-                except Exception as exc:  # noqa: BLE001 - an environment bug ends its episode, never the run
-                    record.env_error = f"respond of task {task.name!r} raised {type(exc).__name__}: {exc}"
-                    continue
-                add_counts(record.tool_calls, reply.tool_calls)
-                add_counts(record.tool_errors, reply.tool_errors)
-                if reply.content is not None:
-                    record.episode.turns.append(Turn(reply.role, reply.content))
-                if reply.done:
-                    continue
-                if turn + 1 == max_turns:
-                    record.episode.truncated_by = "max_turns"
-                    continue
-                reply_ids = renderer.ids(reply.role, reply.content, sampled[-1] if sampled else None)
-                if len(record.token_ids) + len(reply_ids) >= max_episode_tokens:
-                    record.episode.truncated_by = "episode_tokens"  # no room left for the policy's next token
-                    continue
-                record.token_ids += reply_ids
-                record.policy_mask += [0] * len(reply_ids)
-                if record.sampler_logprobs is not None:
-                    record.sampler_logprobs += [0.0] * len(reply_ids)
-                still_live.append(row)
+                elif answer_turn(task, record, text, sampled, renderer, last_turn=turn + 1 == max_turns,
+                                 max_episode_tokens=max_episode_tokens):
+                    still_live.append(row)
             live = still_live
     verdicts = [judge_episode(task, record.episode) if record.env_error is None
                 else error_verdict(task, record.env_error) for record in records]

@@ -65,6 +65,16 @@ class TurnCache:
                 best = row
         return best
 
+    def plan(self, prompts: list[list[int]], pad_id: int) -> PrefillPlan | None:
+        """The prefill of `prompts` (each row's real ids) on the rows they continue, None when they continue
+        none (a plain prefill); counts the positions reused and prefilled either way."""
+        held = [self.match(prompt) for prompt in prompts]
+        plan = plan_prefill(prompts, held, pad_id) if any(row is not None for row in held) else None
+        reused = plan.reused if plan is not None else 0
+        self.reused_tokens += reused
+        self.prefilled_tokens += sum(len(prompt) for prompt in prompts) - reused
+        return plan
+
     def store(self, rows: list[CachedRow]) -> None:
         self.rows = rows
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rlvr.models.hf_cache import cache_of
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, sample_and_score
 from rlvr.rollout.base import left_pad_ids
 from rlvr.rollout.decode_loop import decode_loop_from_ids, start_decoding
@@ -64,17 +65,11 @@ def test_a_continued_prefill_gives_the_full_prefills_logits_with_padding_on_both
     with torch.no_grad():
         shifted = net(input_ids=plan.new_ids, attention_mask=plan.mask,
                       position_ids=(wrong_positions.cumsum(-1) - 1)[:, 9:],
-                      past_key_values=_cache(plan), use_cache=True).logits[:, -1]
+                      past_key_values=cache_of(plan.past_keys, plan.past_values), use_cache=True).logits[:, -1]
     assert (shifted - full).abs().max() > 1e-3
     # What the steps hand back for a row is its real positions only: the held ones, then the new.
     keys, _ = steps.held(0)
     assert keys[0].shape[1] == len(prompts[0])
-
-
-def _cache(plan):
-    from rlvr.models.hf_cache import cache_of
-
-    return cache_of(plan.past_keys, plan.past_values)
 
 
 def test_match_takes_the_longest_strict_prefix_only():
