@@ -10,6 +10,12 @@ completions of at most 24 tokens:
     python benchmarks/rollout_backends.py --repeats 6 --group-size 8
     python benchmarks/rollout_backends.py --backends decode_loop vllm --group-size 8   # needs the vllm extra
     python benchmarks/rollout_backends.py --backends decode_loop vllm_server --server-url http://127.0.0.1:8000
+    python benchmarks/rollout_backends.py --backends vllm vllm:lora_mode=adapter --adapter-scale 0.01
+
+A backend is named as `rollout.backend`, optionally with `:key=value,...` backend options (the two
+LoRA modes of `vllm` side by side above). `--adapter-scale` fills the adapter's B matrices with
+noise of that size instead of PEFT's zeros, so a served adapter does real work. The sync (the
+`sync()` block's entry: weights or adapter pushed) is timed apart from sampling as well.
 
 `vllm_server` needs a server started on the embedded model's folder (rollout-backends guide); its
 time includes writing the adapter and loading it into the server.
@@ -21,6 +27,11 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 def main() -> int:
@@ -32,6 +43,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--backends", nargs="*", default=["hf_generate", "decode_loop"])
     parser.add_argument("--server-url", default="http://127.0.0.1:8000", help="the vllm_server backend's server")
+    parser.add_argument("--adapter-scale", type=float, default=0.0, help="std of the adapter's B (PEFT starts at 0)")
     args = parser.parse_args()
 
     import torch
@@ -41,17 +53,29 @@ def main() -> int:
     from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
     from rlvr.tasks.format_copy import FormatCopyTask
 
+    from benchmarks.vs_trl import matmul_gflops
+
+    gflops_before = matmul_gflops()
     torch.set_num_threads(args.threads)
     loaded = load_policy("smollm2-135m-instruct", lora=LoraSettings(rank=16, alpha=32))
+    if args.adapter_scale:
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, parameter in loaded.policy.named_parameters():
+                if "lora_B" in name:
+                    parameter.copy_(torch.randn(parameter.shape, generator=generator) * args.adapter_scale)
     task = FormatCopyTask()
     settings = SamplingSettings(max_new_tokens=args.max_new_tokens)
     backends = {}
     for name in args.backends:
+        kind, _, extra = name.partition(":")
         options = {"vllm": ["rollout.backend_options.max_model_len=1024"],
-                   "vllm_server": [f"rollout.backend_options.url={args.server_url}"]}.get(name, [])
-        rollout = load_config(None, [f"rollout.backend={name}", *options]).rollout
-        backends[name] = ROLLOUT_BACKENDS.get(name).build(loaded, rollout)
+                   "vllm_server": [f"rollout.backend_options.url={args.server_url}"]}.get(kind, [])
+        options += [f"rollout.backend_options.{pair}" for pair in extra.split(",") if pair]
+        rollout = load_config(None, [f"rollout.backend={kind}", *options]).rollout
+        backends[name] = ROLLOUT_BACKENDS.get(kind).build(loaded, rollout)
     seconds = {name: [] for name in args.backends}
+    sync_seconds = {name: [] for name in args.backends}
     lengths = {name: [] for name in args.backends}
     tokens = {name: [] for name in args.backends}
     for repeat in range(args.repeats + 1):
@@ -59,19 +83,23 @@ def main() -> int:
         for name in args.backends if repeat % 2 == 0 else reversed(args.backends):
             torch.manual_seed(repeat)
             started = time.perf_counter()
-            with backends[name].sync():  # the adapter merged, as in training
+            with backends[name].sync():  # the adapter merged or pushed, as in training
+                synced = time.perf_counter()
                 generation = backends[name].generate(prompts, args.group_size, settings)
             if repeat > 0:  # the first round warms up
                 seconds[name].append(time.perf_counter() - started)
+                sync_seconds[name].append(synced - started)
                 lengths[name].append(float(generation.completion_lengths.float().mean()))
                 tokens[name].append(int(generation.completion_lengths.sum()))
     print(f"{args.prompts} prompts x {args.group_size} completions, {args.max_new_tokens} new tokens, "
-          f"{args.threads} threads, {args.repeats} rollouts each")
-    print("| backend | median s | min s | tokens/s | mean completion tokens |")
-    print("|---|---|---|---|---|")
+          f"{args.threads} threads, {args.repeats} rollouts each; fp32 matmul {gflops_before:.0f} GFLOPS before, "
+          f"{matmul_gflops():.0f} after")
+    print("| backend | median s | min s | max s | of which sync, median s | tokens/s | mean completion tokens |")
+    print("|---|---|---|---|---|---|---|")
     for name in args.backends:
         rate = sum(tokens[name]) / sum(seconds[name])
-        print(f"| {name} | {statistics.median(seconds[name]):.2f} | {min(seconds[name]):.2f} | {rate:.0f} | "
+        print(f"| {name} | {statistics.median(seconds[name]):.2f} | {min(seconds[name]):.2f} | "
+              f"{max(seconds[name]):.2f} | {statistics.median(sync_seconds[name]):.2f} | {rate:.0f} | "
               f"{statistics.mean(lengths[name]):.1f} |")
     for backend in backends.values():
         backend.close()

@@ -1706,6 +1706,63 @@ VLLM_SERVER = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- the colocated vLLM backend (a fake engine)
+
+VLLM_OPTIONS_TESTS = ("tests/rollout/test_vllm_options.py",)  # the fake engine's, not `vllm`'s
+VLLM_BACKEND = [
+    mutation(
+        "vllm_lora_rank_not_inclusive", "rlvr/rollout/vllm_backend.py",
+        "max_lora_rank skips the vLLM value equal to the adapter's rank (16 -> 32): the engine reserves twice the slots",
+        ("        if allowed >= rank:", "        if allowed > rank:"),
+        tests=VLLM_OPTIONS_TESTS,
+    ),
+    mutation(
+        "vllm_lora_rank_pattern_ignored", "rlvr/rollout/vllm_backend.py",
+        "the adapter's rank is read from its config's r alone: a rank_pattern above it does not fit the engine",
+        ('    for config in policy.peft_config.values():\n'
+         '        ranks += [int(r) for r in (getattr(config, "rank_pattern", None) or {}).values()]\n', ""),
+        tests=VLLM_OPTIONS_TESTS,
+    ),
+    mutation(
+        "vllm_previous_adapter_kept", "rlvr/rollout/vllm_backend.py",
+        "each adapter sync registers a new version and never removes the last one",
+        ("            self.llm.llm_engine.remove_lora(previous.lora_int_id)\n", ""),
+        tests=VLLM_OPTIONS_TESTS,
+    ),
+    mutation(
+        "vllm_generate_without_adapter", "rlvr/rollout/vllm_backend.py",
+        "lora_mode=adapter samples the engine's base model: generate does not name the synced adapter",
+        ("                                    lora_request=self.lora_request)", "                                    lora_request=None)"),
+        tests=VLLM_OPTIONS_TESTS,
+    ),
+    mutation(
+        "vllm_sync_sends_base_weights", "rlvr/rollout/vllm_backend.py",
+        "a LoRA sync copies the bare base weights (the adapter not merged in): the engine never samples the update",
+        ("    merged = merged_weights(model) if merge_lora else {}", "    merged = {}"),
+        tests=VLLM_OPTIONS_TESTS + ("tests/parallel/test_fsdp.py::test_fsdp_engine_sync_sends_the_whole_merged_weights",),
+    ),
+    mutation(
+        "vllm_adapter_sleep_discards_base", "rlvr/rollout/vllm_backend.py",
+        "lora_mode=adapter sleeps at level 2: the base weights, which an adapter sync never sends, are discarded",
+        ('        backend.sleep_level = (1 if as_adapter else 2) if options["sleep_mode"] else 0',
+         '        backend.sleep_level = 2 if options["sleep_mode"] else 0'),
+        tests=VLLM_OPTIONS_TESTS,
+    ),
+    mutation(
+        "vllm_kv_cache_left_asleep", "rlvr/rollout/vllm_backend.py",
+        "a sync wakes the weights but not the KV cache: the engine samples with its cache still released",
+        ('        if self.sleep_level:\n            self.llm.wake_up(tags=["kv_cache"])\n', ""),
+        tests=VLLM_OPTIONS_TESTS,
+    ),
+    mutation(
+        "lora_merge_subtracts_delta", "rlvr/models/merge.py",
+        "the merged weight is W - (alpha / r) B A: sampling and the engine run another policy than the trainer's",
+        ("    return original + sum(layer.get_delta_weight(a).to(original.dtype) for a in active)",
+         "    return original - sum(layer.get_delta_weight(a).to(original.dtype) for a in active)"),
+        tests=VLLM_OPTIONS_TESTS + ("tests/models/test_merge_and_prefill.py",),
+    ),
+]
+
 # ----------------------------------------------------------------------------- ./run test and the vLLM tests' environment
 
 RUN_SCRIPT_TESTS = ("tests/cli/test_run_script.py",)
@@ -1815,4 +1872,4 @@ MICROBATCHES = [
 
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
-             + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + RUN_SCRIPT + MICROBATCHES)
+             + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES)

@@ -17,18 +17,49 @@ import torch
 from rlvr.parallel.sharding import is_sharded, unsharded
 
 
-def _lora_layers(model) -> list:
+def _lora_module(module) -> bool:
     try:
         from peft.tuners.lora import LoraLayer
     except ImportError:  # pragma: no cover
-        return []
-    return [module for module in model.modules() if isinstance(module, LoraLayer)]
+        return False
+    return isinstance(module, LoraLayer)
+
+
+def _lora_layers(model) -> list:
+    return [module for module in model.modules() if _lora_module(module)]
 
 
 def _plain_lora(layer) -> bool:
     """A vanilla LoRA layer whose delta `get_delta_weight` gives (no DoRA or other variant)."""
     variants = getattr(layer, "lora_variant", {}) or {}
     return hasattr(layer, "get_delta_weight") and not any(a in variants for a in layer.active_adapters)
+
+
+def _active(layer) -> list[str]:
+    return [a for a in layer.active_adapters if a in layer.lora_A.keys()]
+
+
+def merged_weight(layer) -> torch.Tensor:
+    """A plain LoRA layer's base weight with its active adapters added, W + (alpha / r) B A, as a new tensor."""
+    original = layer.get_base_layer().weight.data
+    active = _active(layer)
+    if not active:
+        return original.clone()
+    return original + sum(layer.get_delta_weight(a).to(original.dtype) for a in active)
+
+
+def merged_weights(model) -> dict[str, torch.Tensor]:
+    """The merged weight of each plain LoRA layer of `model`, by the layer's module name. Read from the
+    parameters as they are: for an FSDP-sharded model, call inside `unsharded` (the layers gathered whole)."""
+    merged = {}
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if _lora_module(module):
+                if not _plain_lora(module):
+                    raise ValueError(f"{name}: only plain LoRA layers have a merged weight to read (not DoRA "
+                                     "or another variant)")
+                merged[name] = merged_weight(module)
+    return merged
 
 
 def merges_in_place(model) -> bool:
@@ -61,13 +92,10 @@ def merged_adapter(model, enabled: bool = True):
             with torch.no_grad():
                 for layer in layers:
                     base = layer.get_base_layer()
-                    active = [a for a in layer.active_adapters if a in layer.lora_A.keys()]
                     original = base.weight.data
-                    merged = original.clone() if not active else original + sum(
-                        layer.get_delta_weight(a).to(original.dtype) for a in active)
                     swapped.append((layer, base, original, list(layer.merged_adapters)))
-                    base.weight.data = merged
-                    layer.merged_adapters = list(active)  # PEFT's forward then runs the base layer only
+                    base.weight.data = merged_weight(layer)
+                    layer.merged_adapters = _active(layer)  # PEFT's forward then runs the base layer only
             yield model
         finally:
             for layer, base, original, merged_before in swapped:

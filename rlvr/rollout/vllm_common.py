@@ -99,6 +99,12 @@ def layout_generation(rows: Sequence[SampledRow], prompt_ids: torch.Tensor, prom
     )
 
 
+def write_adapter(policy, folder: str) -> None:
+    """The policy's LoRA adapter in PEFT's format (adapter_config.json + safetensors), as vLLM loads one."""
+    with torch.no_grad():
+        policy.save_pretrained(folder, save_embedding_layers=False)
+
+
 class TokenIdEngine(RolloutBackend):
     """A backend whose engine takes prompts as token ids: `generate` and `generate_from_ids` for `_sample`."""
 

@@ -40,7 +40,8 @@ import torch
 
 from rlvr.rollout.backend import ROLLOUT_BACKENDS
 from rlvr.rollout.base import Generation, SamplingSettings, eos_token_ids
-from rlvr.rollout.vllm_common import SampledRow, TokenIdEngine, engine_prompts, layout_generation, sampling_fields
+from rlvr.rollout.vllm_common import (SampledRow, TokenIdEngine, engine_prompts, layout_generation, sampling_fields,
+                                      write_adapter)
 
 # request_timeout: one completions request holds a whole group's sampling, minutes on a CPU server.
 # seed: None (the server's own random state) by default. Seeded, request i gets seed + the completions
@@ -240,8 +241,7 @@ class VLLMServerBackend(TokenIdEngine):
         """Write the current adapter, load it into the server under a new name, unload the previous one."""
         name = f"{self.adapter_prefix}-v{self.weight_syncs + 1}"
         folder = self._adapter_folder(name)
-        with torch.no_grad():
-            self.policy.save_pretrained(folder, save_embedding_layers=False)
+        write_adapter(self.policy, folder)
         try:
             self.client.request("/v1/load_lora_adapter", {"lora_name": name, "lora_path": folder})
         except ServerError as exc:

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from rlvr.models import LoraSettings, load_policy, merged_adapter, trainable_parameters
-from rlvr.parallel.sharding import full_tensor, is_dtensor, shard_decoder_layers
+from rlvr.parallel.sharding import full_tensor, is_dtensor, shard_decoder_layers, unsharded
+from rlvr.rollout.vllm_backend import policy_weights
 from rlvr.rollout import SamplingSettings
 from rlvr.rollout.decode_loop import decode_loop
 from rlvr.run.checkpoint import gather_checkpoint_state, load_checkpoint, save_checkpoint
@@ -75,6 +76,15 @@ def _update(preset, lora, clip, model_dir, rows, dist, mesh=None, optimizer_name
     return loaded, optimizer, scheduler, metrics
 
 
+def _random_adapter(policy) -> None:
+    """LoRA B matrices of noise (PEFT starts them at 0, where merged and unmerged weights agree)."""
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, parameter in policy.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
+
+
 def _rank_loss(policy, rank: int) -> torch.Tensor:
     """A loss that differs per rank (other tokens, other weight), for the gradient and clipping checks."""
     input_ids = (torch.arange(3, 10) + 5 * rank).view(1, -1)  # [1, 7]
@@ -123,6 +133,15 @@ def _worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str)
     results["resharded"] = all(is_dtensor(p) for layer in loaded.policy.base_model.model.model.layers
                                for p in layer.parameters())
     results["weights_unchanged"] = all(torch.equal(before[n], after[n]) for n in before)
+
+    # The weights a colocated vLLM engine takes at a sync: layers gathered, the adapter merged in.
+    loaded = _load(model_dir, lora=True)
+    _random_adapter(loaded.policy)
+    shard_decoder_layers(loaded.policy, mesh)
+    with torch.no_grad(), unsharded(loaded.policy):
+        results["engine_weights"] = {name: tensor.clone() for name, tensor in policy_weights(loaded.policy)}
+    results["engine_weights_resharded"] = all(is_dtensor(p) for layer in loaded.policy.base_model.model.model.layers
+                                              for p in layer.parameters())
 
     # Checkpoints: an AdamW step, rank 0 writes the gathered state, a fresh sharded model loads it.
     for lora in (True, False):
@@ -216,6 +235,25 @@ def test_fsdp_sampling_gathers_once_and_reshards(fsdp_results, tiny_model_dir):
             expected = decode_loop(loaded.policy, loaded.tokenizer, [PROMPTS[rank]], 1, settings).input_ids
         assert torch.equal(ranks[rank]["generation"], expected)
         assert ranks[rank]["resharded"] and ranks[rank]["weights_unchanged"]
+
+
+def test_fsdp_engine_sync_sends_the_whole_merged_weights(fsdp_results, tiny_model_dir):
+    """`rollout.backend=vllm` under FSDP: each rank sends W + (alpha / r) B A of whole layers, as PEFT's own
+    merge of the one-process model gives them, not the bare base weights or a shard."""
+    _, ranks = fsdp_results
+    loaded = _load(str(tiny_model_dir), lora=True)
+    _random_adapter(loaded.policy)
+    base = {name.replace(".base_layer.", "."): p.detach().clone()
+            for name, p in loaded.policy.get_base_model().named_parameters() if "lora_" not in name}
+    expected = {name: t.detach() for name, t in loaded.policy.merge_and_unload().state_dict().items()}
+    name = "model.layers.1.self_attn.q_proj.weight"
+    assert not torch.allclose(expected[name], base[name])  # the adapter moves the weight
+    for rank in range(2):
+        weights = ranks[rank]["engine_weights"]
+        assert set(weights) == set(base) and ranks[rank]["engine_weights_resharded"]
+        for key, value in weights.items():
+            assert value.shape == expected[key].shape, key
+            assert torch.allclose(value, expected[key], rtol=0, atol=1e-12), key
 
 
 @pytest.mark.parametrize("lora", [True, False])

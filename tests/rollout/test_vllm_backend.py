@@ -9,6 +9,8 @@ One engine is in use at a time: closing one resets vLLM's process-wide state.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -50,7 +52,8 @@ def _engine_logprobs(backend, input_ids: torch.Tensor, prompt_len: int) -> torch
 
     ids = input_ids.tolist()
     output = backend.llm.generate([TokensPrompt(prompt_token_ids=ids)],
-                                  SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0), use_tqdm=False)[0]
+                                  SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0), use_tqdm=False,
+                                  lora_request=backend.lora_request)[0]  # lora_mode=adapter: the synced adapter
     per_position = output.prompt_logprobs  # [P + C], None for the first token
     return torch.tensor([per_position[t][ids[t]].logprob for t in range(prompt_len, len(ids))])
 
@@ -124,13 +127,17 @@ def test_generate_from_ids_and_greedy_episodes_match_decode_loop(full_engine):
     assert float((engine.generation.sampler_logprobs * (1 - engine.generation.loss_mask)).abs().sum()) == 0.0
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_after_an_update_the_engine_scores_like_the_trainer(head32_model_dir, full_engine, lora):
-    # After the tests that sample from `full_engine`: closing the LoRA case's engine tears down vLLM's
-    # process-wide parallel state, so no engine built before it is used again afterwards.
+@pytest.mark.parametrize("lora_mode", [None, "merged", "adapter"], ids=["full", "lora-merged", "lora-adapter"])
+def test_after_an_update_the_engine_scores_like_the_trainer(head32_model_dir, full_engine, lora_mode):
+    # After the tests that sample from `full_engine`: closing the LoRA cases' engines tears down vLLM's
+    # process-wide parallel state, so no engine built before them is used again afterwards.
+    lora = lora_mode is not None
     if lora:
         loaded = load_policy(str(head32_model_dir), lora=LoraSettings(rank=4, alpha=8))
-        backend = ROLLOUT_BACKENDS.get("vllm").build(loaded, _rollout_config(head32_model_dir))
+        backend = ROLLOUT_BACKENDS.get("vllm").build(loaded, _rollout_config(head32_model_dir, lora_mode=lora_mode))
+        if lora_mode == "adapter":  # the engine serves the adapter: only it moves at a sync
+            reloads = []
+            backend._load_weights = lambda: reloads.append(1)
     else:
         loaded, backend = full_engine
     try:
@@ -151,6 +158,9 @@ def test_after_an_update_the_engine_scores_like_the_trainer(head32_model_dir, fu
             for name, parameter in loaded.policy.named_parameters():
                 if "lora_" not in name:
                     assert torch.equal(parameter, base_before[name]), name
+        if lora_mode == "adapter":  # two versions registered, the first dropped with its folder; no weight reload
+            assert backend.lora_request.lora_int_id == 2 and backend.llm.llm_engine.list_loras() <= {2}
+            assert os.listdir(backend.adapter_root) == ["v2"] and reloads == []
     finally:
         if lora:
             backend.close()
