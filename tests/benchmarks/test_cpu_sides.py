@@ -21,6 +21,15 @@ def test_rounds_alternate_the_order_so_drift_hits_every_side_alike():
     assert round_orders(["a", "b"], 1) == [["a", "b"]]
 
 
+def test_the_result_file_is_replaced_whole(tmp_path):
+    from benchmarks.cpu_sides import write_json
+
+    path = tmp_path / "r.json"
+    write_json(path, {"runs": [1]})
+    write_json(path, {"runs": [1, 2]})
+    assert json.loads(path.read_text()) == {"runs": [1, 2]} and os.listdir(tmp_path) == ["r.json"]
+
+
 def test_pooling_drops_each_runs_own_warm_up_steps():
     runs = [{"step_seconds": [9.0, 1.0, 2.0], "generation_seconds": [5.0, 0.5, 0.6], "completion_tokens": [3, 4, 5]},
             {"step_seconds": [8.0, 3.0, 4.0], "generation_seconds": [4.0, 0.7, 0.8], "completion_tokens": [6, 7, 8]}]
@@ -42,6 +51,7 @@ def test_a_tiny_run_prints_one_row_per_side_in_alternating_rounds(tiny_model_dir
     assert [row.split(" | ")[0] for row in rows] == ["| rlvr decode_loop", "| trl generate"]
     result = json.loads(report.read_text())
     assert result["order"] == ["rlvr decode_loop", "trl generate", "trl generate", "rlvr decode_loop"]
+    assert result["complete"] is True and not report.with_name(report.name + ".tmp").exists()
     for side in ("rlvr decode_loop", "trl generate"):
         summary = result["summary"][side]
         assert summary["steps"] == 2 and len(summary["per_run_median_s"]) == 2  # one step after warm-up, per run
