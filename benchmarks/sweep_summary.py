@@ -11,7 +11,12 @@ draws held-out accuracy, the main component and the zero-contrast share (trailin
     python benchmarks/sweep_summary.py runs/sweep-algorithms_arithmetic runs/sweep-grpo_seeds_arithmetic \
       --json benchmarks/results/algorithms_arithmetic.json --out docs/algorithms_arithmetic.png
 
-Prints a markdown table; `--json` keeps every number it was made from.
+Prints a markdown table; `--json` keeps every number it was made from. `--also JSON` adds the rows of
+an earlier `--json` file (runs whose folders are gone) to the table and the figure, before the new ones:
+
+    python benchmarks/sweep_summary.py runs/sweep-algorithms_arithmetic_more \
+      --also benchmarks/results/algorithms_arithmetic.json \
+      --json benchmarks/results/algorithms_arithmetic_more.json --out docs/algorithms_arithmetic_all.png
 """
 
 from __future__ import annotations
@@ -73,6 +78,25 @@ def summarize_run(run, component: str, window: int, reach: float) -> dict:
         "median_iteration_s": statistics.median(iteration_s or [math.nan]),
         "evals": evals, "metrics": metrics,
     }
+
+
+# Keys an earlier version of this script wrote, under the names it writes now.
+LEGACY_KEYS = {"zero_variance_mean": "no_contrast_mean", "zero_variance_last": "no_contrast_last",
+               "zero_variance": "no_contrast"}
+
+
+def saved_rows(path: Path) -> list[dict]:
+    """The rows of an earlier `--json` file, with legacy key names renamed."""
+    try:
+        rows = json.loads(path.read_text())["runs"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f"--also {path}: not a sweep_summary.py --json file ({error})") from None
+    renamed = []
+    for row in rows:
+        row = {LEGACY_KEYS.get(key, key): value for key, value in row.items()}
+        row["metrics"] = [{LEGACY_KEYS.get(key, key): value for key, value in m.items()} for m in row.get("metrics", [])]
+        renamed.append(row)
+    return renamed
 
 
 def markdown_table(rows: list[dict], component: str, window: int, reach: float) -> str:
@@ -154,16 +178,19 @@ def main() -> int:
     parser.add_argument("--smooth", type=int, default=5, help="trailing mean over this many iterations in the figure")
     parser.add_argument("--json", help="write every number here")
     parser.add_argument("--out", help="write the figure here (PNG)")
+    parser.add_argument("--also", action="append", default=[], metavar="JSON",
+                        help="add the rows of an earlier --json file (repeatable); --json then holds only the new runs")
     args = parser.parse_args()
+    earlier = [row for path in args.also for row in saved_rows(Path(path))]
     rows = [summarize_run(run, args.component, args.window, args.reach) for run in load_runs(args.runs)]
-    print(markdown_table(rows, args.component, args.window, args.reach))
+    print(markdown_table(earlier + rows, args.component, args.window, args.reach))
     if args.json:
         path = REPO / args.json
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps({"argv": sys.argv[1:], "runs": rows}, indent=1) + "\n")
         print(f"wrote {path}")
     if args.out:
-        plot(rows, args.component, REPO / args.out, args.smooth)
+        plot(earlier + rows, args.component, REPO / args.out, args.smooth)
     return 0
 
 

@@ -77,3 +77,36 @@ def test_main_writes_table_json_and_figure(tmp_path, capsys, monkeypatch):
     saved = json.loads(out_json.read_text())["runs"]
     assert saved[0]["component_first"] == 0.0 and saved[0]["component_last"] == 0.5
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_also_adds_saved_rows_with_their_legacy_key_names(tmp_path, capsys, monkeypatch):
+    """Rows of an earlier --json file join the table and the figure (first), the old `zero_variance` names read
+    as `no_contrast`, and the new --json file holds only the new runs."""
+    sweep = tmp_path / "sweep"
+    _write_run(sweep / "name=rloo", "rloo", 0, answers=[0.0, 0.5], zero=[1.0, 0.5], accuracies=[0.1, 0.4])
+    monkeypatch.setattr(sys, "argv", ["sweep_summary.py", str(sweep), "--window", "1",
+                                      "--json", str(tmp_path / "first.json")])
+    assert sweep_summary.main() == 0
+    first = json.loads((tmp_path / "first.json").read_text())
+    legacy = {"runs": [{("zero_variance" + key[len("no_contrast"):] if key.startswith("no_contrast") else key):
+                        value for key, value in row.items()} for row in first["runs"]]}
+    for row in legacy["runs"]:
+        row["algorithm"], row["metrics"] = "old_preset", [
+            {("zero_variance" if k == "no_contrast" else k): v for k, v in m.items()} for m in row["metrics"]]
+    legacy["runs"][0]["zero_variance_mean"], legacy["runs"][0]["zero_variance_last"] = 0.875, 0.125
+    (tmp_path / "old.json").write_text(json.dumps(legacy))
+    capsys.readouterr()
+
+    out_json, out_png = tmp_path / "new.json", tmp_path / "all.png"
+    monkeypatch.setattr(sys, "argv", ["sweep_summary.py", str(sweep), "--window", "1", "--also",
+                                      str(tmp_path / "old.json"), "--json", str(out_json), "--out", str(out_png)])
+    assert sweep_summary.main() == 0
+    table = capsys.readouterr().out
+    assert table.index("| old_preset | 0 |") < table.index("| rloo | 0 |")
+    assert "| 0.88 / 0.12 |" in table  # the legacy shares, read under their new names
+    assert [r["algorithm"] for r in json.loads(out_json.read_text())["runs"]] == ["rloo"]
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    monkeypatch.setattr(sys, "argv", ["sweep_summary.py", str(sweep), "--also", str(tmp_path / "bad.json")])
+    with pytest.raises(SystemExit, match="not a sweep_summary.py --json file"):
+        sweep_summary.main()

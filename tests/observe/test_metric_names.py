@@ -28,12 +28,12 @@ READERS = ("rlvr/observe/health.py", "rlvr/report/figures.py", "rlvr/report/runs
            "rlvr/observe/console.py", "rlvr/report/health.py", "rlvr/run/numbers.py")
 # Family builders: a producer calling one writes names that start with its prefix.
 FAMILIES = {"reward_component": metric_names.REWARD_PREFIX, "status_count": metric_names.STATUS_PREFIX,
-            "eval_reward_component": metric_names.EVAL_REWARD_PREFIX,
+            "eval_reward_component": metric_names.EVAL_REWARD_PREFIX, "eval_metric": metric_names.EVAL_PREFIX,
             "policy_loss_metric": metric_names.POLICY_LOSS_PREFIX,
             "episode_tool_calls": metric_names.EPISODE_TOOL_CALLS_PREFIX,
             "episode_tool_errors": metric_names.EPISODE_TOOL_ERRORS_PREFIX,
             "episode_truncated": metric_names.EPISODE_TRUNCATED_PREFIX}
-PREFIXES = {metric_names.REWARD_PREFIX, metric_names.STATUS_PREFIX, metric_names.EVAL_REWARD_PREFIX,
+PREFIXES = {metric_names.REWARD_PREFIX, metric_names.STATUS_PREFIX, metric_names.EVAL_REWARD_PREFIX, metric_names.EVAL_PREFIX,
             metric_names.TIME_PREFIX, metric_names.POLICY_LOSS_PREFIX, metric_names.EPISODE_TOOL_CALLS_PREFIX,
             metric_names.EPISODE_TOOL_ERRORS_PREFIX, metric_names.EPISODE_TRUNCATED_PREFIX}
 # Literals equal to a metric name that are something else there.
@@ -69,6 +69,8 @@ def names_used(source: str) -> set[str]:
         if isinstance(node, ast.ImportFrom) and node.module == "rlvr.observe.metric_names":
             for alias in node.names:
                 value = FAMILIES.get(alias.name, getattr(metric_names, alias.name))
+                if callable(value):  # a builder missing from FAMILIES would put a function among the names
+                    raise AssertionError(f"{alias.name} builds metric names: add it to FAMILIES with its prefix")
                 used.update(value if isinstance(value, tuple) else (value,))
     return used
 
@@ -124,6 +126,19 @@ def test_every_name_a_reader_uses_is_written_by_a_producer():
     assert {metric_names.TRUNCATED_FRAC, metric_names.FRAC_NO_CONTRAST_GROUPS, metric_names.KL,
             metric_names.CLIP_FRAC_LOW, metric_names.ENTROPY,
             metric_names.EXPLAINED_VARIANCE} <= readers["rlvr/observe/health.py"]
+
+
+def test_every_name_builder_has_its_prefix_in_families(monkeypatch):
+    """A builder left out of FAMILIES put the function itself among the written names, and `unwritten`
+    then failed or passed depending on where the function's hash fell in the set's iteration order."""
+    builders = {name for name, value in vars(metric_names).items()
+                if callable(value) and getattr(value, "__module__", None) == metric_names.__name__}
+    assert builders == set(FAMILIES)
+    for name, prefix in FAMILIES.items():
+        assert getattr(metric_names, name)("x") == prefix + "x"
+    monkeypatch.delitem(FAMILIES, "eval_metric")
+    with pytest.raises(AssertionError, match="eval_metric builds metric names: add it to FAMILIES"):
+        names_used("from rlvr.observe.metric_names import eval_metric\n")
 
 
 def test_every_module_that_uses_metric_names_is_a_producer_or_a_reader():
