@@ -100,9 +100,10 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {}
     for side, results in runs.items():
-        row = summarize(pooled(results, args.warmup), 0)
+        steps = pooled(results, args.warmup)
+        row = summarize(steps, 0)
         row["per_run_median_s"] = [statistics.median(r["step_seconds"][args.warmup:]) for r in results]
-        row["median_generation_s"] = statistics.median(pooled(results, args.warmup)["generation_seconds"])
+        row["median_generation_s"] = statistics.median(steps["generation_seconds"])
         row["peak_rss_gib"] = max(r["peak_rss_bytes"] for r in results) / 2**30
         summary[side] = row
     print(f"\n{args.workload.upper()} on CPU, float32, {THREADS} threads; {args.rounds} rounds ({' | '.join(' '.join(o) for o in round_orders(args.sides, args.rounds))}) "

@@ -52,6 +52,7 @@ def main() -> int:
     from rlvr.models import LoraSettings, load_policy
     from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, render_prompts
     from rlvr.tasks.format_copy import FormatCopyTask
+    from rlvr.testing import random_lora_b
 
     from benchmarks.vs_trl import matmul_gflops
 
@@ -59,11 +60,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     loaded = load_policy("smollm2-135m-instruct", lora=LoraSettings(rank=16, alpha=32))
     if args.adapter_scale:
-        generator = torch.Generator().manual_seed(0)
-        with torch.no_grad():
-            for name, parameter in loaded.policy.named_parameters():
-                if "lora_B" in name:
-                    parameter.copy_(torch.randn(parameter.shape, generator=generator) * args.adapter_scale)
+        random_lora_b(loaded.policy, seed=0, std=args.adapter_scale)
     task = FormatCopyTask()
     settings = SamplingSettings(max_new_tokens=args.max_new_tokens)
     backends = {}

@@ -124,6 +124,16 @@ def save_tiny_model(folder: str | Path, *, seed: int = 0, dtype: torch.dtype = t
     return folder
 
 
+def random_lora_b(policy, *, seed: int, std: float = 1.0) -> None:
+    """Fill every LoRA B matrix of `policy` with seeded Gaussian noise of `std`, in its own dtype. PEFT starts B
+    at 0, where a merged adapter equals the base model and a sync that drops the adapter goes unseen."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in policy.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype) * std)
+
+
 def _llama_cpp_permute(weight: np.ndarray, num_heads: int) -> np.ndarray:
     """llama.cpp's reordering of q/k projection rows (rotary halves interleaved); its loader undoes it."""
     rows = weight.shape[0]

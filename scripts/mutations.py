@@ -1719,8 +1719,8 @@ VLLM_BACKEND = [
     mutation(
         "vllm_lora_rank_pattern_ignored", "rlvr/rollout/vllm_backend.py",
         "the adapter's rank is read from its config's r alone: a rank_pattern above it does not fit the engine",
-        ('    for config in policy.peft_config.values():\n'
-         '        ranks += [int(r) for r in (getattr(config, "rank_pattern", None) or {}).values()]\n', ""),
+        ('        ranks += [int(config.r), *(int(r) for r in (getattr(config, "rank_pattern", None) or {}).values())]',
+         "        ranks += [int(config.r)]"),
         tests=VLLM_OPTIONS_TESTS,
     ),
     mutation(

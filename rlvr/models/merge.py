@@ -17,16 +17,16 @@ import torch
 from rlvr.parallel.sharding import is_sharded, unsharded
 
 
-def _lora_module(module) -> bool:
+def _named_lora_layers(model) -> list[tuple[str, object]]:
     try:
         from peft.tuners.lora import LoraLayer
     except ImportError:  # pragma: no cover
-        return False
-    return isinstance(module, LoraLayer)
+        return []
+    return [(name, module) for name, module in model.named_modules() if isinstance(module, LoraLayer)]
 
 
 def _lora_layers(model) -> list:
-    return [module for module in model.modules() if _lora_module(module)]
+    return [module for _, module in _named_lora_layers(model)]
 
 
 def _plain_lora(layer) -> bool:
@@ -53,12 +53,11 @@ def merged_weights(model) -> dict[str, torch.Tensor]:
     parameters as they are: for an FSDP-sharded model, call inside `unsharded` (the layers gathered whole)."""
     merged = {}
     with torch.no_grad():
-        for name, module in model.named_modules():
-            if _lora_module(module):
-                if not _plain_lora(module):
-                    raise ValueError(f"{name}: only plain LoRA layers have a merged weight to read (not DoRA "
-                                     "or another variant)")
-                merged[name] = merged_weight(module)
+        for name, layer in _named_lora_layers(model):
+            if not _plain_lora(layer):
+                raise ValueError(f"{name}: only plain LoRA layers have a merged weight to read (not DoRA "
+                                 "or another variant)")
+            merged[name] = merged_weight(layer)
     return merged
 
 

@@ -62,9 +62,9 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM's ma
 
 def adapter_rank(policy) -> int:
     """The largest LoRA rank of the policy's adapters (rank_pattern included)."""
-    ranks = [int(config.r) for config in policy.peft_config.values()]
+    ranks = []
     for config in policy.peft_config.values():
-        ranks += [int(r) for r in (getattr(config, "rank_pattern", None) or {}).values()]
+        ranks += [int(config.r), *(int(r) for r in (getattr(config, "rank_pattern", None) or {}).values())]
     return max(ranks)
 
 
@@ -152,6 +152,13 @@ class VLLMBackend(TokenIdEngine):
                 raise ValueError("rollout.backend_options.lora_mode=adapter serves plain LoRA only (vLLM has no DoRA "
                                  "or other variants): use lora_mode=merged")
             lora_rank = engine_lora_rank(adapter_rank(loaded.policy))
+        if is_sharded(loaded.policy):  # the run shards the policy before it builds the backend
+            if as_adapter:
+                raise ValueError("rollout.backend_options.lora_mode=adapter does not write an FSDP-sharded adapter: "
+                                 "use lora_mode=merged (each rank gathers its layers and merges them) under train.fsdp")
+            if merges_in_place(loaded.policy):
+                raise ValueError("rollout.backend=vllm under FSDP merges plain LoRA adapters only (not DoRA or "
+                                 "another variant): train without train.fsdp, or with a plain LoRA adapter")
         if options["sleep_mode"] and not torch.cuda.is_available():
             raise ValueError("rollout.backend_options.sleep_mode frees the engine's GPU memory between rollouts, and "
                              "there is no CUDA device here (vLLM has no sleep mode on a CPU): leave sleep_mode at false")
@@ -211,9 +218,6 @@ class VLLMBackend(TokenIdEngine):
         """Copy the policy's weights (LoRA: merged) into the engine's own, in place; under FSDP each rank gathers
         the layers whole first (a collective: every rank syncs)."""
         in_place = merges_in_place(self.policy)  # DoRA and other variants: PEFT merges into the weights
-        if in_place and is_sharded(self.policy):
-            raise ValueError("rollout.backend=vllm under FSDP merges plain LoRA adapters only (not DoRA or another "
-                             "variant): train without train.fsdp, or with a plain LoRA adapter")
         with torch.no_grad(), unsharded(self.policy), merged_adapter(self.policy, in_place):
             weights = list(policy_weights(self.policy, merge_lora=not in_place))
             # vLLM's in-place reload: Hugging Face names in, its fused layers (qkv, gate_up) filled in place.
@@ -226,9 +230,6 @@ class VLLMBackend(TokenIdEngine):
         """Write the current adapter, register it under the next id, and drop the previous version."""
         from vllm.lora.request import LoRARequest
 
-        if is_sharded(self.policy):
-            raise ValueError("rollout.backend_options.lora_mode=adapter does not write an FSDP-sharded adapter: "
-                             "use lora_mode=merged (each rank gathers its layers and merges them) under train.fsdp")
         version = self.weight_syncs + 1
         folder = os.path.join(self.adapter_root, f"v{version}")
         write_adapter(self.policy, folder)

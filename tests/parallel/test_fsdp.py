@@ -24,6 +24,7 @@ from rlvr.rollout.decode_loop import decode_loop
 from rlvr.run.checkpoint import gather_checkpoint_state, load_checkpoint, save_checkpoint
 from rlvr.parallel.distributed import Dist, init_distributed
 from rlvr.parallel.fsdp import clip_grad_norm, device_mesh, fsdp_requested
+from rlvr.testing import random_lora_b
 from rlvr.training.optim import make_scheduler
 from rlvr.training.update import update_policy
 from tests.parallel.test_distributed import LR, _config, _full_batch, ppo_inputs, spawn_two_ranks
@@ -74,15 +75,6 @@ def _update(preset, lora, clip, model_dir, rows, dist, mesh=None, optimizer_name
                         "value_head/weight_norm": float(head.weight.detach().norm()),
                         "value_head/bias": float(head.bias.detach())})
     return loaded, optimizer, scheduler, metrics
-
-
-def _random_adapter(policy) -> None:
-    """LoRA B matrices of noise (PEFT starts them at 0, where merged and unmerged weights agree)."""
-    generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for name, parameter in policy.named_parameters():
-            if "lora_B" in name:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
 
 
 def _rank_loss(policy, rank: int) -> torch.Tensor:
@@ -136,7 +128,7 @@ def _worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str)
 
     # The weights a colocated vLLM engine takes at a sync: layers gathered, the adapter merged in.
     loaded = _load(model_dir, lora=True)
-    _random_adapter(loaded.policy)
+    random_lora_b(loaded.policy, seed=5)
     shard_decoder_layers(loaded.policy, mesh)
     with torch.no_grad(), unsharded(loaded.policy):
         results["engine_weights"] = {name: tensor.clone() for name, tensor in policy_weights(loaded.policy)}
@@ -242,7 +234,7 @@ def test_fsdp_engine_sync_sends_the_whole_merged_weights(fsdp_results, tiny_mode
     merge of the one-process model gives them, not the bare base weights or a shard."""
     _, ranks = fsdp_results
     loaded = _load(str(tiny_model_dir), lora=True)
-    _random_adapter(loaded.policy)
+    random_lora_b(loaded.policy, seed=5)
     base = {name.replace(".base_layer.", "."): p.detach().clone()
             for name, p in loaded.policy.get_base_model().named_parameters() if "lora_" not in name}
     expected = {name: t.detach() for name, t in loaded.policy.merge_and_unload().state_dict().items()}

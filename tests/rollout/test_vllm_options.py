@@ -14,7 +14,7 @@ from rlvr.models import LoraSettings, load_policy
 from rlvr.rollout import SamplingSettings
 from rlvr.rollout.vllm_backend import (VLLMBackend, adapter_rank, engine_lora_rank, policy_weights,
                                       repack_kept_cpu_weights)
-from rlvr.testing import save_tiny_model
+from rlvr.testing import random_lora_b, save_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +204,7 @@ def test_a_merged_sync_sends_peft_merged_weights_and_leaves_the_policy_as_it_was
     plain = load_policy(str(tiny_dir))
     config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], use_dora=dora)
     loaded = type(plain)(**{**vars(plain), "policy": get_peft_model(plain.policy, config), "is_lora": True})
-    _random_adapter(loaded.policy)
+    random_lora_b(loaded.policy, seed=3)
     backend = VLLMBackend.build(loaded, _rollout(tiny_dir))
     before = {name: p.detach().clone() for name, p in loaded.policy.named_parameters()}
     with backend.sync():
@@ -219,17 +219,9 @@ def test_a_merged_sync_sends_peft_merged_weights_and_leaves_the_policy_as_it_was
     base = before["base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"]
     assert not torch.allclose(sent["model.layers.0.self_attn.q_proj.weight"], base, atol=1e-3)
 
-def _random_adapter(policy) -> None:
-    generator = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for name, parameter in policy.named_parameters():
-            if "lora_B" in name:  # PEFT starts B at 0, where merged and base weights agree
-                parameter.copy_(torch.randn(parameter.shape, generator=generator))
-
-
 def test_policy_weights_are_peft_merged_weights_under_hugging_face_names(tiny_dir):
     loaded = load_policy(str(tiny_dir), lora=LoraSettings(rank=4, alpha=8))
-    _random_adapter(loaded.policy)
+    random_lora_b(loaded.policy, seed=3)
     before = {name: p.detach().clone() for name, p in loaded.policy.named_parameters()}
     # cloned: the unmerged tensors are views of the policy's, which merge_and_unload writes into below
     merged = {name: t.clone() for name, t in policy_weights(loaded.policy)}
@@ -244,26 +236,23 @@ def test_policy_weights_are_peft_merged_weights_under_hugging_face_names(tiny_di
     assert not torch.allclose(merged[name], bare[name], atol=1e-3)  # the adapter is in the merged weights only
 
 
-def test_fsdp_sync_refuses_what_it_cannot_gather(tiny_dir, fake_vllm, monkeypatch):
+def test_fsdp_sync_refuses_what_it_cannot_gather_before_the_engine_starts(tiny_dir, fake_vllm, monkeypatch):
     from peft import LoraConfig, get_peft_model
 
     import rlvr.rollout.vllm_backend as vllm_backend
 
-    monkeypatch.setattr(vllm_backend, "is_sharded", lambda model: True)
+    monkeypatch.setattr(vllm_backend, "is_sharded", lambda model: True)  # the session shards before the build
     loaded = load_policy(str(tiny_dir), lora=LoraSettings(rank=4, alpha=8))
-    backend = VLLMBackend.build(loaded, _rollout(tiny_dir, lora_mode="adapter"))
     with pytest.raises(ValueError, match="lora_mode=adapter does not write an FSDP-sharded adapter"):
-        with backend.sync():
-            pass
-    backend.close()
+        VLLMBackend.build(loaded, _rollout(tiny_dir, lora_mode="adapter"))
     plain = load_policy(str(tiny_dir))
     dora_policy = get_peft_model(plain.policy, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], use_dora=True))
     dora = type(plain)(**{**vars(plain), "policy": dora_policy, "is_lora": True})
-    backend = VLLMBackend.build(dora, _rollout(tiny_dir))
     with pytest.raises(ValueError, match="under FSDP merges plain LoRA adapters only"):
-        with backend.sync():
-            pass
-    backend.close()
+        VLLMBackend.build(dora, _rollout(tiny_dir))
+    assert fake_vllm == []  # neither started an engine
+    VLLMBackend.build(loaded, _rollout(tiny_dir)).close()  # plain LoRA, merged: each rank gathers and merges
+    assert len(fake_vllm) == 1
 
 
 def test_sleep_mode_and_boolean_options_are_checked(tiny_dir):
