@@ -23,7 +23,7 @@ from rlvr.models.kernels import (
     silu_mul,
     weight_major_linears,
 )
-from rlvr.testing import build_tiny_model
+from rlvr.testing import build_tiny_model, random_lora_b
 from tests.core.test_completion_logprobs import GROUP, _batch
 
 
@@ -53,10 +53,7 @@ def _lora(model):
     model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
                                              target_modules=["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj",
                                                              "down_proj"]))
-    with torch.no_grad():
-        for index, (name, param) in enumerate(model.named_parameters()):
-            if "lora_B" in name:
-                param.normal_(0, 0.2, generator=torch.Generator().manual_seed(index))
+    random_lora_b(model, seed=0, std=0.2)
     return model.train()
 
 

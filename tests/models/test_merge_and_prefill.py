@@ -6,15 +6,12 @@ import torch
 
 from rlvr.models import LoraSettings, load_policy, merged_adapter
 from rlvr.rollout import SamplingSettings, hf_generate
+from rlvr.testing import random_lora_b
 
 
 def _lora_policy(model_dir):
     loaded = load_policy(str(model_dir), lora=LoraSettings(rank=4, alpha=8))
-    with torch.no_grad():
-        generator = torch.Generator().manual_seed(0)
-        for name, param in loaded.policy.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.3, generator=generator)
+    random_lora_b(loaded.policy, seed=0, std=0.3)
     return loaded
 
 

@@ -40,6 +40,7 @@ from rlvr.testing import (
     TINY_VOCAB_SIZE,
     build_tiny_model,
     build_tiny_tokenizer,
+    random_lora_b,
     save_tiny_model,
     write_tiny_llama_gguf,
 )
@@ -291,11 +292,7 @@ def test_lora_reference_is_the_policy_with_its_adapter_disabled(tiny_dir):
     ids = chat_ids(loaded.tokenizer)
     with torch.no_grad():
         base_logprobs = token_logprobs(base, ids)  # [2, L-1]
-        with torch.random.fork_rng():
-            torch.manual_seed(0)
-            for name, param in loaded.policy.named_parameters():
-                if "lora_B" in name:
-                    param.normal_(0.0, 0.5)
+        random_lora_b(loaded.policy, seed=0, std=0.5)
         adapted = token_logprobs(loaded.policy, ids)
     with reference_context(loaded) as reference:
         assert reference is loaded.policy

@@ -12,6 +12,7 @@ import torch
 
 from rlvr.core import compute_per_token_logprobs
 from rlvr.models import LoraSettings, load_policy, save_trainable
+from rlvr.testing import random_lora_b
 
 LORA = LoraSettings(rank=4, alpha=8)
 
@@ -19,11 +20,7 @@ LORA = LoraSettings(rank=4, alpha=8)
 def _trained_looking_policy(model_dir):
     """A LoRA policy whose B matrices are not zero (a fresh adapter is the identity and proves nothing)."""
     loaded = load_policy(str(model_dir), lora=LORA)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, param in loaded.policy.named_parameters():
-            if "lora_B" in name:
-                param.copy_(0.5 * torch.randn(param.shape, generator=generator))
+    random_lora_b(loaded.policy, seed=0, std=0.5)
     return loaded
 
 

@@ -19,7 +19,7 @@ from rlvr.models.merge import merged_adapter
 from rlvr.rollout import SamplingSettings, decode_loop, hf_generate
 from rlvr.rollout.decode_loop import draw_from_weights, filter_scores
 from rlvr.rollout.decode_step import DecoderWeights
-from rlvr.testing import TINY_VOCAB_SIZE, build_tiny_tokenizer
+from rlvr.testing import TINY_VOCAB_SIZE, build_tiny_tokenizer, random_lora_b
 
 PROMPTS = ["say a 1", "say bb 22 long prompt here", "c"]
 
@@ -182,10 +182,7 @@ def test_greedy_preallocated_equals_dynamic_cache_across_architectures(architect
 
 def test_preallocated_with_merged_lora_and_fallback_without(tiny_model_dir):
     loaded = load_policy(str(tiny_model_dir), lora=LoraSettings(rank=4, alpha=8))
-    with torch.no_grad():
-        for name, parameter in loaded.policy.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(0, 0.3, generator=torch.Generator().manual_seed(len(name)))
+    random_lora_b(loaded.policy, seed=0, std=0.3)
     model, tokenizer = loaded.policy, loaded.tokenizer
     settings = SamplingSettings(max_new_tokens=10, do_sample=False, stop_strings=("0",))
     assert "unmerged adapter" in DecoderWeights.unsupported_reason(model, 64)

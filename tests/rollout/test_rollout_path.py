@@ -23,6 +23,7 @@ from rlvr.rollout import (
 )
 from rlvr.tasks import TASKS, build_task
 from rlvr.tasks.base import Verdict
+from rlvr.testing import random_lora_b
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,11 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def lora_policy(tiny_model_dir):
     loaded = load_policy(str(tiny_model_dir), lora=LoraSettings(rank=4, alpha=8))
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, param in loaded.policy.named_parameters():
-            if "lora_B" in name:  # B starts at 0, which would make the merge invisible
-                param.copy_(0.5 * torch.randn(param.shape, generator=generator))
+    random_lora_b(loaded.policy, seed=0, std=0.5)  # B starts at 0, which would make the merge invisible
     return loaded
 
 

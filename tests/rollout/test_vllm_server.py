@@ -33,7 +33,7 @@ from rlvr.models import LoraSettings, load_policy
 from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings
 from rlvr.rollout.vllm_server import ServerError
-from rlvr.testing import IM_END_TOKEN_ID
+from rlvr.testing import IM_END_TOKEN_ID, random_lora_b
 from tests.rollout.engine_checks import (PROMPTS, assert_greedy_like_decode_loop, assert_ids_like_decode_loop,
                                          save_head32_model)
 
@@ -157,10 +157,7 @@ def _rollout(url: str, **options):
 @pytest.fixture
 def lora_policy(tiny_model_dir):
     loaded = load_policy(str(tiny_model_dir), lora=LoraSettings(rank=2, alpha=4))
-    with torch.no_grad():  # a non-zero adapter: B starts at 0, so a sync of the wrong weights would look alike
-        for name, parameter in loaded.policy.named_parameters():
-            if "lora_B" in name:
-                parameter.copy_(torch.randn_like(parameter, generator=torch.Generator().manual_seed(1)))
+    random_lora_b(loaded.policy, seed=1)  # B starts at 0, so a sync of the wrong weights would look alike
     return loaded
 
 
