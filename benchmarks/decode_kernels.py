@@ -10,7 +10,7 @@
 Each variant decodes R rows of one prompt from the same cache state; the variants step in lockstep
 (A B C C B A ...), so a change in the machine's load falls on each alike. Per row count: the median
 ms per step over `--steps` steps after `--warmup`, and the largest |logit difference| to `layered`
-at the first step (the variants must compute the same numbers up to float rounding).
+at the first step (the fp32 variants must compute the same numbers up to float rounding).
 
     OMP_NUM_THREADS=2 python benchmarks/decode_kernels.py --rows 1 4 16 64 --steps 60
 """
@@ -116,12 +116,20 @@ def compiled_step(weights, parts, cache, token_ids, positions):
     return weights.head(weights.norm(x)).contiguous()
 
 
+def softmax_kl(reference_logits: torch.Tensor, logits: torch.Tensor) -> float:
+    """Mean over rows of KL(softmax(reference) || softmax(logits)), in fp64. [R, V], [R, V] -> float."""
+    p_log = torch.log_softmax(reference_logits.double(), dim=-1)
+    q_log = torch.log_softmax(logits.double(), dim=-1)
+    return float((p_log.exp() * (p_log - q_log)).sum(-1).mean())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--variants", nargs="+", default=["layered", "fused", "compiled"])
+    parser.add_argument("--variants", nargs="+", default=["layered", "fused", "compiled"],
+                        choices=["layered", "fused", "compiled", "bf16"])
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -138,6 +146,9 @@ def main() -> int:
     with torch.inference_mode():
         weights = DecoderWeights.of(model, capacity)
         extra = {"fused": fused_weights(weights) if "fused" in args.variants else None}
+        if "bf16" in args.variants:
+            model16 = copy.deepcopy(model).to(torch.bfloat16)
+            extra["bf16"] = (model16, DecoderWeights.of(model16, capacity))
         if "compiled" in args.variants:
             started = time.perf_counter()
             extra["compiled"] = compiled_parts(weights)
@@ -145,9 +156,15 @@ def main() -> int:
         for rows in args.rows:
             _, steps = start_decoding(model, encoded["input_ids"], encoded["attention_mask"], rows, weights, capacity)
             state = {name: (copy.deepcopy(steps.cache), steps.positions.clone()) for name in args.variants}
+            if "bf16" in args.variants:  # its own prefill and cache, in bf16
+                model16, weights16 = extra["bf16"]
+                _, steps16 = start_decoding(model16, encoded["input_ids"], encoded["attention_mask"], rows,
+                                            weights16, capacity)
+                state["bf16"] = (steps16.cache, steps16.positions.clone())
             fns = {"layered": lambda cache, t, p: decode_step(weights, cache, t, p),
                    "fused": lambda cache, t, p: fused_step(weights, extra["fused"], cache, t, p),
-                   "compiled": lambda cache, t, p: compiled_step(weights, extra["compiled"], cache, t, p)}
+                   "compiled": lambda cache, t, p: compiled_step(weights, extra["compiled"], cache, t, p),
+                   "bf16": lambda cache, t, p: decode_step(extra["bf16"][1], cache, t, p)}
             tokens = torch.full((rows,), 42, dtype=torch.long)
             times = {name: [] for name in args.variants}
             first_logits = {}
@@ -167,10 +184,12 @@ def main() -> int:
                     if step >= args.warmup:
                         times[name].append(elapsed)
             medians = {name: 1000 * statistics.median(values) for name, values in times.items()}
-            diffs = {name: float((first_logits[name] - first_logits["layered"]).abs().max())
+            diffs = {name: float((first_logits[name].float() - first_logits["layered"]).abs().max())
                      for name in args.variants if name != "layered" and "layered" in first_logits}
+            kl = ("" if not {"bf16", "layered"} <= set(first_logits) else
+                  f", KL(fp32 || bf16) {softmax_kl(first_logits['layered'], first_logits['bf16'].float()):.1e} nats")
             print(f"{rows:>5}" + "".join(f"{medians[name]:>10.2f}ms" for name in args.variants)
-                  + "   " + ", ".join(f"{name} {value:.1e}" for name, value in diffs.items())
+                  + "   " + ", ".join(f"{name} {value:.1e}" for name, value in diffs.items()) + kl
                   + (f"   (first compiled step {compile_seconds:.0f} s)" if compile_seconds > 1 else ""), flush=True)
     if "compiled" in args.variants:
         print(f"compile set-up {compile_note:.1f} s (compilation itself happens at the first step per row count)")

@@ -3,10 +3,11 @@
 For each run: the preset (`algorithm.name`) and seed from its saved config; step-0, best and final
 greedy eval with Wilson 95% intervals; when eval accuracy first reached `--reach`; the main reward
 component's rollout mean over the first and the last iterations; the share of groups without
-reward contrast (no learning signal); DAPO's extra sampled groups; iterations, wall seconds (from
+reward contrast (no learning signal); the policy entropy over the first and the last iterations; DAPO's
+extra sampled groups; iterations, wall seconds (from
 the run's own start, model loading included) and the median seconds per iteration. The figure
-draws held-out accuracy, the main component and the zero-contrast share (trailing means over
-`--smooth` iterations) against iterations (top row) and seconds (bottom row).
+draws held-out accuracy, the main component, the zero-contrast share and the entropy (trailing means
+over `--smooth` iterations) against iterations (top row) and seconds (bottom row).
 
     python benchmarks/sweep_summary.py runs/sweep-algorithms_arithmetic runs/sweep-grpo_seeds_arithmetic \
       --json benchmarks/results/algorithms_arithmetic.json --out docs/algorithms_arithmetic.png
@@ -36,6 +37,7 @@ else:  # run as a script: its folder is on sys.path
 from rlvr.observe.metric_names import (
     DYNAMIC_SAMPLING_SAMPLED_GROUPS,
     ELAPSED_S,
+    ENTROPY,
     FRAC_NO_CONTRAST_GROUPS,
     ITERATION,
     REWARD_PREFIX,
@@ -56,7 +58,7 @@ def summarize_run(run, component: str, window: int, reach: float) -> dict:
     evals = [{ITERATION: e.get(ITERATION), "seconds": e.get(ELAPSED_S), **accuracy_ci(e)} for e in run.evals]
     key = REWARD_PREFIX + component
     metrics = [{ITERATION: m.get(ITERATION), "seconds": m.get(ELAPSED_S), "component": m.get(key),
-                "no_contrast": m.get(FRAC_NO_CONTRAST_GROUPS),
+                "no_contrast": m.get(FRAC_NO_CONTRAST_GROUPS), "entropy": m.get(ENTROPY),
                 "sampled_groups": m.get(DYNAMIC_SAMPLING_SAMPLED_GROUPS),
                 "iteration_s": m.get(TIME_ITERATION)} for m in run.metrics]
     best = first_best(evals, key="accuracy") if evals else None
@@ -72,6 +74,8 @@ def summarize_run(run, component: str, window: int, reach: float) -> dict:
         "component_last": _mean([m["component"] for m in metrics[-window:]]),
         "no_contrast_mean": _mean([m["no_contrast"] for m in metrics]),
         "no_contrast_last": _mean([m["no_contrast"] for m in metrics[-window:]]),
+        "entropy_first": _mean([m["entropy"] for m in metrics[:window]]),
+        "entropy_last": _mean([m["entropy"] for m in metrics[-window:]]),
         "sampled_groups_total": sum(sampled) if sampled else None,
         "iterations": summary.iterations,
         "wall_s": math.nan if summary.wall_s is None else summary.wall_s,
@@ -111,14 +115,16 @@ def markdown_table(rows: list[dict], component: str, window: int, reach: float) 
 
     lines = [f"| run | seed | step 0 | best eval (95% CI) | final eval (95% CI) | eval >= {reach:g} first | "
              f"{component}: first {window} -> last {window} it | zero-contrast groups: all / last {window} | "
-             "groups sampled | wall s | s / it |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"entropy: first {window} -> last {window} it | groups sampled | wall s | s / it |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         sampled = "-" if r["sampled_groups_total"] is None else str(r["sampled_groups_total"])
+        first, last = r.get("entropy_first", math.nan), r.get("entropy_last", math.nan)  # absent in older files
+        entropy = "-" if not (math.isfinite(first) and math.isfinite(last)) else f"{first:.2f} -> {last:.2f}"
         lines.append(f"| {r['algorithm'] or r['label']} | {r['seed']} | {point(r['step0'], False)} | "
                      f"{point(r['best'])} | {point(r['final'], False)} | {first_reach(r['reached'])} | "
                      f"{r['component_first']:.3f} -> {r['component_last']:.3f} | "
-                     f"{r['no_contrast_mean']:.2f} / {r['no_contrast_last']:.2f} | {sampled} | "
+                     f"{r['no_contrast_mean']:.2f} / {r['no_contrast_last']:.2f} | {entropy} | {sampled} | "
                      f"{r['wall_s']:.0f} | {r['median_iteration_s']:.1f} |")
     return "\n".join(lines)
 
@@ -132,11 +138,15 @@ def plot(rows: list[dict], component: str, out: Path, smooth: int) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(15, 8), dpi=100, layout="constrained")
+    figure = Figure(figsize=(20, 8), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
-    axes = figure.subplots(2, 3)
+    axes = figure.subplots(2, 4)
     algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
-    colors = {a: f"C{i}" for i, a in enumerate(algorithms)}
+    if len(algorithms) <= 10:
+        colors = {a: f"C{i}" for i, a in enumerate(algorithms)}
+    else:  # the default cycle repeats after 10: two presets would share a colour
+        from matplotlib import colormaps
+        colors = {a: colormaps["tab20"](i % 20) for i, a in enumerate(algorithms)}
     styles = ["-", "--", ":", "-."]
     for r in rows:
         seeds = sorted({x["seed"] for x in rows if x["algorithm"] == r["algorithm"]})
@@ -144,7 +154,7 @@ def plot(rows: list[dict], component: str, out: Path, smooth: int) -> None:
         label = f"{r['algorithm']} seed {r['seed']}" if len(seeds) > 1 else r["algorithm"]
         color = colors[r["algorithm"]]
         for row, x in enumerate((ITERATION, "seconds")):
-            ax_eval, ax_component, ax_zero = axes[row]
+            ax_eval, ax_component, ax_zero, ax_entropy = axes[row]
             xs = [e[x] for e in r["evals"]]
             ax_eval.plot(xs, [e["accuracy"] for e in r["evals"]], style, marker="o", ms=3, color=color, label=label)
             ax_eval.fill_between(xs, [e["low"] for e in r["evals"]], [e["high"] for e in r["evals"]], color=color,
@@ -152,17 +162,20 @@ def plot(rows: list[dict], component: str, out: Path, smooth: int) -> None:
             mx = [m[x] for m in r["metrics"]]
             ax_component.plot(mx, moving_mean([m["component"] for m in r["metrics"]], smooth), style, color=color, lw=1)
             ax_zero.plot(mx, moving_mean([m["no_contrast"] for m in r["metrics"]], smooth), style, color=color, lw=1)
+            ax_entropy.plot(mx, moving_mean([m.get("entropy") for m in r["metrics"]], smooth), style, color=color, lw=1)
     n = next((e["n"] for r in rows for e in r["evals"]), "?")
     for row, xlabel in enumerate(("iteration", "seconds since the run started")):
-        ax_eval, ax_component, ax_zero = axes[row]
+        ax_eval, ax_component, ax_zero, ax_entropy = axes[row]
         ax_eval.set(xlabel=xlabel, ylabel=f"greedy accuracy, {n} held out", ylim=(-0.02, 1.02))
         ax_component.set(xlabel=xlabel, ylabel=f"rollout reward/{component} (mean)", ylim=(-0.02, 1.02))
         ax_zero.set(xlabel=xlabel, ylabel="share of groups without contrast", ylim=(-0.02, 1.02))
+        ax_entropy.set(xlabel=xlabel, ylabel="policy entropy per token (nats)", ylim=(0, None))
         for ax in axes[row]:
             ax.grid(alpha=0.3)
     axes[0][0].set_title("held-out accuracy (Wilson 95% bands)")
     axes[0][1].set_title(f"rollout reward/{component} ({smooth}-iteration mean)")
     axes[0][2].set_title(f"groups without contrast ({smooth}-iteration mean)")
+    axes[0][3].set_title(f"entropy ({smooth}-iteration mean)")
     axes[0][0].legend(fontsize=8)
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out)

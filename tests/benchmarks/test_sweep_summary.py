@@ -23,7 +23,7 @@ def _write_run(folder: Path, algorithm: str, seed: int, answers: list[float], ze
     metrics = []
     for i, (answer, z) in enumerate(zip(answers, zero), start=1):
         record = {"iteration": i, "elapsed_s": 10.0 * i, "reward/answer": answer, "reward/mean": answer,
-                  "frac_no_contrast_groups": z, "time/iteration": 2.0 + i}
+                  "frac_no_contrast_groups": z, "time/iteration": 2.0 + i, "entropy": 1.0 - 0.125 * i}
         if sampled is not None:
             record["dynamic_sampling/sampled_groups"] = sampled[i - 1]
         metrics.append(record)
@@ -52,6 +52,8 @@ def test_summary_numbers_come_from_the_records(tmp_path):
     assert dapo["component_first"] == pytest.approx(0.1) and dapo["component_last"] == pytest.approx(0.9)
     assert dapo["no_contrast_mean"] == pytest.approx(2.25 / 6) and dapo["no_contrast_last"] == 0.0
     assert dapo["sampled_groups_total"] == 36 and grpo["sampled_groups_total"] is None
+    # entropy 0.875, 0.75, ..., 0.25 over iterations 1-6: the first two average 0.8125, the last two 0.3125
+    assert dapo["entropy_first"] == pytest.approx(0.8125) and dapo["entropy_last"] == pytest.approx(0.3125)
     assert dapo["iterations"] == 6
     assert dapo["wall_s"] == 65.0  # the last eval (iteration 6, 65 s) lands after the last metrics record (60 s)
     assert dapo["median_iteration_s"] == 5.5
@@ -60,6 +62,7 @@ def test_summary_numbers_come_from_the_records(tmp_path):
     assert "| dapo | 0 | 0.100 (" in table and "0.500 (0.299-0.701), it 2" in table and "| 36 |" in table
     assert "| it 2, 25 s |" in table
     assert "0.100 -> 0.900" in table and "0.38 / 0.00" in table
+    assert "| 0.81 -> 0.31 |" in table
 
 
 def test_moving_mean_is_trailing_and_skips_missing():
@@ -94,6 +97,8 @@ def test_also_adds_saved_rows_with_their_legacy_key_names(tmp_path, capsys, monk
         row["algorithm"], row["metrics"] = "old_preset", [
             {("zero_variance" if k == "no_contrast" else k): v for k, v in m.items()} for m in row["metrics"]]
     legacy["runs"][0]["zero_variance_mean"], legacy["runs"][0]["zero_variance_last"] = 0.875, 0.125
+    for key in ("entropy_first", "entropy_last"):
+        del legacy["runs"][0][key]
     (tmp_path / "old.json").write_text(json.dumps(legacy))
     capsys.readouterr()
 
@@ -104,6 +109,7 @@ def test_also_adds_saved_rows_with_their_legacy_key_names(tmp_path, capsys, monk
     table = capsys.readouterr().out
     assert table.index("| old_preset | 0 |") < table.index("| rloo | 0 |")
     assert "| 0.88 / 0.12 |" in table  # the legacy shares, read under their new names
+    assert "| 0.88 / 0.12 | - |" in table  # with no entropy in the saved row (older files)
     assert [r["algorithm"] for r in json.loads(out_json.read_text())["runs"]] == ["rloo"]
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (tmp_path / "bad.json").write_text("[1, 2]")
