@@ -155,7 +155,8 @@ def main() -> int:
             compile_note = time.perf_counter() - started
         for rows in args.rows:
             _, steps = start_decoding(model, encoded["input_ids"], encoded["attention_mask"], rows, weights, capacity)
-            state = {name: (copy.deepcopy(steps.cache), steps.positions.clone()) for name in args.variants}
+            state = {name: (copy.deepcopy(steps.cache), steps.positions.clone())
+                     for name in args.variants if name != "bf16"}
             if "bf16" in args.variants:  # its own prefill and cache, in bf16
                 model16, weights16 = extra["bf16"]
                 _, steps16 = start_decoding(model16, encoded["input_ids"], encoded["attention_mask"], rows,

@@ -89,18 +89,17 @@ LEGACY_KEYS = {"zero_variance_mean": "no_contrast_mean", "zero_variance_last": "
                "zero_variance": "no_contrast"}
 
 
+def _renamed(record: dict) -> dict:
+    return {LEGACY_KEYS.get(key, key): value for key, value in record.items()}
+
+
 def saved_rows(path: Path) -> list[dict]:
-    """The rows of an earlier `--json` file, with legacy key names renamed."""
+    """The rows of an earlier `--json` file, with legacy key names renamed (in each row and its metrics)."""
     try:
         rows = json.loads(path.read_text())["runs"]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise SystemExit(f"--also {path}: not a sweep_summary.py --json file ({error})") from None
-    renamed = []
-    for row in rows:
-        row = {LEGACY_KEYS.get(key, key): value for key, value in row.items()}
-        row["metrics"] = [{LEGACY_KEYS.get(key, key): value for key, value in m.items()} for m in row.get("metrics", [])]
-        renamed.append(row)
-    return renamed
+    return [{**_renamed(row), "metrics": [_renamed(m) for m in row.get("metrics", [])]} for row in rows]
 
 
 def markdown_table(rows: list[dict], component: str, window: int, reach: float) -> str:

@@ -33,9 +33,10 @@ FAMILIES = {"reward_component": metric_names.REWARD_PREFIX, "status_count": metr
             "episode_tool_calls": metric_names.EPISODE_TOOL_CALLS_PREFIX,
             "episode_tool_errors": metric_names.EPISODE_TOOL_ERRORS_PREFIX,
             "episode_truncated": metric_names.EPISODE_TRUNCATED_PREFIX}
-PREFIXES = {metric_names.REWARD_PREFIX, metric_names.STATUS_PREFIX, metric_names.EVAL_REWARD_PREFIX, metric_names.EVAL_PREFIX,
-            metric_names.TIME_PREFIX, metric_names.POLICY_LOSS_PREFIX, metric_names.EPISODE_TOOL_CALLS_PREFIX,
-            metric_names.EPISODE_TOOL_ERRORS_PREFIX, metric_names.EPISODE_TRUNCATED_PREFIX}
+PREFIXES = {metric_names.REWARD_PREFIX, metric_names.STATUS_PREFIX, metric_names.EVAL_REWARD_PREFIX,
+            metric_names.EVAL_PREFIX, metric_names.TIME_PREFIX, metric_names.POLICY_LOSS_PREFIX,
+            metric_names.EPISODE_TOOL_CALLS_PREFIX, metric_names.EPISODE_TOOL_ERRORS_PREFIX,
+            metric_names.EPISODE_TRUNCATED_PREFIX}
 # Literals equal to a metric name that are something else there.
 NOT_METRICS = {
     ("rlvr/report/figures.py", "kl"): "figure file stem",
