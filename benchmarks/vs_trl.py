@@ -33,7 +33,8 @@ measured fp32 matmul rate, and rlvr's measured / bound.
     python benchmarks/vs_trl.py --workload w2 --gsm8k-path data/gsm8k/train.jsonl --steps 3 --warmup 1
 
 `--microbatch-tokens N` packs rlvr's microbatches by token budget (`optim.microbatch_tokens`; TRL
-keeps its split). Results go to benchmarks/results/vs_trl.json (W2: vs_trl_w2.json). Numbers are for the machine
+keeps its split). `--decode-dtype bfloat16` runs rlvr's decoding steps on a bf16 copy of the
+weights (`decode_loop`'s option `dtype`; TRL keeps fp32), and prints the sampler's gap to the trainer. Results go to benchmarks/results/vs_trl.json (W2: vs_trl_w2.json). Numbers are for the machine
 it runs on. `--model --device --dtype --backend --max-new-tokens --trl-vllm` change the setting of
 both sides (a CUDA device, bf16, rlvr's `vllm` backend, TRL's colocated vLLM engine):
 `benchmarks/gpu.sh` runs each side that way and prints one table.
@@ -63,6 +64,7 @@ MAX_NEW_TOKENS = {"w1": 24, "w2": 512}
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+SAMPLER_GAP_KEYS = ("logprob_abs_diff_mean", "mismatch_kl", "is_weight_mean")
 VLLM_GPU_SHARE = 0.3  # the colocated vLLM engine's share of GPU memory, both sides (TRL's default)
 
 
@@ -135,7 +137,8 @@ def peak_rss() -> int:
 
 # ----------------------------------------------------------------------------------------- rlvr
 def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STEP, workload: str = "w1",
-             gsm8k_path: str | None = None, setup: Setup = Setup(), microbatch_tokens: int = 0) -> dict:
+             gsm8k_path: str | None = None, setup: Setup = Setup(), microbatch_tokens: int = 0,
+             decode_dtype: str = "model") -> dict:
     import torch
 
     from rlvr.config import load_config
@@ -184,6 +187,10 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
                                                       "eval_size": 0, "prompt": "r1_zero"})}
     torch.set_num_threads(THREADS)
     backend_options = {"dtype": setup.dtype, "gpu_memory_utilization": VLLM_GPU_SHARE} if setup.backend == "vllm" else {}
+    if decode_dtype != "model":
+        if setup.backend != "decode_loop":
+            raise ValueError(f"--decode-dtype is decode_loop's option, not {setup.backend}'s")
+        backend_options = {"dtype": decode_dtype}
     memory: dict = {}
     with tempfile.TemporaryDirectory() as folder, gpu_memory_peak(memory):
         overrides = {
@@ -217,7 +224,9 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
         "update_seconds": [r.get("time/update", 0.0) for r in records],
         "reward_mean": [r["reward/mean"] for r in records],
         "completion_tokens": [r.get("completion_len/mean") for r in records],
-        "peak_rss_bytes": peak_rss(), **memory, "setup": asdict(setup),
+        # The sampler against the trainer (present when the sampler is not the trainer, e.g. bf16 decoding steps).
+        **{key: [r.get(f"rollout/{key}") for r in records] for key in SAMPLER_GAP_KEYS},
+        "peak_rss_bytes": peak_rss(), **memory, "setup": asdict(setup), "decode_dtype": decode_dtype,
     }
     out.write_text(json.dumps(result))
     return result
@@ -349,6 +358,9 @@ def main() -> int:
     parser.add_argument("--microbatch-tokens", type=int, default=0,
                         help="rlvr side: optim.microbatch_tokens, whole groups packed longest first under this many "
                              "padded tokens per microbatch (0, the default: --groups-per-microbatch groups each)")
+    parser.add_argument("--decode-dtype", choices=["model", "bfloat16"], default="model",
+                        help="rlvr side: decode_loop's option dtype (bfloat16: decoding steps on a bf16 copy of the "
+                             "weights, its log-probs reported and corrected by truncated importance sampling)")
     parser.add_argument("--model", default=MODEL, help="both sides' model: an embedded name or a model folder")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="both sides' device")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both sides' weights")
@@ -379,7 +391,7 @@ def main() -> int:
     if args.side:
         if args.side == "rlvr":
             run_rlvr(args.steps, Path(args.out), args.groups_per_microbatch, args.workload, args.gsm8k_path, setup,
-                     args.microbatch_tokens)
+                     args.microbatch_tokens, args.decode_dtype)
         else:
             run_trl(args.steps, Path(args.out), args.workload, args.gsm8k_path, args.groups_per_microbatch, setup)
         return 0
@@ -400,7 +412,8 @@ def main() -> int:
                                 "--warmup", str(warm), "--workload", args.workload,
                                 *(["--gsm8k-path", args.gsm8k_path] if args.gsm8k_path else []),
                                 "--groups-per-microbatch", str(args.groups_per_microbatch),
-                                "--microbatch-tokens", str(args.microbatch_tokens), "--out", str(out)],
+                                "--microbatch-tokens", str(args.microbatch_tokens),
+                                "--decode-dtype", args.decode_dtype, "--out", str(out)],
                                check=True, cwd=REPO, env=env)
                 result = json.loads(out.read_text())
             result["wall_seconds"] = time.perf_counter() - started
@@ -445,6 +458,11 @@ def main() -> int:
         print(f"| {side} | {row['median_step_s']:.2f} | {row['median_generation_s']:.2f} | "
               f"{row['median_logprobs_s']:.2f} | {row['median_update_s']:.2f} | {row['peak_rss_gib']:.2f} |")
     print(f"\nrlvr / TRL: step time {ratio_time:.2f}, peak RSS {ratio_rss:.2f}")
+    gaps = {key: [v for r in runs["rlvr"] for v in r.get(key, [])[warm:] if v is not None] for key in SAMPLER_GAP_KEYS}
+    if all(gaps.values()):
+        summary["rlvr"]["sampler_gap"] = {key: statistics.mean(values) for key, values in gaps.items()}
+        print("rlvr sampler against its trainer (mean over the measured steps): " +
+              ", ".join(f"{key} {value:.2e}" for key, value in summary["rlvr"]["sampler_gap"].items()))
     print(f"fp32 matmul: {gflops:.0f} GFLOPS; FLOP bound of a step: {bound_simple:.2f} s (2N/6N per token), "
           f"{bound_lora:.2f} s (LoRA-aware); rlvr measured / bound: {rlvr['median_step_s'] / bound_simple:.2f}, "
           f"{rlvr['median_step_s'] / bound_lora:.2f}")

@@ -1870,6 +1870,45 @@ MICROBATCHES = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- decode_loop's dtype: a sampler that is not the trainer
+
+DTYPE_TESTS = "tests/rollout/test_decode_dtype.py::"
+
+DECODE_DTYPE = [
+    mutation(
+        "sampler_logprob_unnormalised", "rlvr/rollout/decode_loop.py",
+        "the reported log-prob of a sampled token leaves out the softmax's normaliser",
+        ("    return chosen, (picked - log_total).float()", "    return chosen, picked.float()"),
+        tests=(DTYPE_TESTS + "test_the_reported_logprob_is_the_drawn_distributions_and_the_draw_is_sample_tokens",
+               DTYPE_TESTS + "test_bf16_steps_report_their_logprobs_in_their_tokens_columns",
+               DTYPE_TESTS + "test_training_on_bf16_samples_logs_the_gap_and_corrects_it"),
+    ),
+    mutation(
+        "sampler_logprob_one_column_early", "rlvr/rollout/decode_loop.py",
+        "each sampled token's log-prob is written one column before its token",
+        ("                sampled_logprobs[active, step] = chosen_logprobs",
+         "                sampled_logprobs[active, max(step - 1, 0)] = chosen_logprobs"),
+        tests=(DTYPE_TESTS + "test_bf16_steps_report_their_logprobs_in_their_tokens_columns",
+               DTYPE_TESTS + "test_training_on_bf16_samples_logs_the_gap_and_corrects_it"),
+    ),
+    mutation(
+        "bf16_cast_not_used", "rlvr/rollout/decode_loop.py",
+        "with dtype=bfloat16 the steps keep the fp32 weights, yet report log-probs as another sampler",
+        ("        weights = weights.cast(step_dtype)\n", "        pass\n"),
+        tests=(DTYPE_TESTS + "test_bf16_steps_report_their_logprobs_in_their_tokens_columns",
+               DTYPE_TESTS + "test_training_on_bf16_samples_logs_the_gap_and_corrects_it",
+               DTYPE_TESTS + "test_one_step_off_policy_keeps_the_bf16_samplers_own_logprobs"),
+    ),
+    mutation(
+        "async_rescores_the_bf16_sampler", "rlvr/training/async_rollout.py",
+        "one step off-policy, the copy's fp32 scoring overwrites the log-probs the bf16 sampler reported",
+        ("            if rollout.batch.sampler_logprobs is not None:\n",
+         "            if rollout.batch.sampler_logprobs is not None and self.copy is None:\n"),
+        tests=(DTYPE_TESTS + "test_one_step_off_policy_keeps_the_bf16_samplers_own_logprobs",
+               DTYPE_TESTS + "test_one_step_off_policy_does_not_rescore_what_the_bf16_sampler_reported"),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
-             + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES)
+             + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE)

@@ -14,6 +14,7 @@ from rlvr.report.figures import ITERATION_AXIS, WARNING_COLOR, X_AXES, X_LABELS,
 
 DASHES = ("solid", "dash", "dot", "dashdot")
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+PANEL_HEIGHT_PX, PANEL_GAP_PX = 260, 80  # a stacked figure: each run's panel, and the gap between two
 
 
 def plotly_available() -> bool:
@@ -59,9 +60,13 @@ def _stacked_figure(data: FigureData, x: str):
     from plotly.subplots import make_subplots
     import plotly.graph_objects as go
 
-    titles = [label for label, _ in data.panels] if len(data.panels) > 1 else None  # the run of each panel
-    figure = make_subplots(rows=len(data.panels), cols=1, shared_xaxes=True, subplot_titles=titles,
-                           vertical_spacing=0.12 if len(data.panels) > 1 else 0.05)
+    rows = len(data.panels)
+    titles = [label for label, _ in data.panels] if rows > 1 else None  # the run of each panel
+    height = PANEL_HEIGHT_PX * rows + 140
+    # plotly takes the gap between panels as a share of the height (at most 1 / (rows - 1)): a fixed
+    # number of pixels keeps a sweep of 15 runs drawable and its panels as tall as two runs' are.
+    spacing = min(PANEL_GAP_PX / height, 1 / (rows - 1)) if rows > 1 else 0.05
+    figure = make_subplots(rows=rows, cols=1, shared_xaxes=True, subplot_titles=titles, vertical_spacing=spacing)
     shown = set()
     for row, (_, parts) in enumerate(data.panels, start=1):
         for series in parts:
@@ -71,7 +76,7 @@ def _stacked_figure(data: FigureData, x: str):
                                     customdata=customdata, hovertemplate=template), row=row, col=1)
             shown.add(series.label)
         figure.update_yaxes(title_text=data.ylabel, row=row, col=1)
-    figure.update_layout(barmode="stack", height=260 * len(data.panels) + 140)
+    figure.update_layout(barmode="stack", height=height)
     return figure
 
 

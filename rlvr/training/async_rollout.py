@@ -17,7 +17,9 @@ passes to overlap, with one module shared by two threads (the adapter merge swap
 reference pass disables its adapter). The copy also scores its samples with the trainer's own code
 (`policy_logprobs`), so `batch.sampler_logprobs` are the stale policy's log-probs and the update weighs the
 lag out with `rollout.correction` (old log-probs are the current policy's: the first epoch's ratio stays
-1, the lag is in pi_old / pi_sampler). An engine of its own (vllm) takes the weights when `sync()`
+1, the lag is in pi_old / pi_sampler). A backend that reports its own log-probs keeps them: decode_loop
+with another `dtype` than the policy's samples from the stale weights in that dtype, and only its own
+log-probs say what it sampled from (lag and precision together). An engine of its own (vllm) takes the weights when `sync()`
 opens, here in the main thread before the update, and reports its own log-probs.
 
 The thread runs only when nothing else draws from torch's global RNG meanwhile (a loss that draws tokens
@@ -174,9 +176,11 @@ class OneStepOffRollouts:
         try:
             rollout = sample_rollout(self.backend, self.session.task, self.backend.tokenizer, self.settings,
                                      self.config, iteration, version, self.dist, self.collect)
-            if self.copy is not None:  # the stale weights score their own samples
+            if rollout.batch.sampler_logprobs is not None:
+                pass  # the backend reported what it sampled from: the stale weights, in its own precision
+            elif self.copy is not None:  # the stale weights score their own samples
                 rollout = _with_sampler_logprobs(rollout, policy_logprobs(self.copy.model, rollout.batch, self.config))
-            elif rollout.batch.sampler_logprobs is None:
+            else:
                 raise RuntimeError(f"rollout.async_steps=1 needs the sampling weights' log-probs, and the rollout "
                                    f"backend {type(self.backend).__name__} reports none (Generation.sampler_logprobs)")
             self._result = rollout
