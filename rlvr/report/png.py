@@ -7,6 +7,7 @@ Matplotlib's object API with the Agg canvas is used, never pyplot's global state
 from __future__ import annotations
 
 import io
+import math
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -15,6 +16,8 @@ from matplotlib.ticker import MaxNLocator
 from rlvr.report.figures import ITERATION_AXIS, WARNING_COLOR, X_LABELS, FigureData, Series
 
 LINE_STYLES = ("-", "--", ":", "-.")
+LEGEND_ROWS = 16  # legend entries inside the axes at most; more go beside them, this many per column
+LEGEND_COLUMN_INCHES = 2.6
 
 
 def _new_figure(width: float = 7.0, height: float = 3.6) -> Figure:
@@ -30,7 +33,11 @@ def _points(series: Series, x: str) -> tuple[list[float], list[float]]:
 
 
 def draw_lines(data: FigureData, x: str = ITERATION_AXIS) -> Figure:
-    figure = _new_figure()
+    labels = len({s.label for s in data.series})
+    # A legend of many lines (a sweep of 15 runs x 3 reward components) goes beside the axes, in columns of
+    # LEGEND_ROWS, and the figure widens for it; inside the axes it would cover them and collapse the layout.
+    columns = math.ceil(labels / LEGEND_ROWS) if labels > LEGEND_ROWS else 0
+    figure = _new_figure(7.0 + LEGEND_COLUMN_INCHES * columns)
     axes = figure.subplots()
     for series in data.series:
         xs, ys = _points(series, x)
@@ -51,7 +58,9 @@ def draw_lines(data: FigureData, x: str = ITERATION_AXIS) -> Figure:
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel(data.ylabel)
     axes.grid(alpha=0.3)
-    if len(data.series) > 1 or len({s.label for s in data.series}) > 1:
+    if columns:
+        figure.legend(loc="outside right upper", fontsize=6, ncols=columns)
+    elif len(data.series) > 1 or labels > 1:
         axes.legend(fontsize=7)
     return figure
 

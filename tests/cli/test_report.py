@@ -190,3 +190,28 @@ def test_a_stacked_figure_of_many_runs_is_drawn_with_the_same_gap_between_panels
     assert height == 260 * runs + 140
     top, below = figure.layout.yaxis.domain, figure.layout.yaxis2.domain
     assert (top[0] - below[1]) * height == pytest.approx(80, abs=1)  # pixels between two panels, any count
+
+
+@pytest.mark.parametrize("runs", [1, 15])
+def test_a_png_of_many_lines_puts_its_legend_beside_the_axes_and_keeps_its_layout(runs):
+    import warnings
+
+    from rlvr.report.figures import FigureData, Series
+    from rlvr.report.png import render_png
+
+    series = [Series(label=f"name=run{i}: reward/{part}", color="#1f77b4", style_index=j, iterations=[1, 2],
+                     seconds=[1.0, 2.0], values=[0.1 * i, 0.2]) for i in range(runs)
+              for j, part in enumerate(("answer", "format", "strict"))]
+    data = FigureData(name="reward_components", title="Reward components", ylabel="mean", series=series)
+    figure = draw_lines(data)
+    (axes,) = figure.axes
+    if runs == 1:  # three entries: inside the axes, as before
+        assert axes.get_legend() is not None and not figure.legends
+    else:  # 45 entries in columns of 16 beside the axes, the figure wider by one column each
+        assert axes.get_legend() is None
+        (legend,) = figure.legends
+        assert len(legend.get_texts()) == 45 and legend._ncols == 3
+        assert figure.get_figwidth() == pytest.approx(7.0 + 3 * 2.6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "constrained_layout not applied because axes sizes collapsed to zero"
+        assert render_png(data)[:8] == b"\x89PNG\r\n\x1a\n"
