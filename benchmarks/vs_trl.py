@@ -34,8 +34,8 @@ measured fp32 matmul rate, and rlvr's measured / bound.
 
 `--microbatch-tokens N` packs rlvr's microbatches by token budget (`optim.microbatch_tokens`; TRL
 keeps its split). `--decode-dtype bfloat16` runs rlvr's decoding steps on a bf16 copy of the
-weights (`decode_loop`'s option `dtype`; TRL keeps fp32), and prints the sampler's gap to the trainer. Results go to benchmarks/results/vs_trl.json (W2: vs_trl_w2.json). Numbers are for the machine
-it runs on. `--model --device --dtype --backend --max-new-tokens --trl-vllm` change the setting of
+weights (`decode_loop`'s option `dtype`; TRL keeps fp32), and prints the sampler's gap to the trainer.
+Results go to benchmarks/results/vs_trl.json (W2: vs_trl_w2.json). Numbers are for the machine it runs on. `--model --device --dtype --backend --max-new-tokens --trl-vllm` change the setting of
 both sides (a CUDA device, bf16, rlvr's `vllm` backend, TRL's colocated vLLM engine):
 `benchmarks/gpu.sh` runs each side that way and prints one table.
 """

@@ -266,6 +266,12 @@ def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings:
 def _check_cache_and_dtype(cache: str, dtype: str) -> None:
     if cache not in CACHES:
         raise ValueError(f"decode_loop: unknown cache {cache!r}; choose from {', '.join(CACHES)}")
+    _check_dtype(cache, dtype)
+
+
+def _check_dtype(cache: str, dtype: str) -> None:
+    """A ValueError for a dtype the steps do not know, or one the dynamic cache cannot run in (decode_loop's
+    arguments and the backend's options at config load alike)."""
     if dtype not in STEP_DTYPES:
         raise ValueError(f"decode_loop: unknown dtype {dtype!r}; choose from {', '.join(STEP_DTYPES)}")
     if cache == "dynamic" and dtype != "model":
@@ -404,11 +410,7 @@ class DecodeLoopBackend(InProcessBackend):
         super().check_options(options)
         if "cache" in options and options["cache"] not in CACHES:
             raise ValueError(f"cache={options['cache']!r} is not one of {', '.join(CACHES)}")
-        if "dtype" in options and options["dtype"] not in STEP_DTYPES:
-            raise ValueError(f"dtype={options['dtype']!r} is not one of {', '.join(STEP_DTYPES)}")
-        if options.get("cache") == "dynamic" and options.get("dtype", "model") != "model":
-            raise ValueError(f"dtype={options['dtype']!r} needs the preallocated cache: cache='dynamic' runs the "
-                             "model's own forward (use cache=auto or preallocated, or dtype=model)")
+        _check_dtype(options.get("cache", "auto"), options.get("dtype", "model"))
         if not isinstance(options.get("continue_turns", True), bool):
             raise ValueError(f"continue_turns={options['continue_turns']!r} must be true or false")
         fraction = options.get("compact_fraction", COMPACT_FRACTION)

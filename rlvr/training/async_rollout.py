@@ -19,8 +19,8 @@ reference pass disables its adapter). The copy also scores its samples with the 
 lag out with `rollout.correction` (old log-probs are the current policy's: the first epoch's ratio stays
 1, the lag is in pi_old / pi_sampler). A backend that reports its own log-probs keeps them: decode_loop
 with another `dtype` than the policy's samples from the stale weights in that dtype, and only its own
-log-probs say what it sampled from (lag and precision together). An engine of its own (vllm) takes the weights when `sync()`
-opens, here in the main thread before the update, and reports its own log-probs.
+log-probs say what it sampled from (lag and precision together). An engine of its own (vllm) takes the
+weights when `sync()` opens, here in the main thread before the update, and reports its own log-probs.
 
 The thread runs only when nothing else draws from torch's global RNG meanwhile (a loss that draws tokens
 at random samples first, then updates), so a run is reproducible either way; one process only.
