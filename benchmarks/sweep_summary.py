@@ -12,7 +12,10 @@ over `--smooth` iterations) against iterations (top row) and seconds (bottom row
     python benchmarks/sweep_summary.py runs/sweep-algorithms_arithmetic runs/sweep-grpo_seeds_arithmetic \
       --json benchmarks/results/algorithms_arithmetic.json --out docs/algorithms_arithmetic.png
 
-Prints a markdown table; `--json` keeps every number it was made from. `--also JSON` adds the rows of
+Prints a markdown table of runs, then one of presets: each preset's seeds pooled (final and best
+held-out accuracy: mean, lowest, highest) and set against the seed spread of `--reference` (grpo by
+default): "above" only when its lowest seed beats the reference's highest, "below" only when its
+highest is under the reference's lowest, else "within". `--json` keeps every number it was made from. `--also JSON` adds the rows of
 an earlier `--json` file (runs whose folders are gone) to the table and the figure, before the new ones:
 
     python benchmarks/sweep_summary.py runs/sweep-algorithms_arithmetic_more \
@@ -128,6 +131,44 @@ def markdown_table(rows: list[dict], component: str, window: int, reach: float) 
     return "\n".join(lines)
 
 
+def preset_rows(rows: list[dict], reference: str) -> list[dict]:
+    """Each preset's runs pooled: final and best accuracy (mean, lowest, highest over its seeds), the median
+    seconds per iteration, and where its seeds sit against the reference preset's, best mean first."""
+    by_preset: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["final"] is not None:
+            by_preset.setdefault(r["algorithm"] or r["label"], []).append(r)
+    pooled = []
+    for name, runs in by_preset.items():
+        finals = [r["final"]["accuracy"] for r in runs]
+        bests = [r["best"]["accuracy"] for r in runs]
+        pooled.append({"algorithm": name, "seeds": sorted(r["seed"] for r in runs),
+                       "final_mean": statistics.fmean(finals), "final_low": min(finals), "final_high": max(finals),
+                       "best_mean": statistics.fmean(bests),
+                       "median_iteration_s": statistics.median([r["median_iteration_s"] for r in runs])})
+    ref = next((p for p in pooled if p["algorithm"] == reference), None)
+    for p in pooled:
+        if ref is None or p is ref:
+            p["against_reference"] = "-"
+        elif p["final_low"] > ref["final_high"]:
+            p["against_reference"] = f"above by {p['final_low'] - ref['final_high']:.3f}"
+        elif p["final_high"] < ref["final_low"]:
+            p["against_reference"] = f"below by {ref['final_low'] - p['final_high']:.3f}"
+        else:
+            p["against_reference"] = "within"
+    return sorted(pooled, key=lambda p: -p["final_mean"])
+
+
+def preset_table(pooled: list[dict], reference: str) -> str:
+    lines = [f"| preset | seeds | final: mean (lowest-highest) | best: mean | s / it | final against {reference}'s seeds |",
+             "|---|---|---|---|---|---|"]
+    for p in pooled:
+        spread = f"{p['final_mean']:.3f} ({p['final_low']:.3f}-{p['final_high']:.3f})"
+        lines.append(f"| {p['algorithm']} | {','.join(str(s) for s in p['seeds'])} | {spread} | "
+                     f"{p['best_mean']:.3f} | {p['median_iteration_s']:.1f} | {p['against_reference']} |")
+    return "\n".join(lines)
+
+
 def moving_mean(values: list, width: int) -> list[float]:
     """Trailing mean over the last `width` values (fewer at the start); None and NaN skipped."""
     return [_mean(values[max(0, i + 1 - width):i + 1]) for i in range(len(values))]
@@ -188,6 +229,7 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=10, help="iterations averaged at the start and the end")
     parser.add_argument("--reach", type=float, default=0.6, help="the table says when eval accuracy first reached this")
     parser.add_argument("--smooth", type=int, default=5, help="trailing mean over this many iterations in the figure")
+    parser.add_argument("--reference", default="grpo", help="the preset whose seed spread the others are set against")
     parser.add_argument("--json", help="write every number here")
     parser.add_argument("--out", help="write the figure here (PNG)")
     parser.add_argument("--also", action="append", default=[], metavar="JSON",
@@ -196,6 +238,8 @@ def main() -> int:
     earlier = [row for path in args.also for row in saved_rows(Path(path))]
     rows = [summarize_run(run, args.component, args.window, args.reach) for run in load_runs(args.runs)]
     print(markdown_table(earlier + rows, args.component, args.window, args.reach))
+    print()
+    print(preset_table(preset_rows(earlier + rows, args.reference), args.reference))
     if args.json:
         path = REPO / args.json
         path.parent.mkdir(parents=True, exist_ok=True)

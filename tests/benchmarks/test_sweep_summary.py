@@ -116,3 +116,33 @@ def test_also_adds_saved_rows_with_their_legacy_key_names(tmp_path, capsys, monk
     monkeypatch.setattr(sys, "argv", ["sweep_summary.py", str(sweep), "--also", str(tmp_path / "bad.json")])
     with pytest.raises(SystemExit, match="not a sweep_summary.py --json file"):
         sweep_summary.main()
+
+
+def _row(algorithm: str, seed: int, final: float, best: float | None = None, s_per_it: float = 10.0) -> dict:
+    point = {"iteration": 40, "seconds": 100.0, "accuracy": final, "low": 0.0, "high": 1.0, "n": 200}
+    return {"label": f"name={algorithm}", "algorithm": algorithm, "seed": seed, "final": point,
+            "best": {**point, "accuracy": final if best is None else best}, "median_iteration_s": s_per_it}
+
+
+def test_presets_pool_their_seeds_and_sit_against_the_reference_spread():
+    """grpo's seeds span 0.60-0.70. A preset whose lowest seed (0.72) clears 0.70 is above by 0.02, one whose
+    highest (0.55) is under 0.60 is below by 0.05, and a single seed inside the span, or a mean above the
+    reference's highest with a seed inside it, is within: a mean-against-mean rule would call both of these above."""
+    rows = [_row("grpo", 0, 0.60), _row("grpo", 1, 0.70, best=0.75), _row("grpo", 2, 0.65, s_per_it=20.0),
+            _row("ppo", 0, 0.72), _row("ppo", 1, 0.80), _row("gpg", 0, 0.55), _row("gpg", 1, 0.50),
+            _row("sapo", 0, 0.69), _row("dapo", 0, 0.68), _row("dapo", 1, 0.90)]
+    pooled = {p["algorithm"]: p for p in sweep_summary.preset_rows(rows, "grpo")}
+    assert pooled["grpo"]["seeds"] == [0, 1, 2] and pooled["grpo"]["final_mean"] == pytest.approx(0.65)
+    assert (pooled["grpo"]["final_low"], pooled["grpo"]["final_high"]) == (0.60, 0.70)
+    assert pooled["grpo"]["best_mean"] == pytest.approx((0.60 + 0.75 + 0.65) / 3)
+    assert pooled["grpo"]["median_iteration_s"] == 10.0 and pooled["grpo"]["against_reference"] == "-"
+    assert pooled["ppo"]["against_reference"] == "above by 0.020"
+    assert pooled["gpg"]["against_reference"] == "below by 0.050"
+    assert pooled["sapo"]["against_reference"] == "within"
+    assert pooled["dapo"]["final_mean"] > 0.70 and pooled["dapo"]["against_reference"] == "within"
+    order = [p["algorithm"] for p in sweep_summary.preset_rows(rows, "grpo")]
+    assert order == ["dapo", "ppo", "sapo", "grpo", "gpg"]  # by final mean, highest first
+    table = sweep_summary.preset_table(sweep_summary.preset_rows(rows, "grpo"), "grpo")
+    assert "| ppo | 0,1 | 0.760 (0.720-0.800) | 0.760 | 10.0 | above by 0.020 |" in table
+    # With no run of the reference preset, nothing is set against it.
+    assert {p["against_reference"] for p in sweep_summary.preset_rows(rows, "remax")} == {"-"}
