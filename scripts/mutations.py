@@ -662,6 +662,20 @@ DECODING = [
         tests=DECODE_TESTS,
     ),
     mutation(
+        "packed_product_drops_the_bias", "rlvr/rollout/decode_step.py",
+        "a linear multiplying with its packed weight leaves out its bias (Qwen2's q/k/v projections)",
+        ('_linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")',
+         '_linear_pointwise(x.contiguous(), self.packed, None, "none", [], "")'),
+        tests=("tests/rollout/test_packed_linears.py", "tests/rollout/test_decode_loop.py"),
+    ),
+    mutation(
+        "cast_keeps_the_fp32_packing", "rlvr/rollout/decode_step.py",
+        "a bf16 copy of the weights keeps the fp32 packed weights, so its few-row steps compute in fp32",
+        ("l.rows_for_x_major, pack_weight(weight), l.packed_up_to_rows)",
+         "l.rows_for_x_major, l.packed, l.packed_up_to_rows)"),
+        tests=("tests/rollout/test_packed_linears.py", "tests/rollout/test_decode_dtype.py"),
+    ),
+    mutation(
         "stop_filter_on_first_character", "rlvr/rollout/stop_strings.py",
         "only tokens holding a stop string's first character are checked, so stops completed by a later token are missed",
         ("last_characters = {s[-1] for s in self.stops}", "last_characters = {s[0] for s in self.stops}"),

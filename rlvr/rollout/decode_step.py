@@ -14,6 +14,15 @@ sliding window shorter than the rollout, a forward hook on any module) gets `Non
 `DecoderWeights.of` and the caller uses the model's own forward instead;
 `DecoderWeights.unsupported_reason` says why.
 
+On a CPU with oneDNN, every fp32 linear and the LM head also hold a copy of their weight in
+oneDNN's packed layout (`torch.ops.mkldnn._reorder_linear_weight`, made once per rollout when the
+weights are read), and multiply with it up to `PACKED_LAYER_ROWS` rows (layer linears) or
+`PACKED_HEAD_ROWS` rows (the head): the same product, computed by a GEMM laid out for that weight.
+For SmolLM2 on 2 cores that took a pass over the 210 layer linears from 97-104 to 54-57 ms at 4 rows
+and the 49k x 576 head from 42-57 to 9-19 ms at 4-16 rows; at 16 rows and more the layer linears
+were as fast or faster weight-major, and stay so (benchmarks/decode_compile.py). The copy costs the
+weights' size again (538 MB in fp32) for the length of a rollout.
+
 `DecoderWeights.cast(dtype)` gives the same step in another dtype (bfloat16 decodes in about half
 the time of float32 on a CPU with bf16 units): a sampler that is then not the trainer, whose
 log-probs `decode_loop` reports (its option `dtype`).
@@ -39,6 +48,25 @@ ATTENTION_IMPLEMENTATIONS = frozenset({"sdpa", "sdpa_gqa", "eager"})
 # The LM head (49k x 576 for SmolLM2) multiplies as x W^T up to this many rows, weight-major above:
 # measured 8.7 against 10.9 ms at 16 rows, 2 threads (benchmarks/decode_speed.py, "linears").
 HEAD_WEIGHT_MAJOR_ABOVE_ROWS = 32
+# Up to this many rows a linear with a packed weight multiplies with it (see the module docstring):
+# layer linears (576 x 576 to 1536 x 576 for SmolLM2) and the LM head. The packing is laid out for
+# PACKED_FOR_ROWS rows, which was as fast as packing for each row count (1, 4 or 16).
+PACKED_LAYER_ROWS = 12
+PACKED_HEAD_ROWS = 32
+PACKED_FOR_ROWS = 16
+
+
+def onednn_packing_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
+def pack_weight(weight: torch.Tensor) -> Optional[torch.Tensor]:
+    """weight [out, in] in oneDNN's packed layout for `torch.ops.mkldnn._linear_pointwise`, or None where
+    that does not apply (not fp32, not on the CPU, no oneDNN)."""
+    if weight.device.type != "cpu" or weight.dtype != torch.float32 or not onednn_packing_available():
+        return None
+    with torch.inference_mode():
+        return torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
 
 
 @dataclass
@@ -47,10 +75,15 @@ class Linear:
     bias: Optional[torch.Tensor]  # [out] or None
     weight_major: bool  # on the CPU: (W x^T)^T above `rows_for_x_major` rows (see `rlvr.models.kernels`)
     rows_for_x_major: int = WEIGHT_MAJOR_ABOVE_ROWS
+    packed: Optional[torch.Tensor] = None  # `weight` in oneDNN's packed layout (`pack_weight`), or None
+    packed_up_to_rows: int = PACKED_LAYER_ROWS
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x [R, in] -> [R, out]; weight-major, a transposed view of a contiguous [out, R] product
-        (the next matmul reads it as is; elementwise operations do not care about the layout)."""
+        """x [R, in] -> [R, out]: with the packed weight up to `packed_up_to_rows` rows; else weight-major,
+        a transposed view of a contiguous [out, R] product (the next matmul reads it as is; elementwise
+        operations do not care about the layout), or x W^T."""
+        if self.packed is not None and x.shape[0] <= self.packed_up_to_rows:
+            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
         if not self.weight_major or x.shape[0] <= self.rows_for_x_major:
             return F.linear(x, self.weight, self.bias)
         out = torch.mm(self.weight, x.t()).t()  # [R, out], computed as [out, in] @ [in, R]
@@ -100,7 +133,8 @@ def _base_model(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def _linear(module: nn.Module, rows_for_x_major: int = WEIGHT_MAJOR_ABOVE_ROWS) -> Linear:
+def _linear(module: nn.Module, rows_for_x_major: int = WEIGHT_MAJOR_ABOVE_ROWS,
+            packed_up_to_rows: int = PACKED_LAYER_ROWS) -> Linear:
     """The weight a projection multiplies by: an `nn.Linear`, or a PEFT LoRA layer whose adapter is merged
     into its base layer (or has no adapter active). Anything else raises `_Unsupported`."""
     if type(module) is not nn.Linear:
@@ -119,7 +153,8 @@ def _linear(module: nn.Module, rows_for_x_major: int = WEIGHT_MAJOR_ABOVE_ROWS) 
     if type(weight) not in (torch.Tensor, nn.Parameter):
         raise _Unsupported(f"weight of type {type(weight).__name__} (a sharded or quantized tensor)")
     bias = None if module.bias is None else module.bias.detach()
-    return Linear(weight.detach(), bias, weight.device.type == "cpu", rows_for_x_major)
+    weight = weight.detach()
+    return Linear(weight, bias, weight.device.type == "cpu", rows_for_x_major, pack_weight(weight), packed_up_to_rows)
 
 
 def _rms_norm(module: nn.Module) -> RMSNorm:
@@ -213,7 +248,7 @@ class DecoderWeights:
         num_heads = config.num_attention_heads
         return cls(
             embed=decoder.embed_tokens, rotary=decoder.rotary_emb, layers=layers, norm=_rms_norm(decoder.norm),
-            head=_linear(head, HEAD_WEIGHT_MAJOR_ABOVE_ROWS), num_heads=num_heads,
+            head=_linear(head, HEAD_WEIGHT_MAJOR_ABOVE_ROWS, PACKED_HEAD_ROWS), num_heads=num_heads,
             num_kv_heads=config.num_key_value_heads,
             head_dim=first.head_dim, scaling=float(first.scaling),
         )
@@ -226,8 +261,9 @@ class DecoderWeights:
             return self
 
         def linear(l: Linear) -> Linear:
-            return Linear(l.weight.to(dtype), None if l.bias is None else l.bias.to(dtype), l.weight_major,
-                          l.rows_for_x_major)
+            weight = l.weight.to(dtype)
+            return Linear(weight, None if l.bias is None else l.bias.to(dtype), l.weight_major,
+                          l.rows_for_x_major, pack_weight(weight), l.packed_up_to_rows)
 
         def norm(n: Optional[RMSNorm]) -> Optional[RMSNorm]:
             return None if n is None else RMSNorm(n.weight.to(dtype), n.eps)

@@ -1,0 +1,77 @@
+"""benchmarks/decode_compile.py on a tiny Llama: its uncompiled layered step is `decode_step` (so the
+compiled variant is timed against the same computation), every linear variant is the same product,
+and the lockstep alternates the order of its variants."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.decode_compile import (after_attention, copy_cache, filled_cache, layered_step, linear_inputs,
+                                       linear_variants, lockstep_ms)
+from rlvr.models import load_policy
+from rlvr.rollout.decode_step import DecoderWeights, decode_step
+
+
+@pytest.fixture(scope="module")
+def weights(tiny_model_dir):
+    model = load_policy(str(tiny_model_dir)).policy
+    with torch.inference_mode():
+        yield DecoderWeights.of(model, 32)
+
+
+def test_the_layered_step_is_decode_step_operation_for_operation(weights):
+    with torch.inference_mode():
+        cache = filled_cache(weights, rows=3, capacity=32, length=5)
+        theirs_cache = copy_cache(weights, cache, 32)
+        token_ids, positions = torch.tensor([5, 9, 17]), torch.tensor([2, 5, 5])  # row 0 left-padded by 3
+        for _ in range(4):
+            ours = layered_step()(weights, cache, token_ids, positions)
+            theirs = decode_step(weights, theirs_cache, token_ids, positions)
+            assert torch.equal(ours, theirs)  # bitwise: the same operations in the same order
+            positions = positions + 1
+        assert cache.length == theirs_cache.length == 9
+        # Power: a layer that drops the MLP's residual gives other logits.
+        broken = layered_step(after=lambda layer, x, attended: after_attention(layer, x, attended) - x)
+        wrong = broken(weights, copy_cache(weights, cache, 32), token_ids, positions)
+        right = decode_step(weights, copy_cache(weights, cache, 32), token_ids, positions)
+        assert (wrong - right).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("rows", [1, 3, 12])
+def test_every_linear_variant_is_the_same_product(weights, rows):
+    with torch.inference_mode():
+        xs = linear_inputs(weights, rows)
+        variants = linear_variants(weights, rows)
+        assert {"decode_step", "unpacked", "x W^T"} <= set(variants)
+        assert ("MKL packed" in variants) == torch._C.has_mkl
+        reference = variants["x W^T"](xs)
+        assert len(reference) == 7 * len(weights.layers)
+        for name, run in variants.items():
+            for got, want in zip(run(xs), reference):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_lockstep_alternates_the_order_of_its_variants():
+    calls = []
+    times = lockstep_ms({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=4)
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert [len(v) for v in times.values()] == [4, 4] and all(t >= 0 for v in times.values() for t in v)
+
+
+def test_packing_off_reads_unpacked_weights_and_restores_packing(weights, tiny_model_dir):
+    from benchmarks.decode_compile import packing_off
+
+    model = load_policy(str(tiny_model_dir)).policy
+    with packing_off():
+        assert DecoderWeights.of(model, 32).head.packed is None
+    assert DecoderWeights.of(model, 32).head.packed is not None
+
+
+def test_the_rollout_shapes_are_w1s_and_the_times_tables_sweeps():
+    from benchmarks.decode_compile import rollout_shapes
+
+    shapes = rollout_shapes()
+    (w1_task, w1_group, w1), (mul_task, mul_group, mul) = shapes.values()
+    assert (w1_task.name, w1_group, w1.max_new_tokens) == ("format_copy", 4, 24)
+    assert (mul_task.name, mul_group, mul.max_new_tokens, mul.stop_strings) == ("integer", 8, 48, ("</answer>",))
