@@ -40,9 +40,11 @@ def test_shipped_sweep_files_build_a_valid_config_per_point(path):
     points = grid_points(plan)
     assert len(points) >= 2
     configs = [load_config(plan.base, plan.overrides + overrides) for _, overrides in points]
-    section, name = plan.grid[0][0][0].split(".")
-    values = [getattr(getattr(c, section), name) for c in configs]
-    assert len({repr(v) for v in values}) == len(points)  # the swept key really differs per run
+    # The swept keys really differ per run: each point's values of all grid keys (a cartesian grid
+    # of two keys repeats each one's values across the points).
+    keys = [key.split(".") for entry_keys, _ in plan.grid for key in entry_keys]
+    values = [tuple(repr(getattr(getattr(c, section), name)) for section, name in keys) for c in configs]
+    assert len(set(values)) == len(points)
     # Equal generation budget: the rollout shape and the iteration count never vary inside a sweep.
     assert len({(c.rollout.batch_size, c.rollout.group_size, c.rollout.max_new_tokens, c.train.iterations)
                 for c in configs}) == 1
