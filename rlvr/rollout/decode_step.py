@@ -18,8 +18,8 @@ On a CPU with oneDNN, every fp32 linear and the LM head also hold a copy of thei
 oneDNN's packed layout (`torch.ops.mkldnn._reorder_linear_weight`, made once per rollout when the
 weights are read), and multiply with it up to `PACKED_LAYER_ROWS` rows (layer linears) or
 `PACKED_HEAD_ROWS` rows (the head): the same product, computed by a GEMM laid out for that weight.
-For SmolLM2 on 2 cores that took a pass over the 210 layer linears from 97-104 to 54-57 ms at 4 rows
-and the 49k x 576 head from 42-57 to 9-19 ms at 4-16 rows; at 16 rows and more the layer linears
+For SmolLM2 on 2 cores that took a pass over the 210 layer linears from 93-104 to 51-57 ms at 4 rows
+and the 49k x 576 head from 40-65 to 9-20 ms at 4-16 rows; at 16 rows and more the layer linears
 were as fast or faster weight-major, and stay so (benchmarks/decode_compile.py). The copy costs the
 weights' size again (538 MB in fp32) for the length of a rollout.
 
