@@ -51,7 +51,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rlvr.rollout.decode_step import DecoderWeights, LayerWeights, Linear, decode_step, rotate  # noqa: E402
+from rlvr.rollout.decode_step import (DecoderWeights, Linear, after_attention, before_attention,  # noqa: E402
+                                      decode_step)
 
 LINEAR_NAMES = ("q", "k", "v", "o", "gate", "up", "down")
 
@@ -60,7 +61,7 @@ LINEAR_NAMES = ("q", "k", "v", "o", "gate", "up", "down")
 def unpacked(weights: DecoderWeights) -> DecoderWeights:
     """A copy of `weights` whose linears and head multiply as before packing (no packed weights)."""
     def plain(linear: Linear) -> Linear:
-        return dataclasses.replace(linear, packed=None)
+        return dataclasses.replace(linear, packed=None, pack=False)
 
     layers = [dataclasses.replace(layer, **{name: plain(getattr(layer, name)) for name in LINEAR_NAMES})
               for layer in weights.layers]
@@ -124,45 +125,14 @@ def linears_ms(weights: DecoderWeights, row_counts: list[int], repeats: int) -> 
 
 
 # ------------------------------------------------------------------------------------ step
-def before_attention(layer: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int,
-                     num_kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`decode_step`'s work from the layer's input norm to the rotated query, key and value.
-    x [R, H] -> query [R, Hkv, G, D], key [R, Hkv, D], value [R, Hkv, D]."""
-    rows = x.shape[0]
-    h = layer.input_norm(x)
-    q = layer.q(h).view(rows, num_heads, head_dim)
-    k = layer.k(h).view(rows, num_kv_heads, head_dim)
-    v = layer.v(h).view(rows, num_kv_heads, head_dim)
-    if layer.q_norm is not None:
-        q, k = layer.q_norm(q), layer.k_norm(k)
-    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-    query = q.reshape(rows, num_kv_heads, num_heads // num_kv_heads, head_dim).contiguous()
-    return query, k, v
-
-
-def after_attention(layer: LayerWeights, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-    """`decode_step`'s work from the attention output to the layer's output. x [R, H] -> [R, H]."""
-    x = x + layer.o(attended.reshape(x.shape[0], -1))
-    h = layer.post_attention_norm(x)
-    return x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
-
-
-def layered_step(before: Callable = before_attention, after: Callable = after_attention) -> Callable:
-    """A decoding step with the same arguments and result as `decode_step` (no `head_rows`) that calls
-    `before` and `after` around each layer's attention: as given, the same operations in the same order;
-    with `torch.compile`d ones, the variant measured here."""
+def compiled_step() -> Callable:
+    """`decode_step` (no `head_rows`) with each layer's work around its attention, `before_attention` and
+    `after_attention`, compiled by inductor (one graph per row count, shared by all 30 layers)."""
+    before = torch.compile(before_attention, dynamic=False)
+    after = torch.compile(after_attention, dynamic=False)
 
     def step(weights: DecoderWeights, cache, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        x = weights.embed(token_ids)  # [R, H]
-        cos, sin = weights.rotary(x, positions[:, None])
-        mask = cache.attention_mask()
-        for index, layer in enumerate(weights.layers):
-            query, k, v = before(layer, x, cos, sin, weights.num_heads, weights.num_kv_heads, weights.head_dim)
-            keys, values = cache.append(index, k, v)
-            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=weights.scaling)
-            x = after(layer, x, attended)
-        cache.advance()
-        return weights.head(weights.norm(x)).contiguous()  # [R, V]
+        return decode_step(weights, cache, token_ids, positions, before=before, after=after)
 
     return step
 
@@ -189,8 +159,7 @@ def copy_cache(weights: DecoderWeights, cache, capacity: int):
 
 def step_ms(weights: DecoderWeights, row_counts: list[int], steps: int, vocab: int) -> dict:
     plain = unpacked(weights)
-    compiled = layered_step(torch.compile(before_attention, dynamic=False),
-                            torch.compile(after_attention, dynamic=False))
+    compiled = compiled_step()
     variants = {"decode_step": lambda w, *args: decode_step(weights, *args),
                 "unpacked": lambda w, *args: decode_step(plain, *args),
                 "compiled layers": lambda w, *args: compiled(plain, *args)}
@@ -232,25 +201,30 @@ def packing_off() -> Iterator[None]:
     """Inside: weights read for `decode_step` are not packed (it multiplies as before packing)."""
     import rlvr.rollout.decode_step as decode_step_module
 
-    original = decode_step_module.pack_weight
-    decode_step_module.pack_weight = lambda weight: None
+    original = decode_step_module.packable
+    decode_step_module.packable = lambda weight: False
     try:
         yield
     finally:
-        decode_step_module.pack_weight = original
+        decode_step_module.packable = original
 
 
 def rollout_shapes() -> dict[str, tuple]:
-    """name -> (task, group size, sampling settings): W1's rollout and the times-tables sweep's."""
+    """name -> (task, group size, sampling settings): W1's rollout, and the times-tables sweep's as
+    configs/integer_mul_2to12.yaml sets it (its task, group size and training sampling settings)."""
+    from rlvr.config import load_config
     from rlvr.rollout import SamplingSettings
+    from rlvr.tasks import build_task
     from rlvr.tasks.format_copy import FormatCopyTask
-    from rlvr.tasks.integer import IntegerTask
 
-    times_tables = IntegerTask(operands=[[2, 12], [2, 12]], operations=["*"], prompt="show_work", eval_size=60)
+    config = load_config(ROOT / "configs/integer_mul_2to12.yaml")
+    times_tables = build_task(config.task.name, reward_weights=config.task.reward_weights,
+                              options=config.task.options, use_chat_template=config.task.use_chat_template)
+    rollout = config.rollout
+    name = f"times tables ({rollout.batch_size} x {rollout.group_size}, {rollout.max_new_tokens} tokens)"
     return {
         "W1 (4 x 4, 24 tokens)": (FormatCopyTask(), 4, SamplingSettings(max_new_tokens=24)),
-        "times tables (4 x 8, 48 tokens)": (times_tables, 8, SamplingSettings(
-            max_new_tokens=48, stop_strings=tuple(times_tables.stop_strings))),
+        name: (times_tables, rollout.group_size, SamplingSettings.for_task(rollout, times_tables)),
     }
 
 

@@ -671,9 +671,23 @@ DECODING = [
     mutation(
         "cast_keeps_the_fp32_packing", "rlvr/rollout/decode_step.py",
         "a bf16 copy of the weights keeps the fp32 packed weights, so its few-row steps compute in fp32",
-        ("l.rows_for_x_major, pack_weight(weight), l.packed_up_to_rows)",
-         "l.rows_for_x_major, l.packed, l.packed_up_to_rows)"),
+        ("l.rows_for_x_major, None, l.packed_up_to_rows, packable(weight), self.copies)",
+         "l.rows_for_x_major, l.packed, l.packed_up_to_rows, l.pack, self.copies)"),
         tests=("tests/rollout/test_packed_linears.py", "tests/rollout/test_decode_dtype.py"),
+    ),
+    mutation(
+        "weight_copy_key_ignores_version", "rlvr/rollout/weight_copies.py",
+        "a held copy is keyed without the source's version counter, so a weight changed in place (an optimizer "
+        "step, a LoRA merge) is still multiplied by its stale packed or cast copy",
+        ("tensor.dtype, version)", "tensor.dtype)"),
+        tests=("tests/rollout/test_weight_copies.py",),
+    ),
+    mutation(
+        "packed_copy_made_for_every_call", "rlvr/rollout/decode_step.py",
+        "a linear packs its weight afresh at every call instead of once (the copy store is bypassed)",
+        ('self.packed = copy_of(self.copies, self.weight, "onednn", pack_weight)',
+         'return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack_weight(self.weight), self.bias, "none", [], "")'),
+        tests=("tests/rollout/test_weight_copies.py", "tests/rollout/test_packed_linears.py"),
     ),
     mutation(
         "stop_filter_on_first_character", "rlvr/rollout/stop_strings.py",

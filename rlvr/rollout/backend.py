@@ -49,6 +49,7 @@ from rlvr.models.merge import merged_adapter
 from rlvr.registry import Registry, did_you_mean
 from rlvr.rollout.base import Generation, SamplingSettings, fill_token_id, left_pad_ids
 from rlvr.rollout.turn_cache import TurnCache
+from rlvr.rollout.weight_copies import WeightCopies
 
 # name -> backend class; `cls.build(loaded, rollout)` sets one up.
 ROLLOUT_BACKENDS: Registry[type] = Registry("rollout backend")
@@ -152,6 +153,9 @@ class InProcessBackend(RolloutBackend):
         # Set by a backend whose ids_fn continues an episode's turn from the previous turn's keys and
         # values (`rlvr/rollout/turn_cache.py`); emptied when the outermost sync block closes.
         self.turn_cache: TurnCache | None = None
+        # Set by a backend whose sample functions take `weight_copies` (the copies its steps make of the
+        # weights, reused by the block's later calls); emptied when the outermost sync block closes.
+        self.weight_copies: WeightCopies | None = None
 
     @classmethod
     def build(cls, loaded, rollout) -> "InProcessBackend":
@@ -160,19 +164,23 @@ class InProcessBackend(RolloutBackend):
     @contextlib.contextmanager
     def synced(self) -> Iterator[None]:
         """The engine is the policy: nothing to push. The adapter is merged (or FSDP layers gathered) for the
-        block; keys and values held between turns are computed with these weights, so they go with it."""
+        block; keys and values held between turns, and copies made of the weights, are made from these weights,
+        so they go with it."""
         try:
             with merged_adapter(self.policy, self.merge_lora):
                 yield
         finally:
             if self.turn_cache is not None:
                 self.turn_cache.clear()
+            if self.weight_copies is not None:
+                self.weight_copies.clear()
 
     def generate(self, prompts: list[str], group_size: int, settings: SamplingSettings) -> Generation:
         if not self.in_sync:
             raise RuntimeError(f"{type(self).__name__}.generate called outside `with backend.sync():`; "
                                "sync first, so the sampled policy is the current one")
-        return type(self).sample_fn(self.policy, self.tokenizer, prompts, group_size, settings, **self.options)
+        extra = {} if self.weight_copies is None else {"weight_copies": self.weight_copies}
+        return type(self).sample_fn(self.policy, self.tokenizer, prompts, group_size, settings, **self.options, **extra)
 
     def generate_from_ids(self, prompt_ids: list[list[int]], settings: SamplingSettings) -> Generation:
         if not self.in_sync:
@@ -180,4 +188,6 @@ class InProcessBackend(RolloutBackend):
                                "sync first, so the sampled policy is the current one")
         ids, mask = left_pad_ids(prompt_ids, fill_token_id(self.tokenizer))  # [B, P] each
         extra = {} if self.turn_cache is None else {"turn_cache": self.turn_cache}
+        if self.weight_copies is not None:
+            extra["weight_copies"] = self.weight_copies
         return type(self).ids_fn(self.policy, self.tokenizer, ids, mask, settings, **self.options, **extra)

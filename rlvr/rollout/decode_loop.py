@@ -16,7 +16,10 @@ strings; greedy gives the same tokens), with less work per step:
     left (`turn_cache.py`, option `continue_turns`);
   - option `dtype` (e.g. bfloat16) runs the steps on a copy of the weights in that dtype: faster,
     but another policy than the trainer's, so its log-probs are reported (`sampler_logprobs`) and
-    the update measures the gap and corrects for it, as for any other engine.
+    the update measures the gap and corrects for it, as for any other engine;
+  - the backend's calls inside one sync block share the copies the steps make of the weights
+    (oneDNN-packed, or cast to `dtype`): made at the first call, reused by every later chunk,
+    turn and round on the same weights (`weight_copies.py`), dropped when the block closes.
 Lengths, truncation and the stop position are known exactly, not re-derived from padded output.
 """
 
@@ -33,6 +36,7 @@ from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_tok
 from rlvr.rollout.decode_step import DecoderWeights, decode_step
 from rlvr.rollout.stop_strings import StopStringMatcher
 from rlvr.rollout.turn_cache import CachedRow, PrefillPlan, TurnCache
+from rlvr.rollout.weight_copies import WeightCopies
 
 # Finished rows stay in the preallocated cache (computed, then ignored) until this fraction of its
 # rows have finished; then the rest are moved to the front. 0 compacts at every finished row.
@@ -245,12 +249,15 @@ def start_decoding(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, g
 
 
 def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings: SamplingSettings, *,
-                cache: str = "auto", compact_fraction: float = COMPACT_FRACTION, dtype: str = "model") -> Generation:
+                cache: str = "auto", compact_fraction: float = COMPACT_FRACTION, dtype: str = "model",
+                weight_copies: WeightCopies | None = None) -> Generation:
     """Sample `group_size` completions per prompt. `cache`: "preallocated" (`decode_step`, an error
     where unsupported), "dynamic" (the model's forward on transformers' cache) or "auto" (the first
     where supported, else the second). `dtype` (`STEP_DTYPES`): the decoding steps' dtype; other than the
     model's, the steps run on a copy of the weights in it (the prefill stays the model's forward) and
-    `Generation.sampler_logprobs` holds the log-probs of the distribution each token was drawn from."""
+    `Generation.sampler_logprobs` holds the log-probs of the distribution each token was drawn from.
+    `weight_copies`: where the steps' packed and cast copies of the weights are taken from and left, for
+    later calls on the same, unchanged weights (`rlvr/rollout/weight_copies.py`); None makes them afresh."""
     if not prompts:
         raise ValueError("decode_loop: no prompts")
     if tokenizer.padding_side != "left":
@@ -260,7 +267,8 @@ def decode_loop(model, tokenizer, prompts: list[str], group_size: int, settings:
     _check_cache_and_dtype(cache, dtype)
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     return decode_loop_from_ids(model, tokenizer, encoded["input_ids"], encoded["attention_mask"], settings,
-                                group_size=group_size, cache=cache, compact_fraction=compact_fraction, dtype=dtype)
+                                group_size=group_size, cache=cache, compact_fraction=compact_fraction, dtype=dtype,
+                                weight_copies=weight_copies)
 
 
 def _check_cache_and_dtype(cache: str, dtype: str) -> None:
@@ -282,7 +290,7 @@ def _check_dtype(cache: str, dtype: str) -> None:
 def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                          settings: SamplingSettings, *, group_size: int = 1, cache: str = "auto",
                          compact_fraction: float = COMPACT_FRACTION, turn_cache: TurnCache | None = None,
-                         dtype: str = "model") -> Generation:
+                         dtype: str = "model", weight_copies: WeightCopies | None = None) -> Generation:
     """`decode_loop` on prompts given as left-padded token ids [B, P] and their mask [B, P].
 
     With a `turn_cache` (one completion per prompt) a row that continues one the cache holds is
@@ -310,7 +318,7 @@ def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask
     # The last sampled token is never fed back: the prompt and max_new - 1 tokens are cached.
     cached_len = prompt_len if plan is None else plan.mask.shape[1]
     capacity = cached_len + max(max_new - 1, 0)
-    weights = DecoderWeights.of(model, capacity) if cache != "dynamic" else None
+    weights = DecoderWeights.of(model, capacity, weight_copies) if cache != "dynamic" else None
     model_dtype = next(model.parameters()).dtype
     step_dtype = STEP_DTYPES[dtype] or model_dtype
     own_policy = step_dtype == model_dtype  # the sampler is the trainer
@@ -404,6 +412,7 @@ class DecodeLoopBackend(InProcessBackend):
         super().__init__(policy, tokenizer, merge_lora=merge_lora, **options)
         if self.options.pop("continue_turns", True):
             self.turn_cache = TurnCache()
+        self.weight_copies = WeightCopies()
 
     @classmethod
     def check_options(cls, options) -> None:

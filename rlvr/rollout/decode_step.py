@@ -14,24 +14,32 @@ sliding window shorter than the rollout, a forward hook on any module) gets `Non
 `DecoderWeights.of` and the caller uses the model's own forward instead;
 `DecoderWeights.unsupported_reason` says why.
 
-On a CPU with oneDNN, every fp32 linear and the LM head also hold a copy of their weight in
-oneDNN's packed layout (`torch.ops.mkldnn._reorder_linear_weight`, made once per rollout when the
-weights are read), and multiply with it up to `PACKED_LAYER_ROWS` rows (layer linears) or
-`PACKED_HEAD_ROWS` rows (the head): the same product, computed by a GEMM laid out for that weight.
+On a CPU with oneDNN, every fp32 linear and the LM head multiply with a copy of their weight in
+oneDNN's packed layout (`torch.ops.mkldnn._reorder_linear_weight`) up to `PACKED_LAYER_ROWS` rows
+(layer linears) or `PACKED_HEAD_ROWS` rows (the head): the same product, computed by a GEMM laid out
+for that weight. A linear packs its weight at its first call with that few rows, so a rollout whose
+steps never get that few rows packs nothing, and with a `WeightCopies` store (the decode_loop
+backend holds one for each sync block) the packed copies made by one `decode_loop` call serve the
+later calls of the block on the same weights (`rlvr/rollout/weight_copies.py`).
 For SmolLM2 on 2 cores that took a pass over the 210 layer linears from 93-104 to 51-57 ms at 4 rows
 and the 49k x 576 head from 40-65 to 9-20 ms at 4-16 rows; at 16 rows and more the layer linears
 were as fast or faster weight-major, and stay so (benchmarks/decode_compile.py). The copy costs the
-weights' size again (538 MB in fp32) for the length of a rollout.
+weights' size again (538 MB in fp32) for as long as they are held.
 
 `DecoderWeights.cast(dtype)` gives the same step in another dtype (bfloat16 decodes in about half
 the time of float32 on a CPU with bf16 units): a sampler that is then not the trainer, whose
-log-probs `decode_loop` reports (its option `dtype`).
+log-probs `decode_loop` reports (its option `dtype`). Its copies of the weights are held in the
+same store.
+
+Each layer of `decode_step` is `before_attention` (norm, projections, rotary), the attention over
+the cache, and `after_attention` (output projection, residuals, the MLP); a caller may pass other
+functions for the two (benchmarks/decode_compile.py passes `torch.compile`d ones).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +47,7 @@ from torch import nn
 
 from rlvr.models.kernels import WEIGHT_MAJOR_ABOVE_ROWS
 from rlvr.rollout.kv_cache import PreallocatedKVCache
+from rlvr.rollout.weight_copies import WeightCopies, copy_of
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # RMSNorms whose forward is weight * (x * rsqrt(mean(x^2) + eps)), computed in fp32.
@@ -60,10 +69,15 @@ def onednn_packing_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
+def packable(weight: torch.Tensor) -> bool:
+    """Whether `pack_weight` packs this weight: fp32 on the CPU, with oneDNN."""
+    return weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_packing_available()
+
+
 def pack_weight(weight: torch.Tensor) -> Optional[torch.Tensor]:
     """weight [out, in] in oneDNN's packed layout for `torch.ops.mkldnn._linear_pointwise`, or None where
-    that does not apply (not fp32, not on the CPU, no oneDNN)."""
-    if weight.device.type != "cpu" or weight.dtype != torch.float32 or not onednn_packing_available():
+    that does not apply (not `packable`)."""
+    if not packable(weight):
         return None
     with torch.inference_mode():
         return torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
@@ -77,12 +91,16 @@ class Linear:
     rows_for_x_major: int = WEIGHT_MAJOR_ABOVE_ROWS
     packed: Optional[torch.Tensor] = None  # `weight` in oneDNN's packed layout (`pack_weight`), or None
     packed_up_to_rows: int = PACKED_LAYER_ROWS
+    pack: bool = False  # pack `weight` at the first call of up to `packed_up_to_rows` rows (when `packed` is None)
+    copies: Optional[WeightCopies] = None  # where packed copies are held across calls, or None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [R, in] -> [R, out]: with the packed weight up to `packed_up_to_rows` rows; else weight-major,
         a transposed view of a contiguous [out, R] product (the next matmul reads it as is; elementwise
         operations do not care about the layout), or x W^T."""
-        if self.packed is not None and x.shape[0] <= self.packed_up_to_rows:
+        if x.shape[0] <= self.packed_up_to_rows and (self.packed is not None or self.pack):
+            if self.packed is None:
+                self.packed = copy_of(self.copies, self.weight, "onednn", pack_weight)
             return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
         if not self.weight_major or x.shape[0] <= self.rows_for_x_major:
             return F.linear(x, self.weight, self.bias)
@@ -133,7 +151,7 @@ def _base_model(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def _linear(module: nn.Module, rows_for_x_major: int = WEIGHT_MAJOR_ABOVE_ROWS,
+def _linear(module: nn.Module, copies: Optional[WeightCopies], rows_for_x_major: int = WEIGHT_MAJOR_ABOVE_ROWS,
             packed_up_to_rows: int = PACKED_LAYER_ROWS) -> Linear:
     """The weight a projection multiplies by: an `nn.Linear`, or a PEFT LoRA layer whose adapter is merged
     into its base layer (or has no adapter active). Anything else raises `_Unsupported`."""
@@ -154,7 +172,8 @@ def _linear(module: nn.Module, rows_for_x_major: int = WEIGHT_MAJOR_ABOVE_ROWS,
         raise _Unsupported(f"weight of type {type(weight).__name__} (a sharded or quantized tensor)")
     bias = None if module.bias is None else module.bias.detach()
     weight = weight.detach()
-    return Linear(weight, bias, weight.device.type == "cpu", rows_for_x_major, pack_weight(weight), packed_up_to_rows)
+    return Linear(weight, bias, weight.device.type == "cpu", rows_for_x_major, None, packed_up_to_rows,
+                  packable(weight), copies)
 
 
 def _rms_norm(module: nn.Module) -> RMSNorm:
@@ -187,12 +206,14 @@ class DecoderWeights:
     num_kv_heads: int
     head_dim: int
     scaling: float
+    copies: Optional[WeightCopies] = None  # where packed and cast copies are held across calls, or None
 
     @classmethod
-    def of(cls, model, capacity: int) -> Optional["DecoderWeights"]:
-        """The weights of `model` for `decode_step`, or None when it is not supported (see module docstring)."""
+    def of(cls, model, capacity: int, copies: Optional[WeightCopies] = None) -> Optional["DecoderWeights"]:
+        """The weights of `model` for `decode_step`, or None when it is not supported (see module docstring).
+        With `copies`, the packed and cast copies of the weights are taken from there and left there."""
         try:
-            return cls._read(model, capacity)
+            return cls._read(model, capacity, copies)
         except _Unsupported:
             return None
 
@@ -206,7 +227,7 @@ class DecoderWeights:
         return None
 
     @classmethod
-    def _read(cls, model, capacity: int) -> "DecoderWeights":
+    def _read(cls, model, capacity: int, copies: Optional[WeightCopies] = None) -> "DecoderWeights":
         from rlvr.parallel.sharding import is_sharded
 
         base = _base_model(model)
@@ -237,36 +258,41 @@ class DecoderWeights:
             has_qk_norm = hasattr(attention, "q_norm")
             layers.append(LayerWeights(
                 input_norm=_rms_norm(layer.input_layernorm),
-                q=_linear(attention.q_proj), k=_linear(attention.k_proj), v=_linear(attention.v_proj),
-                o=_linear(attention.o_proj),
+                q=_linear(attention.q_proj, copies), k=_linear(attention.k_proj, copies),
+                v=_linear(attention.v_proj, copies), o=_linear(attention.o_proj, copies),
                 q_norm=_rms_norm(attention.q_norm) if has_qk_norm else None,
                 k_norm=_rms_norm(attention.k_norm) if has_qk_norm else None,
                 post_attention_norm=_rms_norm(layer.post_attention_layernorm),
-                gate=_linear(mlp.gate_proj), up=_linear(mlp.up_proj), down=_linear(mlp.down_proj),
+                gate=_linear(mlp.gate_proj, copies), up=_linear(mlp.up_proj, copies),
+                down=_linear(mlp.down_proj, copies),
             ))
         first = decoder.layers[0].self_attn
         num_heads = config.num_attention_heads
         return cls(
             embed=decoder.embed_tokens, rotary=decoder.rotary_emb, layers=layers, norm=_rms_norm(decoder.norm),
-            head=_linear(head, HEAD_WEIGHT_MAJOR_ABOVE_ROWS, PACKED_HEAD_ROWS), num_heads=num_heads,
+            head=_linear(head, copies, HEAD_WEIGHT_MAJOR_ABOVE_ROWS, PACKED_HEAD_ROWS), num_heads=num_heads,
             num_kv_heads=config.num_key_value_heads,
-            head_dim=first.head_dim, scaling=float(first.scaling),
+            head_dim=first.head_dim, scaling=float(first.scaling), copies=copies,
         )
 
     def cast(self, dtype: torch.dtype) -> "DecoderWeights":
         """A copy that computes in `dtype`, as the model converted to `dtype` would: every linear, norm and
         the head hold copies of their weights in `dtype`, the embedding's output is cast to it, and the
-        cache `new_cache` makes holds it. Returns self when the weights already are `dtype`."""
+        cache `new_cache` makes holds it. Returns self when the weights already are `dtype`. The copies are
+        taken from and left in `self.copies` when there is one."""
         if self.head.weight.dtype == dtype:
             return self
 
+        def to_dtype(tensor: torch.Tensor) -> torch.Tensor:
+            return copy_of(self.copies, tensor, str(dtype), lambda source: source.to(dtype))
+
         def linear(l: Linear) -> Linear:
-            weight = l.weight.to(dtype)
-            return Linear(weight, None if l.bias is None else l.bias.to(dtype), l.weight_major,
-                          l.rows_for_x_major, pack_weight(weight), l.packed_up_to_rows)
+            weight = to_dtype(l.weight)
+            return Linear(weight, None if l.bias is None else to_dtype(l.bias), l.weight_major,
+                          l.rows_for_x_major, None, l.packed_up_to_rows, packable(weight), self.copies)
 
         def norm(n: Optional[RMSNorm]) -> Optional[RMSNorm]:
-            return None if n is None else RMSNorm(n.weight.to(dtype), n.eps)
+            return None if n is None else RMSNorm(to_dtype(n.weight), n.eps)
 
         layers = [LayerWeights(
             input_norm=norm(l.input_norm), q=linear(l.q), k=linear(l.k), v=linear(l.v), o=linear(l.o),
@@ -274,7 +300,8 @@ class DecoderWeights:
             gate=linear(l.gate), up=linear(l.up), down=linear(l.down)) for l in self.layers]
         return DecoderWeights(embed=CastEmbedding(self.embed, dtype), rotary=self.rotary, layers=layers,
                               norm=norm(self.norm), head=linear(self.head), num_heads=self.num_heads,
-                              num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, scaling=self.scaling)
+                              num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, scaling=self.scaling,
+                              copies=self.copies)
 
     def new_cache(self, rows: int, capacity: int) -> PreallocatedKVCache:
         weight = self.layers[0].k.weight
@@ -289,37 +316,53 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return (x * cos) + (rotated * sin)
 
 
+def before_attention(layer: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int,
+                     num_kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A layer's work from its input norm to the rotated query, key and value.
+    x [R, H], cos, sin [R, 1, D] -> query [R, Hkv, G, D] (G = num_heads // num_kv_heads), key [R, Hkv, D],
+    value [R, Hkv, D]."""
+    rows = x.shape[0]
+    h = layer.input_norm(x)
+    q = layer.q(h).view(rows, num_heads, head_dim)  # [R, Hq, D]
+    k = layer.k(h).view(rows, num_kv_heads, head_dim)  # [R, Hkv, D]
+    v = layer.v(h).view(rows, num_kv_heads, head_dim)
+    if layer.q_norm is not None:
+        q, k = layer.q_norm(q), layer.k_norm(k)
+    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    # The G query heads that share a key/value head become G query positions of that head: no
+    # copies of keys and values (the query is one token, so there is no causal order among them).
+    # contiguous: with a strided last dimension scaled_dot_product_attention takes its slow math path
+    return q.reshape(rows, num_kv_heads, num_heads // num_kv_heads, head_dim).contiguous(), k, v
+
+
+def after_attention(layer: LayerWeights, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+    """A layer's work from the attention's output to the layer's output: x [R, H] (updated in place and
+    returned), attended [R, Hkv, G, D]."""
+    x += layer.o(attended.reshape(x.shape[0], -1))  # x stays contiguous
+    h = layer.post_attention_norm(x)
+    x += layer.down(F.silu(layer.gate(h)) * layer.up(h))
+    return x
+
+
 def decode_step(weights: DecoderWeights, cache: PreallocatedKVCache, token_ids: torch.Tensor,
-                positions: torch.Tensor, head_rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+                positions: torch.Tensor, head_rows: Optional[torch.Tensor] = None, *,
+                before: Callable = before_attention, after: Callable = after_attention) -> torch.Tensor:
     """Run one new token per cache row through the decoder; return last-position logits.
 
     token_ids [R] long, positions [R] long (rotary position of each row's new token; rows are
     left-padded, so it differs from the cache position), R == cache.rows. head_rows [R'] selects
     the rows the LM head runs on (None: all). Writes position `cache.length` and advances it.
-    Returns logits [R', V] (R' = R without head_rows).
+    `before` and `after`: each layer's work around its attention, with the arguments and results
+    of `before_attention` and `after_attention`. Returns logits [R', V] (R' = R without head_rows).
     """
-    rows = token_ids.shape[0]
-    groups = weights.num_heads // weights.num_kv_heads
     x = weights.embed(token_ids)  # [R, H]
     cos, sin = weights.rotary(x, positions[:, None])  # [R, 1, D] each, broadcast over heads
     mask = cache.attention_mask()  # [R, 1, 1, T] or None
     for index, layer in enumerate(weights.layers):
-        h = layer.input_norm(x)
-        q = layer.q(h).view(rows, weights.num_heads, weights.head_dim)  # [R, Hq, D]
-        k = layer.k(h).view(rows, weights.num_kv_heads, weights.head_dim)  # [R, Hkv, D]
-        v = layer.v(h).view(rows, weights.num_kv_heads, weights.head_dim)
-        if layer.q_norm is not None:
-            q, k = layer.q_norm(q), layer.k_norm(k)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        query, k, v = before(layer, x, cos, sin, weights.num_heads, weights.num_kv_heads, weights.head_dim)
         keys, values = cache.append(index, k, v)  # [R, Hkv, T, D]
-        # The G query heads that share a key/value head become G query positions of that head: no
-        # copies of keys and values (the query is one token, so there is no causal order among them).
-        # contiguous: with a strided last dimension scaled_dot_product_attention takes its slow math path
-        query = q.reshape(rows, weights.num_kv_heads, groups, weights.head_dim).contiguous()  # [R, Hkv, G, D]
         attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=weights.scaling)
-        x += layer.o(attended.reshape(rows, weights.num_heads * weights.head_dim))  # x stays contiguous
-        h = layer.post_attention_norm(x)
-        x += layer.down(F.silu(layer.gate(h)) * layer.up(h))
+        x = after(layer, x, attended)
     cache.advance()
     x = weights.norm(x)
     if head_rows is not None:

@@ -1,16 +1,17 @@
-"""benchmarks/decode_compile.py on a tiny Llama: its uncompiled layered step is `decode_step` (so the
-compiled variant is timed against the same computation), every linear variant is the same product,
-and the lockstep alternates the order of its variants."""
+"""benchmarks/decode_compile.py on a tiny Llama: its compiled variant is `decode_step` with other functions
+around each layer's attention (so it is timed against the same computation), every linear variant is the
+same product, the lockstep alternates the order of its variants, and the rollout shapes are the configs'."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
-from benchmarks.decode_compile import (after_attention, copy_cache, filled_cache, layered_step, linear_inputs,
-                                       linear_variants, lockstep_ms)
+from benchmarks.decode_compile import copy_cache, filled_cache, linear_inputs, linear_variants, lockstep_ms
 from rlvr.models import load_policy
-from rlvr.rollout.decode_step import DecoderWeights, decode_step
+from rlvr.rollout.decode_step import DecoderWeights, after_attention, before_attention, decode_step
 
 
 @pytest.fixture(scope="module")
@@ -20,20 +21,33 @@ def weights(tiny_model_dir):
         yield DecoderWeights.of(model, 32)
 
 
-def test_the_layered_step_is_decode_step_operation_for_operation(weights):
+def test_decode_step_runs_the_layer_functions_it_is_given(weights):
+    """The compiled variant passes compiled `before_attention` / `after_attention` to `decode_step`: the
+    step must call what it is given, in every layer (a step that ignored them would time the plain step)."""
+    calls = {"before": 0, "after": 0}
+
+    def before(*args):
+        calls["before"] += 1
+        return before_attention(*args)
+
+    def after(layer, x, attended):
+        calls["after"] += 1
+        return after_attention(layer, x, attended)
+
     with torch.inference_mode():
         cache = filled_cache(weights, rows=3, capacity=32, length=5)
         theirs_cache = copy_cache(weights, cache, 32)
         token_ids, positions = torch.tensor([5, 9, 17]), torch.tensor([2, 5, 5])  # row 0 left-padded by 3
         for _ in range(4):
-            ours = layered_step()(weights, cache, token_ids, positions)
+            ours = decode_step(weights, cache, token_ids, positions, before=before, after=after)
             theirs = decode_step(weights, theirs_cache, token_ids, positions)
-            assert torch.equal(ours, theirs)  # bitwise: the same operations in the same order
+            assert torch.equal(ours, theirs)  # bitwise: the same functions
             positions = positions + 1
+        assert calls == {"before": 4 * len(weights.layers), "after": 4 * len(weights.layers)}
         assert cache.length == theirs_cache.length == 9
         # Power: a layer that drops the MLP's residual gives other logits.
-        broken = layered_step(after=lambda layer, x, attended: after_attention(layer, x, attended) - x)
-        wrong = broken(weights, copy_cache(weights, cache, 32), token_ids, positions)
+        wrong = decode_step(weights, copy_cache(weights, cache, 32), token_ids, positions,
+                            after=lambda layer, x, attended: after_attention(layer, x.clone(), attended) - x)
         right = decode_step(weights, copy_cache(weights, cache, 32), token_ids, positions)
         assert (wrong - right).abs().max() > 1e-2
 
@@ -64,14 +78,19 @@ def test_packing_off_reads_unpacked_weights_and_restores_packing(weights, tiny_m
 
     model = load_policy(str(tiny_model_dir)).policy
     with packing_off():
-        assert DecoderWeights.of(model, 32).head.packed is None
-    assert DecoderWeights.of(model, 32).head.packed is not None
+        assert not DecoderWeights.of(model, 32).head.pack
+    assert DecoderWeights.of(model, 32).head.pack
 
 
-def test_the_rollout_shapes_are_w1s_and_the_times_tables_sweeps():
+def test_the_rollout_shapes_are_w1s_and_the_times_tables_configs():
     from benchmarks.decode_compile import rollout_shapes
-
+    from rlvr.config import load_config
+    config = load_config(Path(__file__).resolve().parents[2] / "configs/integer_mul_2to12.yaml")
     shapes = rollout_shapes()
     (w1_task, w1_group, w1), (mul_task, mul_group, mul) = shapes.values()
     assert (w1_task.name, w1_group, w1.max_new_tokens) == ("format_copy", 4, 24)
-    assert (mul_task.name, mul_group, mul.max_new_tokens, mul.stop_strings) == ("integer", 8, 48, ("</answer>",))
+    assert (mul_task.name, mul_group, mul.max_new_tokens, mul.stop_strings) == (
+        "integer", config.rollout.group_size, config.rollout.max_new_tokens, ("</answer>",))
+    assert (mul_group, mul.max_new_tokens, mul.temperature) == (8, 48, 1.0)
+    products = [example.ground_truth for example in mul_task.examples("train", 32, 0)]
+    assert all(4 <= int(product) <= 144 for product in products)  # 2-12 times 2-12, the config's operands

@@ -1,6 +1,6 @@
-"""decode_step's oneDNN-packed linears: every fp32 CPU linear and the LM head get a packed copy of
-their weight when the weights are read, multiply with it up to PACKED_LAYER_ROWS rows (the head:
-PACKED_HEAD_ROWS) and as before above, and give the product of the weight they were read from."""
+"""decode_step's oneDNN-packed linears: every fp32 CPU linear and the LM head pack their weight at their
+first call of up to PACKED_LAYER_ROWS rows (the head: PACKED_HEAD_ROWS), multiply with it up to there
+and as before above, and give the product of the weight they were read from."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from rlvr.models import load_policy
 from rlvr.rollout.decode_step import (PACKED_HEAD_ROWS, PACKED_LAYER_ROWS, DecoderWeights, Linear,
-                                      onednn_packing_available, pack_weight)
+                                      onednn_packing_available, pack_weight, packable)
 
 
 @pytest.fixture(scope="module")
@@ -22,14 +22,23 @@ def test_this_torch_build_has_onednn_packing():
     assert onednn_packing_available(), "the CPU torch build lacks oneDNN: decode_step multiplies unpacked"
 
 
-def test_every_fp32_linear_and_the_head_hold_a_packed_weight_and_bf16_copies_do_not(weights):
+def test_every_fp32_linear_and_the_head_pack_at_their_first_few_row_call_and_bf16_copies_do_not(weights):
     linears = [getattr(layer, name) for layer in weights.layers for name in ("q", "k", "v", "o", "gate", "up", "down")]
-    assert all(linear.packed is not None for linear in linears + [weights.head])
+    assert all(linear.pack and linear.packed is None for linear in linears + [weights.head])  # nothing packed yet
     assert {linear.packed_up_to_rows for linear in linears} == {PACKED_LAYER_ROWS}
     assert weights.head.packed_up_to_rows == PACKED_HEAD_ROWS
     cast = weights.cast(torch.bfloat16)
-    assert all(getattr(layer, "q").packed is None for layer in cast.layers) and cast.head.packed is None
-    assert pack_weight(torch.zeros(4, 4, dtype=torch.bfloat16)) is None
+    assert not any(getattr(layer, "q").pack for layer in cast.layers) and not cast.head.pack
+    assert pack_weight(torch.zeros(4, 4, dtype=torch.bfloat16)) is None and not packable(torch.zeros(4, 4).half())
+    q, head = weights.layers[0].q, weights.head
+    with torch.inference_mode():
+        q(torch.randn(PACKED_LAYER_ROWS + 1, q.weight.shape[1]))  # too many rows: not packed
+        head(torch.randn(PACKED_LAYER_ROWS + 1, head.weight.shape[1]))  # the head packs up to 32 rows
+        assert q.packed is None and head.packed is not None
+        q(torch.randn(2, q.weight.shape[1]))
+        assert q.packed is not None
+        cast.layers[0].q(torch.randn(2, q.weight.shape[1], dtype=torch.bfloat16))
+        assert cast.layers[0].q.packed is None
 
 
 @pytest.mark.parametrize("rows", [1, 3, PACKED_LAYER_ROWS, PACKED_LAYER_ROWS + 1, PACKED_HEAD_ROWS + 1, 70])
@@ -39,7 +48,7 @@ def test_the_packed_product_is_the_weights_product(rows):
     x = torch.randn(rows, 40, generator=generator)
     with torch.inference_mode():
         for with_bias in (None, bias):
-            got = Linear(weight, with_bias, True, packed=pack_weight(weight), packed_up_to_rows=PACKED_HEAD_ROWS)(x)
+            got = Linear(weight, with_bias, True, packed_up_to_rows=PACKED_HEAD_ROWS, pack=True)(x)
             torch.testing.assert_close(got, F.linear(x, weight, with_bias), rtol=1e-5, atol=1e-5)
 
 
