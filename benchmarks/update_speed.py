@@ -11,18 +11,22 @@ Splits (`--splits`, each one update_policy call per repeat, in A B B A order ove
   whole      microbatches of --rows rows at the batch's full width (the update before trimming)
   trimmed    microbatches of --rows rows, each cut to its own columns (the default now)
   tokens:N   optim.microbatch_tokens=N: whole groups packed longest first under N padded tokens
+Each split runs with every LoRA forward of --lora-forward: `fused` (`rlvr.models.lora_kernel`, the
+default now) and `peft` (PEFT's own: base, A and B products, then the scaling and the add).
 
 Prints per split the median seconds and spread, the padded tokens it computed, and the bound
 4 N_body (P + C) + 4 N_head C per row (frozen weights need no weight gradient; the LM head only at
 completion tokens) at the matmul rate measured in the same run.
 
     python benchmarks/update_speed.py --repeats 4
+    python benchmarks/update_speed.py --splits trimmed --lora-forward fused peft --repeats 4
     python benchmarks/update_speed.py --profile trimmed      # torch.profiler's top operators of one update
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import statistics
 import sys
@@ -94,6 +98,23 @@ def computed_tokens(batch, config, split: str) -> int:
     return sum(m.batch.input_ids.numel() for m in splitter(batch, config, "cpu", group_size=forward_group_size(config)))
 
 
+@contextlib.contextmanager
+def lora_forward(policy, name: str):
+    """Inside: `policy`'s LoRA projections run `name`'s forward ("fused" as loaded, "peft": PEFT's own)."""
+    if name not in LORA_FORWARDS:
+        raise ValueError(f"unknown LoRA forward {name!r}; choices: {', '.join(LORA_FORWARDS)}")
+    fused = {module: vars(module).pop("forward") for module in policy.modules()
+             if name == "peft" and "forward" in vars(module) and hasattr(module, "lora_A")}
+    try:
+        yield
+    finally:
+        for module, forward in fused.items():
+            module.forward = forward
+
+
+LORA_FORWARDS = ("fused", "peft")
+
+
 def flop_bound(prompt_tokens: float, lengths: list[int]) -> float:
     """The update's part of `vs_trl.flop_bounds`' LoRA bound, for these completion lengths."""
     body, head = matmul_parameters()
@@ -111,6 +132,8 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--truncated-share", type=float, default=0.4)
     parser.add_argument("--shortest", type=int, default=100)
+    parser.add_argument("--lora-forward", nargs="+", default=["fused"], choices=LORA_FORWARDS,
+                        help="LoRA forwards to run each split with")
     parser.add_argument("--profile", help="profile one update of this split instead")
     args = parser.parse_args()
 
@@ -128,13 +151,15 @@ def main() -> int:
     params = trainable_parameters(loaded.policy)
     optimizer = torch.optim.AdamW(params, lr=0.0)  # lr 0: every repeat updates the same weights
 
-    def one_update(split: str) -> float:
+    def one_update(side: str) -> float:
+        split, _, forward = side.partition("/")
         config = config_for(split, args.rows, args.max_new_tokens)
         update_module.training_microbatches = whole_width if split == "whole" else training_microbatches
         scheduler = make_scheduler(optimizer, config.optim, 10)
-        started = time.perf_counter()
-        update_module.update_policy(loaded.policy, optimizer, scheduler, batch, config, params)
-        return time.perf_counter() - started
+        with lora_forward(loaded.policy, forward or "fused"):
+            started = time.perf_counter()
+            update_module.update_policy(loaded.policy, optimizer, scheduler, batch, config, params)
+            return time.perf_counter() - started
 
     if args.profile:
         one_update(args.profile)
@@ -144,22 +169,25 @@ def main() -> int:
         return 0
 
     gflops = matmul_gflops()
-    one_update(args.splits[0])  # warm-up
-    seconds: dict[str, list[float]] = {split: [] for split in args.splits}
+    sides = [split if args.lora_forward == ["fused"] else f"{split}/{forward}"
+             for split in args.splits for forward in args.lora_forward]
+    one_update(sides[0])  # warm-up
+    seconds: dict[str, list[float]] = {side: [] for side in sides}
     for repeat in range(args.repeats):
-        order = args.splits if repeat % 4 in (0, 3) else list(reversed(args.splits))
-        for split in order:
-            seconds[split].append(one_update(split))
-            print(f"repeat {repeat + 1} {split}: {seconds[split][-1]:.2f} s", flush=True)
+        order = sides if repeat % 4 in (0, 3) else list(reversed(sides))
+        for side in order:
+            seconds[side].append(one_update(side))
+            print(f"repeat {repeat + 1} {side}: {seconds[side][-1]:.2f} s", flush=True)
     bound = flop_bound(args.prompt_tokens + args.prompt_spread / 2, lengths) / (gflops * 1e9)
     print(f"\nmatmul {gflops:.0f} GFLOPS; completion tokens mean {statistics.mean(lengths):.0f}, "
           f"{sum(l == args.max_new_tokens for l in lengths)} of {len(lengths)} at the budget; "
           f"LoRA-aware FLOP bound {bound:.2f} s")
-    print(f"{'split':<14}{'median s':>10}{'min-max':>16}{'tokens':>9}{'x bound':>9}")
-    for split, values in seconds.items():
+    print(f"{'split':<20}{'median s':>10}{'min-max':>16}{'tokens':>9}{'x bound':>9}")
+    for side, values in seconds.items():
         median = statistics.median(values)
+        split = side.partition("/")[0]
         tokens = computed_tokens(batch, config_for(split, args.rows, args.max_new_tokens), split)
-        print(f"{split:<14}{median:>10.2f}{min(values):>8.2f}-{max(values):<7.2f}{tokens:>9}{median / bound:>9.2f}")
+        print(f"{side:<20}{median:>10.2f}{min(values):>8.2f}-{max(values):<7.2f}{tokens:>9}{median / bound:>9.2f}")
     return 0
 
 

@@ -1937,6 +1937,31 @@ DECODE_DTYPE = [
     ),
 ]
 
+LORA_KERNEL_TESTS = ("tests/models/test_lora_kernel.py", "tests/models/test_merge_and_prefill.py",
+                     "tests/rollout/test_decode_loop.py")
+
+LORA_KERNEL = [
+    mutation(
+        "fused_lora_b_gradient_unscaled", "rlvr/models/lora_kernel.py",
+        "the fused LoRA projection leaves the adapter's scaling out of B's gradient (alpha / r times too small)",
+        ("grad_b = (grad.t() @ low).mul_(ctx.scaling)", "grad_b = grad.t() @ low"),
+        tests=LORA_KERNEL_TESTS,
+    ),
+    mutation(
+        "fused_lora_input_gradient_misses_the_adapter", "rlvr/models/lora_kernel.py",
+        "the input's gradient through a fused LoRA projection is the base weight's alone (the adapter's path dropped)",
+        ("                grad_x.addmm_(grad_low, lora_a)\n", ""),
+        tests=LORA_KERNEL_TESTS,
+    ),
+    mutation(
+        "fused_lora_taken_when_merged", "rlvr/models/lora_kernel.py",
+        "the fused path also runs on a merged layer, adding the adapter's product a second time",
+        ("if layer.disable_adapters or layer.merged or", "if layer.disable_adapters or"),
+        tests=LORA_KERNEL_TESTS,
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
-             + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE)
+             + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE
+             + LORA_KERNEL)

@@ -131,6 +131,9 @@ class ModelConfig:
     gradient_checkpointing: bool = option(False, "recompute activations in backward: less memory, more compute")
     memory_kernels: bool = option(True, "attention without copied key/value heads and a SwiGLU MLP that keeps less "
                                   "for backward: less memory in the update, the same numbers")
+    fused_lora: bool = option(True, "each LoRA projection as one autograd function (the adapter's scaling folded "
+                              "into B, its product added in place): a faster update, the same numbers to fp32 "
+                              "rounding; PEFT's own forward where the layer is merged, disabled or not plain LoRA")
     num_threads: int = option(0, "torch intra-op threads; 0 keeps torch's default",
                               bounds=count(0, 4096, "0 keeps torch's default"))
     # SFT -> expert iteration -> RL: each stage starts where the last one ended. The reference policy (KL

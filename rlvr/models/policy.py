@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from rlvr.models.conversion import resolve_model_path
 from rlvr.models.embedded import EMBEDDED_MODELS
 from rlvr.models.kernels import apply_memory_kernels
+from rlvr.models.lora_kernel import install_fused_lora
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -171,6 +172,7 @@ def load_policy(
     need_reference: bool = False,
     turn_off_dropout: bool = True,
     memory_kernels: bool = True,
+    fused_lora: bool = True,
     initial_model: PreTrainedModel | None = None,
 ) -> LoadedModel:
     """Load the policy named by `spec` (see `resolve_model_path`) for RL training.
@@ -183,6 +185,8 @@ def load_policy(
     need_reference: full fine-tuning only: keep a frozen copy of the initial weights for the KL term.
     memory_kernels: grouped-query attention without copied key/value heads and a SwiGLU MLP that
         keeps one activation less for backward (`rlvr.models.kernels`); same numbers, less memory.
+    fused_lora: each LoRA projection's base product, low-rank product and scaling as one autograd
+        function (`rlvr.models.lora_kernel`); same numbers to fp32 rounding, fewer passes over the outputs.
     initial_model: start from these weights (a plain model of `spec`'s architecture, e.g. a trained run's
         weights from `rlvr.models.runs.merged_model_from_run`) instead of `spec`'s; the tokenizer is `spec`'s.
     """
@@ -221,6 +225,8 @@ def load_policy(
             _enable_gradient_checkpointing(model)
             model.enable_input_require_grads()  # so checkpointed blocks see an input that needs grad
         policy = _wrap_with_lora(model, lora)
+        if fused_lora:
+            install_fused_lora(policy)
 
     policy.train(gradient_checkpointing)
     verify_parameter_dtype(policy, torch_dtype, "policy")

@@ -78,7 +78,8 @@ def load_run_model(config: Config, *, need_reference: bool) -> LoadedModel:
     return load_policy(
         config.model.name, dtype=config.model.dtype, device=config.model.device, lora=lora,
         gradient_checkpointing=config.model.gradient_checkpointing, need_reference=need_reference,
-        memory_kernels=config.model.memory_kernels, initial_model=initial,
+        memory_kernels=config.model.memory_kernels, fused_lora=config.model.fused_lora,
+        initial_model=initial,
     )
 
 

@@ -27,3 +27,24 @@ def test_trimming_computes_fewer_tokens_than_the_whole_width():
     trimmed = computed_tokens(batch, config_for("trimmed", 4, 40), "trimmed")
     assert whole == batch.input_ids.numel() and trimmed < whole
     assert torch.is_tensor(batch.advantages)
+
+
+def test_the_peft_side_runs_peft_forward_and_the_fused_one_is_put_back(tmp_path):
+    import pytest
+    from peft.tuners.lora import Linear as PeftLoraLinear
+
+    from benchmarks.update_speed import lora_forward
+    from rlvr.models import LoraSettings, load_policy
+    from rlvr.testing import save_tiny_model
+
+    policy = load_policy(save_tiny_model(tmp_path / "tiny"), lora=LoraSettings(rank=4, alpha=8)).policy
+    layers = [m for m in policy.modules() if isinstance(m, PeftLoraLinear)]
+    fused = [vars(m)["forward"] for m in layers]
+    with lora_forward(policy, "fused"):
+        assert [vars(m).get("forward") for m in layers] == fused
+    with lora_forward(policy, "peft"):
+        assert not any("forward" in vars(m) for m in layers)  # the class's, PEFT's own
+    assert [vars(m).get("forward") for m in layers] == fused
+    with pytest.raises(ValueError, match="choices: fused, peft"):
+        with lora_forward(policy, "compiled"):
+            pass

@@ -139,7 +139,7 @@ def test_config_show_default_is_what_runs_when_the_key_is_unset(tmp_path, capsys
         "algorithm.clip_cov_ub": 5.0, "algorithm.kl_cov_ratio": 2e-4, "algorithm.ppo_kl_coef": 0.1,
         "rollout.backend_options": {}, "rollout.tis_cap": 2.0, "rollout.correction": "tis_token",
         "rollout.max_turns": None, "rollout.max_episode_tokens": 1024, "health.tool_error_frac": 0.5,
-        "rollout.async_steps": 0, "optim.microbatch_tokens": None,
+        "rollout.async_steps": 0, "optim.microbatch_tokens": None, "model.fused_lora": True,
     }
     assert resolved == {**recorded, **added}
 
