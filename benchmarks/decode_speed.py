@@ -6,7 +6,9 @@ the same run by copying a 512 MiB tensor (counted as read + write, as STREAM doe
 
   positions  ms per step (the step and the sampling of its logits, temperature 1) at each
              position 1..N, for the preallocated cache and for the model's forward on
-             transformers' DynamicCache;
+             transformers' DynamicCache; with --step-dtype, also for the preallocated steps on a
+             copy of the weights in that dtype (`decode_loop`'s option `dtype`), against the
+             floor of those weights' bytes;
   rows       ms per step against the number of rows, at short positions;
   linears    ms of a pass over every layer linear and of the LM head, as x W^T and as (W x^T)^T,
              against the number of rows (the choice `decode_step` makes by row count);
@@ -20,6 +22,8 @@ Writes benchmarks/results/decode_speed.json and docs/decode_speed.png, prints th
 16 rows, ms per step within 2x the weight floor, and flat (last 100 positions <= 1.2x first 100).
 
     OMP_NUM_THREADS=2 python benchmarks/decode_speed.py            # about 10 minutes on 2 idle cores
+    python benchmarks/decode_speed.py --positions 100 --skip-dynamic --skip-rollout --step-dtype bfloat16 \
+      --row-counts 16 --compaction-steps 0 --output bf16.json --figure bf16.png   # fp32 and bf16 steps, 16 rows
     python benchmarks/decode_speed.py --positions 256 --skip-dynamic --skip-rollout   # quick look
 """
 
@@ -60,7 +64,7 @@ class Run:
     """One configuration decoding `rows` rows of one prompt, advanced one step at a time."""
 
     def __init__(self, model, tokenizer, rows: int, steps: int, cache: str, compact_fraction: float = 0.0,
-                 finish_at: list[int] | None = None, prompt: str = "Hi"):
+                 finish_at: list[int] | None = None, prompt: str = "Hi", step_dtype: torch.dtype | None = None):
         from rlvr.rollout import SamplingSettings
         from rlvr.rollout.decode_loop import start_decoding
         from rlvr.rollout.decode_step import DecoderWeights
@@ -69,6 +73,8 @@ class Run:
         encoded = tokenizer([prompt], return_tensors="pt", add_special_tokens=False)
         capacity = encoded["input_ids"].shape[1] + steps
         weights = DecoderWeights.of(model, capacity) if cache == "preallocated" else None
+        if step_dtype is not None:  # the steps on a copy of the weights in that dtype, as decode_loop's option dtype
+            weights = weights.cast(step_dtype)
         self.logits, self.decoder = start_decoding(model, encoded["input_ids"], encoded["attention_mask"], rows,
                                                    weights, capacity, compact_fraction)
         self.finish_at = finish_at  # per row: the step after which it finishes (None: none finish)
@@ -208,6 +214,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-dynamic", action="store_true", help="no DynamicCache position sweep")
     parser.add_argument("--skip-rollout", action="store_true")
+    parser.add_argument("--step-dtype", choices=["bfloat16", "float16"],
+                        help="also decode the position sweep on a copy of the weights in this dtype")
     parser.add_argument("--output", default=str(ROOT / "benchmarks/results/decode_speed.json"))
     parser.add_argument("--figure", default=str(ROOT / "docs/decode_speed.png"))
     args = parser.parse_args()
@@ -233,16 +241,28 @@ def main() -> int:
     }
     print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write); weights {weight_bytes / 1e6:.0f} MB; "
           f"weight-streaming floor {floor_ms:.1f} ms per step")
+    floors = {"preallocated": floor_ms, "dynamic": floor_ms}
+    step_dtype = None
+    if args.step_dtype:
+        step_dtype = getattr(torch, args.step_dtype)
+        cast_bytes = sum(p.numel() * step_dtype.itemsize for n, p in base.named_parameters() if "lora_" not in n)
+        floors[f"preallocated {args.step_dtype}"] = 1000 * cast_bytes / bandwidth
+        results["step_dtype"], results["step_dtype_floor_ms"] = args.step_dtype, floors[f"preallocated {args.step_dtype}"]
+        print(f"{args.step_dtype} weights {cast_bytes / 1e6:.0f} MB; floor {results['step_dtype_floor_ms']:.1f} ms per step")
 
     with merged_adapter(model), torch.inference_mode(), weight_major_linears(model):
         caches = ["preallocated"] + ([] if args.skip_dynamic else ["dynamic"])
         runs = {cache: Run(model, tokenizer, args.rows, args.positions, cache) for cache in caches}
+        if step_dtype is not None:
+            runs[f"preallocated {args.step_dtype}"] = Run(model, tokenizer, args.rows, args.positions, "preallocated",
+                                                          step_dtype=step_dtype)
         lockstep(runs, args.positions)
         for cache, run in runs.items():
             results["positions"][cache] = run.times
             first, last = _median_ms(run.times[:100]), _median_ms(run.times[-100:])
             print(f"{cache:>12}: {args.rows} rows, positions 1-100 {first:.1f} ms, last 100 {last:.1f} ms "
-                  f"(x{last / first:.2f})")
+                  f"(x{last / first:.2f}); positions 1-100 at {first / floors[cache]:.2f}x its weight floor "
+                  f"({floors[cache]:.1f} ms)")
         del runs
         runs = {str(rows): Run(model, tokenizer, rows, 40, "preallocated") for rows in args.row_counts}
         lockstep(runs, 40)

@@ -15,7 +15,9 @@ over `--smooth` iterations) against iterations (top row) and seconds (bottom row
 Prints a markdown table of runs, then one of presets: each preset's seeds pooled (final and best
 held-out accuracy: mean, lowest, highest) and set against the seed spread of `--reference` (grpo by
 default): "above" only when its lowest seed beats the reference's highest, "below" only when its
-highest is under the reference's lowest, else "within". `--json` keeps every number it was made from. `--also JSON` adds the rows of
+highest is under the reference's lowest, else "within". `--cap SECONDS` (or `--cap shortest`: the
+shortest run's wall time) adds each run's held-out accuracy at that wall-clock cap, the last eval at
+or before it, to both tables: the runs compared at the same time budget, not the same iterations. `--json` keeps every number it was made from. `--also JSON` adds the rows of
 an earlier `--json` file (runs whose folders are gone) to the table and the figure, before the new ones:
 
     python benchmarks/sweep_summary.py runs/sweep-algorithms_arithmetic_more \
@@ -105,7 +107,27 @@ def saved_rows(path: Path) -> list[dict]:
     return [{**_renamed(row), "metrics": [_renamed(m) for m in row.get("metrics", [])]} for row in rows]
 
 
-def markdown_table(rows: list[dict], component: str, window: int, reach: float) -> str:
+def at_cap(row: dict, cap: float) -> dict | None:
+    """The run's last eval at or before `cap` seconds from its start, or None when it has none that early."""
+    return next((e for e in reversed(row["evals"]) if e["seconds"] is not None and e["seconds"] <= cap), None)
+
+
+def resolve_cap(cap: str | None, rows: list[dict]) -> float | None:
+    """`--cap`: None, a number of seconds, or "shortest" (the shortest wall time among `rows`)."""
+    if cap is None:
+        return None
+    if cap == "shortest":
+        return min(r["wall_s"] for r in rows)
+    try:
+        seconds = float(cap)
+    except ValueError:
+        raise SystemExit(f"--cap {cap!r}: give seconds (a number above 0) or 'shortest'") from None
+    if not seconds > 0:
+        raise SystemExit(f"--cap {cap!r}: give seconds (a number above 0) or 'shortest'")
+    return seconds
+
+
+def markdown_table(rows: list[dict], component: str, window: int, reach: float, cap: float | None = None) -> str:
     def point(p, with_iteration=True):
         if p is None:
             return "-"
@@ -115,10 +137,11 @@ def markdown_table(rows: list[dict], component: str, window: int, reach: float) 
     def first_reach(p):
         return "-" if p is None else f"it {p[ITERATION]}, {p['seconds']:.0f} s"
 
+    capped = "" if cap is None else f" eval at {cap:.0f} s |"
     lines = [f"| run | seed | step 0 | best eval (95% CI) | final eval (95% CI) | eval >= {reach:g} first | "
              f"{component}: first {window} -> last {window} it | zero-contrast groups: all / last {window} | "
-             f"entropy: first {window} -> last {window} it | groups sampled | wall s | s / it |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"entropy: first {window} -> last {window} it | groups sampled | wall s | s / it |{capped}",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("" if cap is None else "---|")]
     for r in rows:
         sampled = "-" if r["sampled_groups_total"] is None else str(r["sampled_groups_total"])
         first, last = r.get("entropy_first", math.nan), r.get("entropy_last", math.nan)  # absent in older files
@@ -127,13 +150,15 @@ def markdown_table(rows: list[dict], component: str, window: int, reach: float) 
                      f"{point(r['best'])} | {point(r['final'], False)} | {first_reach(r['reached'])} | "
                      f"{r['component_first']:.3f} -> {r['component_last']:.3f} | "
                      f"{r['no_contrast_mean']:.2f} / {r['no_contrast_last']:.2f} | {entropy} | {sampled} | "
-                     f"{r['wall_s']:.0f} | {r['median_iteration_s']:.1f} |")
+                     f"{r['wall_s']:.0f} | {r['median_iteration_s']:.1f} |"
+                     + ("" if cap is None else f" {point(at_cap(r, cap))} |"))
     return "\n".join(lines)
 
 
-def preset_rows(rows: list[dict], reference: str) -> list[dict]:
-    """Each preset's runs pooled: final and best accuracy (mean, lowest, highest over its seeds), the median
-    seconds per iteration, and where its seeds sit against the reference preset's, best mean first."""
+def preset_rows(rows: list[dict], reference: str, cap: float | None = None) -> list[dict]:
+    """Each preset's runs pooled: final and best accuracy (mean, lowest, highest over its seeds), with `cap`
+    the mean accuracy at that many seconds, the median seconds per iteration, and where its seeds sit against
+    the reference preset's, best mean first."""
     by_preset: dict[str, list[dict]] = {}
     for r in rows:
         if r["final"] is not None:
@@ -146,6 +171,9 @@ def preset_rows(rows: list[dict], reference: str) -> list[dict]:
                        "final_mean": statistics.fmean(finals), "final_low": min(finals), "final_high": max(finals),
                        "best_mean": statistics.fmean(bests),
                        "median_iteration_s": statistics.median([r["median_iteration_s"] for r in runs])})
+        if cap is not None:
+            capped = [found["accuracy"] for found in (at_cap(r, cap) for r in runs) if found is not None]
+            pooled[-1]["cap_mean"] = statistics.fmean(capped) if capped else math.nan
     ref = next((p for p in pooled if p["algorithm"] == reference), None)
     for p in pooled:
         if ref is None or p is ref:
@@ -159,13 +187,15 @@ def preset_rows(rows: list[dict], reference: str) -> list[dict]:
     return sorted(pooled, key=lambda p: -p["final_mean"])
 
 
-def preset_table(pooled: list[dict], reference: str) -> str:
-    lines = [f"| preset | seeds | final: mean (lowest-highest) | best: mean | s / it | final against {reference}'s seeds |",
-             "|---|---|---|---|---|---|"]
+def preset_table(pooled: list[dict], reference: str, cap: float | None = None) -> str:
+    capped = "" if cap is None else f" at {cap:.0f} s: mean |"
+    lines = [f"| preset | seeds | final: mean (lowest-highest) | best: mean | s / it | final against {reference}'s seeds |"
+             + capped, "|---|---|---|---|---|---|" + ("" if cap is None else "---|")]
     for p in pooled:
         spread = f"{p['final_mean']:.3f} ({p['final_low']:.3f}-{p['final_high']:.3f})"
         lines.append(f"| {p['algorithm']} | {','.join(str(s) for s in p['seeds'])} | {spread} | "
-                     f"{p['best_mean']:.3f} | {p['median_iteration_s']:.1f} | {p['against_reference']} |")
+                     f"{p['best_mean']:.3f} | {p['median_iteration_s']:.1f} | {p['against_reference']} |"
+                     + ("" if cap is None else f" {p['cap_mean']:.3f} |"))
     return "\n".join(lines)
 
 
@@ -232,14 +262,17 @@ def main() -> int:
     parser.add_argument("--reference", default="grpo", help="the preset whose seed spread the others are set against")
     parser.add_argument("--json", help="write every number here")
     parser.add_argument("--out", help="write the figure here (PNG)")
+    parser.add_argument("--cap", help="also compare at this wall-clock cap: seconds, or 'shortest' (the shortest "
+                        "run's wall time)")
     parser.add_argument("--also", action="append", default=[], metavar="JSON",
                         help="add the rows of an earlier --json file (repeatable); --json then holds only the new runs")
     args = parser.parse_args()
     earlier = [row for path in args.also for row in saved_rows(Path(path))]
     rows = [summarize_run(run, args.component, args.window, args.reach) for run in load_runs(args.runs)]
-    print(markdown_table(earlier + rows, args.component, args.window, args.reach))
+    cap = resolve_cap(args.cap, earlier + rows)
+    print(markdown_table(earlier + rows, args.component, args.window, args.reach, cap))
     print()
-    print(preset_table(preset_rows(earlier + rows, args.reference), args.reference))
+    print(preset_table(preset_rows(earlier + rows, args.reference, cap), args.reference, cap))
     if args.json:
         path = REPO / args.json
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -146,3 +146,27 @@ def test_presets_pool_their_seeds_and_sit_against_the_reference_spread():
     assert "| ppo | 0,1 | 0.760 (0.720-0.800) | 0.760 | 10.0 | above by 0.020 |" in table
     # With no run of the reference preset, nothing is set against it.
     assert {p["against_reference"] for p in sweep_summary.preset_rows(rows, "remax")} == {"-"}
+
+
+def test_the_cap_compares_runs_at_the_same_wall_clock_time(tmp_path, capsys, monkeypatch):
+    """Evals land at 5, 25, 45, 65 s (see _write_run). At a 50 s cap the slow run counts its eval at 45 s; a
+    final-eval or first-eval reading would give other numbers."""
+    sweep = tmp_path / "sweep"
+    _write_run(sweep / "name=ppo", "ppo", 0, answers=[0.1] * 6, zero=[0.0] * 6, accuracies=[0.1, 0.3, 0.6, 0.9])
+    _write_run(sweep / "name=rloo", "rloo", 0, answers=[0.1] * 3, zero=[0.0] * 3, accuracies=[0.1, 0.4])
+    ppo, rloo = [sweep_summary.summarize_run(run, "answer", window=2, reach=0.5) for run in load_runs([sweep])]
+    assert sweep_summary.at_cap(ppo, 50.0)["accuracy"] == 0.6  # not the final 0.9
+    assert sweep_summary.at_cap(ppo, 45.0)["accuracy"] == 0.6 and sweep_summary.at_cap(ppo, 44.9)["accuracy"] == 0.3
+    assert sweep_summary.at_cap(ppo, 4.0) is None
+    assert sweep_summary.resolve_cap("shortest", [ppo, rloo]) == rloo["wall_s"] == 30.0
+    assert sweep_summary.resolve_cap("50", [ppo]) == 50.0 and sweep_summary.resolve_cap(None, [ppo]) is None
+    for bad in ("soon", "0", "-3"):
+        with pytest.raises(SystemExit, match="seconds"):
+            sweep_summary.resolve_cap(bad, [ppo])
+    pooled = {p["algorithm"]: p for p in sweep_summary.preset_rows([ppo, rloo], "rloo", cap=30.0)}
+    assert pooled["ppo"]["cap_mean"] == 0.3 and pooled["rloo"]["cap_mean"] == 0.4  # at 30 s rloo leads
+    assert pooled["ppo"]["final_mean"] == 0.9  # while at the end ppo does
+    monkeypatch.setattr(sys, "argv", ["sweep_summary.py", str(sweep), "--cap", "shortest"])
+    assert sweep_summary.main() == 0
+    out = capsys.readouterr().out
+    assert "eval at 30 s |" in out and "0.300 (" in out and "at 30 s: mean |" in out and "| 0.400 |" in out
