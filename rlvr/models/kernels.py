@@ -121,18 +121,25 @@ def _same_output(module: nn.Module, fused_forward) -> bool:
     return torch.allclose(fused_forward(x), expected, rtol=1e-4, atol=1e-5)
 
 
-def install_fused_mlp(model: nn.Module) -> int:
-    """Swap the forward of every SwiGLU MLP in `model` for the fused one; returns how many."""
+def install_forward(model: nn.Module, applies, forward, same_as_before) -> int:
+    """Give every module of `model` for which `applies(module)` holds (and that has no forward of its own
+    yet) `forward` as its own bound forward; returns how many. `same_as_before(module, bound)` checks the
+    first one against the module's own forward: when it fails, nothing is installed."""
     count = 0
     for module in model.modules():
-        if not _is_swiglu_mlp(module) or "forward" in vars(module):
+        if not applies(module) or "forward" in vars(module):
             continue
-        fused = types.MethodType(_swiglu_forward, module)
-        if count == 0 and not _same_output(module, fused):
+        bound = types.MethodType(forward, module)
+        if count == 0 and not same_as_before(module, bound):
             return 0  # not the forward we expect: leave the model alone
-        module.forward = fused
+        module.forward = bound
         count += 1
     return count
+
+
+def install_fused_mlp(model: nn.Module) -> int:
+    """Swap the forward of every SwiGLU MLP in `model` for the fused one; returns how many."""
+    return install_forward(model, _is_swiglu_mlp, _swiglu_forward, _same_output)
 
 
 def apply_memory_kernels(model: nn.Module) -> list[str]:

@@ -18,11 +18,11 @@ against PEFT's on a random input before keeping anything.
 
 from __future__ import annotations
 
-import types
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from rlvr.models.kernels import install_forward
 
 
 class LoraLinear(torch.autograd.Function):
@@ -128,13 +128,4 @@ def _same_as_peft(layer: nn.Module, fused_forward) -> bool:
 def install_fused_lora(model: nn.Module) -> int:
     """Give every PEFT LoRA projection over an `nn.Linear` in `model` the fused forward; returns how many.
     Nothing is installed when the first one's check against PEFT fails."""
-    count = 0
-    for module in model.modules():
-        if not _is_lora_linear(module) or "forward" in vars(module):
-            continue
-        fused = types.MethodType(_fused_forward, module)
-        if count == 0 and not _same_as_peft(module, fused):
-            return 0
-        module.forward = fused
-        count += 1
-    return count
+    return install_forward(model, _is_lora_linear, _fused_forward, _same_as_peft)
