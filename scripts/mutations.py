@@ -1959,6 +1959,12 @@ LORA_KERNEL = [
         ("if layer.disable_adapters or layer.merged or", "if layer.disable_adapters or"),
         tests=LORA_KERNEL_TESTS,
     ),
+    mutation(
+        "install_check_consumes_the_run_s_randomness", "rlvr/models/kernels.py",
+        "the install-time check's random inputs come from the run's generator, so fused on and off sample differently",
+        ("with torch.random.fork_rng(devices=devices):", "with contextlib.nullcontext():"),
+        tests=("tests/models/test_lora_kernel.py", "tests/models/test_memory_kernels.py"),
+    ),
 ]
 
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA

@@ -121,6 +121,15 @@ def _same_output(module: nn.Module, fused_forward) -> bool:
     return torch.allclose(fused_forward(x), expected, rtol=1e-4, atol=1e-5)
 
 
+def _checked_without_consuming_randomness(same_as_before, module: nn.Module, bound) -> bool:
+    """`same_as_before(module, bound)` with torch's random state restored afterwards: the check draws random
+    inputs, and a run must sample the same completions whether or not a fused forward was installed."""
+    device = next(module.parameters()).device
+    devices = [torch.cuda.current_device() if device.index is None else device.index] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        return same_as_before(module, bound)
+
+
 def install_forward(model: nn.Module, applies, forward, same_as_before) -> int:
     """Give every module of `model` for which `applies(module)` holds (and that has no forward of its own
     yet) `forward` as its own bound forward; returns how many. `same_as_before(module, bound)` checks the
@@ -130,7 +139,7 @@ def install_forward(model: nn.Module, applies, forward, same_as_before) -> int:
         if not applies(module) or "forward" in vars(module):
             continue
         bound = types.MethodType(forward, module)
-        if count == 0 and not same_as_before(module, bound):
+        if count == 0 and not _checked_without_consuming_randomness(same_as_before, module, bound):
             return 0  # not the forward we expect: leave the model alone
         module.forward = bound
         count += 1

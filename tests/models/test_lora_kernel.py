@@ -135,6 +135,18 @@ def test_load_policy_installs_it_and_can_leave_it_off(tmp_path):
     assert not any("forward" in vars(m) for m in off.modules() if isinstance(m, PeftLoraLinear))
 
 
+def test_installing_draws_nothing_from_the_run_s_random_stream(tmp_path):
+    """The install-time checks draw random inputs: a run must sample the same with the fused forwards on or off,
+    so torch's generator is where it was (the next draw equals the one made without an install)."""
+    folder = save_tiny_model(tmp_path / "tiny")
+    draws = []
+    for fused in (True, False):
+        torch.manual_seed(11)
+        load_policy(folder, lora=LoraSettings(rank=4, alpha=8), fused_lora=fused, memory_kernels=fused)
+        draws.append(torch.rand(4))
+    assert torch.equal(draws[0], draws[1])
+
+
 def test_an_sgd_step_moves_the_adapter_as_peft_does(tmp_path):
     """Loaded by load_policy in float32: the step through the fused forward equals PEFT's, same batch and seed."""
     folder = save_tiny_model(tmp_path / "tiny")

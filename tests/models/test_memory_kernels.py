@@ -167,6 +167,16 @@ def test_an_mlp_with_another_forward_is_left_alone():
     assert not any("forward" in vars(module) for module in model)
 
 
+def test_the_install_check_leaves_the_generator_where_it_was():
+    """install_fused_mlp checks the first MLP on a random input: the draw must not shift what the run samples next."""
+    model = build_tiny_model(seed=0, vocab_size=96, hidden_size=40)
+    torch.manual_seed(5)
+    assert install_fused_mlp(model) > 0
+    after_install = torch.rand(3)
+    torch.manual_seed(5)
+    assert torch.equal(after_install, torch.rand(3))
+
+
 def test_lm_head_logits_are_not_kept_for_backward():
     model = _lora(build_tiny_model(seed=0, dtype=torch.float64, vocab_size=96, hidden_size=40))
     input_ids, attention_mask, prompt_len = _batch()

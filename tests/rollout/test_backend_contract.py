@@ -171,7 +171,7 @@ def test_tis_weights_the_policy_loss_by_the_trainer_over_sampler_ratio(engine_co
         train(load_config(None, tiny_overrides(tiny_model_dir, run_dir, **{
             "rollout.backend": NAME, "rollout.backend_options.logprob_shift": shift, "train.iterations": 1,
             "train.eval_size": 0, "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1, "rollout.tis_cap": cap,
-            "train.seed": 3})))
+            "train.seed": 1})))
         records[cap] = read_jsonl(run_dir / "metrics.jsonl")[0]
     weighted, plain = records[2.0]["policy_loss_per_token"], records[0.0]["policy_loss_per_token"]
     assert abs(plain) > 1e-3  # a loss far enough from 0 for the ratio to mean something
@@ -198,7 +198,7 @@ def test_the_masking_corrections_keep_or_drop_tokens_in_the_loop(engine_copy_bac
         run_dir = tmp_path / name
         train(load_config(None, tiny_overrides(tiny_model_dir, run_dir, **{
             "rollout.backend": NAME, "rollout.backend_options.logprob_shift": 0.25, "train.iterations": 1,
-            "train.eval_size": 0, "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1, "train.seed": 3,
+            "train.eval_size": 0, "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1, "train.seed": 1,
             **overrides})))
         records[name] = read_jsonl(run_dir / "metrics.jsonl")[0]
     plain = records["plain"]["policy_loss_per_token"]
@@ -220,7 +220,7 @@ def test_sequence_tis_weighs_each_completion_by_its_whole_ratio(engine_copy_back
         run_dir = tmp_path / correction
         train(load_config(None, tiny_overrides(tiny_model_dir, run_dir, **{
             "rollout.backend": NAME, "rollout.backend_options.logprob_shift": 0.25, "train.iterations": 1,
-            "train.eval_size": 0, "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1, "train.seed": 3,
+            "train.eval_size": 0, "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1, "train.seed": 1,
             "rollout.tis_cap": 2.0, "rollout.correction": correction})))
         records[correction] = read_jsonl(run_dir / "metrics.jsonl")[0]
     assert records["tis_token"]["rollout/is_weight_mean"] == pytest.approx(math.exp(-0.25), abs=1e-4)
