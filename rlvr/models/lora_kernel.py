@@ -11,7 +11,7 @@ gradient. Saved for backward: the input and the [tokens, r] activation, as PEFT 
 `install_fused_lora(policy)` gives every plain LoRA projection of a PEFT model a forward that
 takes this path when the layer is in its plain state (one active adapter, not merged, not
 disabled, no dropout, no DoRA or other variant, no LoRA bias, a frozen `nn.Linear` base, input
-in the adapter's dtype) and PEFT's own forward otherwise, so merging the adapter for sampling and
+in the adapter's dtype, no autocast) and PEFT's own forward otherwise, so merging the adapter for sampling and
 disabling it for the reference work as before. It checks the first layer's output and gradients
 against PEFT's on a random input before keeping anything.
 """
@@ -79,6 +79,8 @@ def plain_adapter(layer: nn.Module, x: torch.Tensor) -> str | None:
         return None
     if base.weight.requires_grad or (base.bias is not None and base.bias.requires_grad):
         return None
+    if torch.is_autocast_enabled(x.device.type):
+        return None  # autocast would cast the products inside the function, not its saved tensors
     weight_a = layer.lora_A[name].weight
     if x.dtype != weight_a.dtype or x.dtype != base.weight.dtype or x.device != weight_a.device:
         return None

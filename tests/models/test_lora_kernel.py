@@ -126,6 +126,21 @@ def test_merged_disabled_and_non_plain_layers_take_peft_forward():
         assert isinstance(other_layer, PeftLoraLinear) and plain_adapter(other_layer, x) is None
 
 
+def test_under_autocast_the_layer_takes_peft_forward():
+    """Autocast casts the products of a custom function's forward but not what it saves: PEFT's forward there."""
+    peft_model, fused_model, _ = _peft_pair()
+    peft_model, fused_model = peft_model.float(), fused_model.float()
+    input_ids, attention_mask, _ = _batch()
+    layer = fused_model.base_model.model.model.layers[0].self_attn.q_proj
+    x = torch.randn(2, 3, 32)
+    assert plain_adapter(layer, x) == "default"
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert plain_adapter(layer, x) is None
+        fused = fused_model(input_ids=input_ids, attention_mask=attention_mask).logits
+        plain = peft_model(input_ids=input_ids, attention_mask=attention_mask).logits
+    assert torch.equal(fused, plain)
+
+
 def test_load_policy_installs_it_and_can_leave_it_off(tmp_path):
     folder = save_tiny_model(tmp_path / "tiny")
     on = load_policy(folder, lora=LoraSettings(rank=4, alpha=8)).policy
