@@ -23,6 +23,9 @@ an earlier `--json` file (runs whose folders are gone) to the table and the figu
     python benchmarks/sweep_summary.py runs/sweep-algorithms_arithmetic_more \
       --also benchmarks/results/algorithms_arithmetic.json \
       --json benchmarks/results/algorithms_arithmetic_more.json --out docs/algorithms_arithmetic_all.png
+
+`--plot-presets grpo,dapo` draws only those presets (each with all its seeds) in the figure; the tables keep
+every run.
 """
 
 from __future__ import annotations
@@ -246,10 +249,26 @@ def plot(rows: list[dict], component: str, out: Path, smooth: int) -> None:
     axes[0][1].set_title(f"rollout reward/{component} ({smooth}-iteration mean)")
     axes[0][2].set_title(f"groups without contrast ({smooth}-iteration mean)")
     axes[0][3].set_title(f"entropy ({smooth}-iteration mean)")
-    axes[0][0].legend(fontsize=8)
+    # Outside the axes, beside them: with a few dozen runs a legend inside would cover the curves.
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside right upper", fontsize=8, ncols=1 + len(labels) // 40)
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out)
     print(f"wrote {out}")
+
+
+def only_presets(rows: list[dict], presets: str | None) -> list[dict]:
+    """The rows whose preset is in the comma-separated `presets` (all rows when None); an unknown name is an error
+    that lists the presets the rows hold."""
+    if presets is None:
+        return rows
+    wanted = [name.strip() for name in presets.split(",") if name.strip()]
+    present = list(dict.fromkeys(r["algorithm"] for r in rows))
+    unknown = [name for name in wanted if name not in present]
+    if unknown or not wanted:
+        raise SystemExit(f"--plot-presets: {', '.join(unknown) or 'no preset named'} not among the runs' presets "
+                         f"({', '.join(present)})")
+    return [r for r in rows if r["algorithm"] in wanted]
 
 
 def main() -> int:
@@ -266,10 +285,13 @@ def main() -> int:
                         "run's wall time)")
     parser.add_argument("--also", action="append", default=[], metavar="JSON",
                         help="add the rows of an earlier --json file (repeatable); --json then holds only the new runs")
+    parser.add_argument("--plot-presets", metavar="NAMES",
+                        help="the figure draws only these presets (comma-separated); the tables keep every run")
     args = parser.parse_args()
     earlier = [row for path in args.also for row in saved_rows(Path(path))]
     rows = [summarize_run(run, args.component, args.window, args.reach) for run in load_runs(args.runs)]
     cap = resolve_cap(args.cap, earlier + rows)
+    plotted = only_presets(earlier + rows, args.plot_presets)
     print(markdown_table(earlier + rows, args.component, args.window, args.reach, cap))
     print()
     print(preset_table(preset_rows(earlier + rows, args.reference, cap), args.reference, cap))
@@ -279,7 +301,7 @@ def main() -> int:
         atomic_write_text(path, json.dumps({"argv": sys.argv[1:], "runs": rows}, indent=1) + "\n")
         print(f"wrote {path}")
     if args.out:
-        plot(earlier + rows, args.component, REPO / args.out, args.smooth)
+        plot(plotted, args.component, REPO / args.out, args.smooth)
     return 0
 
 

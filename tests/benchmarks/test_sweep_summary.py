@@ -170,3 +170,27 @@ def test_the_cap_compares_runs_at_the_same_wall_clock_time(tmp_path, capsys, mon
     assert sweep_summary.main() == 0
     out = capsys.readouterr().out
     assert "eval at 30 s |" in out and "0.300 (" in out and "at 30 s: mean |" in out and "| 0.400 |" in out
+
+
+def test_plot_presets_keeps_every_seed_of_the_named_presets_and_rejects_unknown_names():
+    rows = [_row("grpo", 0, 0.6), _row("dapo", 0, 0.7), _row("grpo", 1, 0.65), _row("ppo", 0, 0.5)]
+    assert sweep_summary.only_presets(rows, None) is rows
+    kept = sweep_summary.only_presets(rows, "grpo, ppo")
+    assert [(r["algorithm"], r["seed"]) for r in kept] == [("grpo", 0), ("grpo", 1), ("ppo", 0)]
+    with pytest.raises(SystemExit, match=r"gpro not among the runs' presets \(grpo, dapo, ppo\)"):
+        sweep_summary.only_presets(rows, "grpo,gpro")
+    with pytest.raises(SystemExit, match="no preset named"):
+        sweep_summary.only_presets(rows, " , ")
+
+
+def test_main_draws_only_the_named_presets_but_tables_every_run(tmp_path, capsys, monkeypatch):
+    sweep = tmp_path / "sweep"
+    _write_run(sweep / "name=rloo", "rloo", 0, answers=[0.0, 0.5], zero=[1.0, 0.5], accuracies=[0.1, 0.4])
+    _write_run(sweep / "name=grpo", "grpo", 0, answers=[0.0, 0.5], zero=[1.0, 0.5], accuracies=[0.1, 0.3])
+    drawn = []
+    monkeypatch.setattr(sweep_summary, "plot", lambda rows, *a: drawn.extend(r["algorithm"] for r in rows))
+    monkeypatch.setattr(sys, "argv", ["sweep_summary.py", str(sweep), "--window", "1", "--out",
+                                      str(tmp_path / "f.png"), "--plot-presets", "rloo"])
+    assert sweep_summary.main() == 0
+    out = capsys.readouterr().out
+    assert drawn == ["rloo"] and "| rloo | 0 |" in out and "| grpo | 0 |" in out
