@@ -12,7 +12,8 @@ Splits (`--splits`, each one update_policy call per repeat, in A B B A order ove
   trimmed    microbatches of --rows rows, each cut to its own columns (the default now)
   tokens:N   optim.microbatch_tokens=N: whole groups packed longest first under N padded tokens
 Each split runs with every LoRA forward of --lora-forward: `fused` (`rlvr.models.lora_kernel`, the
-default now) and `peft` (PEFT's own: base, A and B products, then the scaling and the add).
+default now), `peft` (PEFT's own: base, A and B products, then the scaling and the add) and `fused_bf16`
+(fused, the frozen base products in bfloat16: `model.base_product_dtype=bfloat16`).
 
 Prints per split the median seconds and spread, the padded tokens it computed, and the bound
 4 N_body (P + C) + 4 N_head C per row (frozen weights need no weight gradient; the LM head only at
@@ -100,19 +101,28 @@ def computed_tokens(batch, config, split: str) -> int:
 
 @contextlib.contextmanager
 def lora_forward(policy, name: str):
-    """Inside: `policy`'s LoRA projections run `name`'s forward ("fused" as loaded, "peft": PEFT's own)."""
+    """Inside: `policy`'s LoRA projections run `name`'s forward ("fused" as loaded, "peft": PEFT's own,
+    "fused_bf16": fused with the frozen base products in bfloat16, `model.base_product_dtype`)."""
+    import torch
+
+    from rlvr.models.lora_kernel import set_base_product_dtype
+
     if name not in LORA_FORWARDS:
         raise ValueError(f"unknown LoRA forward {name!r}; choices: {', '.join(LORA_FORWARDS)}")
     fused = {module: vars(module).pop("forward") for module in policy.modules()
              if name == "peft" and "forward" in vars(module) and hasattr(module, "lora_A")}
+    if name == "fused_bf16":
+        set_base_product_dtype(policy, torch.bfloat16)
     try:
         yield
     finally:
         for module, forward in fused.items():
             module.forward = forward
+        if name == "fused_bf16":
+            set_base_product_dtype(policy, None)
 
 
-LORA_FORWARDS = ("fused", "peft")
+LORA_FORWARDS = ("fused", "peft", "fused_bf16")
 
 
 def flop_bound(prompt_tokens: float, lengths: list[int]) -> float:

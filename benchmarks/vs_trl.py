@@ -35,6 +35,8 @@ measured fp32 matmul rate, and rlvr's measured / bound.
 `--microbatch-tokens N` packs rlvr's microbatches by token budget (`optim.microbatch_tokens`; TRL
 keeps its split). `--decode-dtype bfloat16` runs rlvr's decoding steps on a bf16 copy of the
 weights (`decode_loop`'s option `dtype`; TRL keeps fp32), and prints the sampler's gap to the trainer.
+`--base-product-dtype bfloat16` runs the frozen base products of rlvr's update in bf16
+(`model.base_product_dtype`; one epoch, as W1 and W2 are; TRL keeps fp32).
 Results go to benchmarks/results/vs_trl.json (W2: vs_trl_w2.json). Numbers are for the machine it runs on. `--model --device --dtype --backend --max-new-tokens --trl-vllm` change the setting of
 both sides (a CUDA device, bf16, rlvr's `vllm` backend, TRL's colocated vLLM engine):
 `benchmarks/gpu.sh` runs each side that way and prints one table.
@@ -138,7 +140,7 @@ def peak_rss() -> int:
 # ----------------------------------------------------------------------------------------- rlvr
 def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STEP, workload: str = "w1",
              gsm8k_path: str | None = None, setup: Setup = Setup(), microbatch_tokens: int = 0,
-             decode_dtype: str = "model") -> dict:
+             decode_dtype: str = "model", base_product_dtype: str = "model") -> dict:
     import torch
 
     from rlvr.config import load_config
@@ -197,7 +199,7 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
             "model.name": setup.model, "model.dtype": setup.dtype, "model.device": setup.device,
             "rollout.backend": setup.backend, "rollout.backend_options": json.dumps(backend_options), "model.lora": "true", "model.lora_rank": 16,
             "model.lora_alpha": 32, "model.lora_dropout": 0.0, "model.num_threads": THREADS,
-            "model.gradient_checkpointing": "false",
+            "model.gradient_checkpointing": "false", "model.base_product_dtype": base_product_dtype,
             **task_overrides, "rollout.batch_size": PROMPTS_PER_STEP, "rollout.group_size": GROUP,
             "rollout.max_new_tokens": setup.new_tokens(workload), "rollout.temperature": 1.0, "rollout.top_p": 1.0,
             "rollout.top_k": 0, "algorithm.name": "grpo", "algorithm.kl_coef": 0.0, "algorithm.ppo_epochs": 1,
@@ -227,6 +229,7 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
         # The sampler against the trainer (present when the sampler is not the trainer, e.g. bf16 decoding steps).
         **{key: [r.get(f"rollout/{key}") for r in records] for key in SAMPLER_GAP_KEYS},
         "peak_rss_bytes": peak_rss(), **memory, "setup": asdict(setup), "decode_dtype": decode_dtype,
+        "base_product_dtype": base_product_dtype,
     }
     out.write_text(json.dumps(result))
     return result
@@ -361,6 +364,10 @@ def main() -> int:
     parser.add_argument("--decode-dtype", choices=["model", "bfloat16"], default="model",
                         help="rlvr side: decode_loop's option dtype (bfloat16: decoding steps on a bf16 copy of the "
                              "weights, its log-probs reported and corrected by truncated importance sampling)")
+    parser.add_argument("--base-product-dtype", choices=["model", "bfloat16"], default="model",
+                        help="rlvr side: model.base_product_dtype (bfloat16: the frozen base products of the update's "
+                             "LoRA projections from a bf16 copy of the weights; the trainer is then another policy "
+                             "than the fp32 sampler, whose log-probs decode_loop reports)")
     parser.add_argument("--model", default=MODEL, help="both sides' model: an embedded name or a model folder")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="both sides' device")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both sides' weights")
@@ -391,7 +398,7 @@ def main() -> int:
     if args.side:
         if args.side == "rlvr":
             run_rlvr(args.steps, Path(args.out), args.groups_per_microbatch, args.workload, args.gsm8k_path, setup,
-                     args.microbatch_tokens, args.decode_dtype)
+                     args.microbatch_tokens, args.decode_dtype, args.base_product_dtype)
         else:
             run_trl(args.steps, Path(args.out), args.workload, args.gsm8k_path, args.groups_per_microbatch, setup)
         return 0
@@ -413,7 +420,8 @@ def main() -> int:
                                 *(["--gsm8k-path", args.gsm8k_path] if args.gsm8k_path else []),
                                 "--groups-per-microbatch", str(args.groups_per_microbatch),
                                 "--microbatch-tokens", str(args.microbatch_tokens),
-                                "--decode-dtype", args.decode_dtype, "--out", str(out)],
+                                "--decode-dtype", args.decode_dtype,
+                                "--base-product-dtype", args.base_product_dtype, "--out", str(out)],
                                check=True, cwd=REPO, env=env)
                 result = json.loads(out.read_text())
             result["wall_seconds"] = time.perf_counter() - started

@@ -1967,7 +1967,46 @@ LORA_KERNEL = [
     ),
 ]
 
+BASE_PRODUCT_TESTS = ("tests/models/test_base_product_dtype.py", "tests/models/test_lora_kernel.py",
+                      "tests/cli/test_config.py")
+BASE_PRODUCT_DTYPE = [
+    mutation(
+        "reduced_base_grad_in_fp32_weight_dtype", "rlvr/models/lora_kernel.py",
+        "the input's gradient through a reduced base product skips the rounding of the gradient (a dtype mismatch "
+        "that autocasts silently: here the weight copy is upcast instead)",
+        ("else (grad.to(weight.dtype) @ weight).to(grad.dtype)", "else grad @ weight.to(grad.dtype)"),
+        tests=BASE_PRODUCT_TESTS,
+    ),
+    mutation(
+        "base_copy_never_refreshed", "rlvr/models/lora_kernel.py",
+        "the bf16 copy is made once and kept when the base weight tensor is swapped (a merge, a load)",
+        ("    if held is None or held[0] != key:", "    if held is None:"),
+        tests=BASE_PRODUCT_TESTS,
+    ),
+    mutation(
+        "reference_skips_the_reduced_precision", "rlvr/models/lora_kernel.py",
+        "with the adapter disabled the reference multiplies in fp32 while the policy rounds: a KL of rounding",
+        ("        if not args and not kwargs and _reduced_reference(self, x):",
+         "        if False and _reduced_reference(self, x):"),
+        tests=BASE_PRODUCT_TESTS,
+    ),
+    mutation(
+        "decode_loop_calls_a_rounded_trainer_its_own_policy", "rlvr/rollout/decode_loop.py",
+        "the sampler does not report its log-probs when the trainer's base products are rounded",
+        ("own_policy = step_dtype == model_dtype and base_product_dtype(model) is None",
+         "own_policy = step_dtype == model_dtype"),
+        tests=BASE_PRODUCT_TESTS + ("tests/rollout/test_decode_dtype.py",),
+    ),
+    mutation(
+        "base_product_dtype_allows_several_epochs", "rlvr/config/checks.py",
+        "the config takes bf16 base products with several epochs, whose ratio carries the rounding noise",
+        ("    if a.ppo_epochs != 1:\n        raise ConfigError(\n            f\"{key} needs",
+         "    if False:\n        raise ConfigError(\n            f\"{key} needs"),
+        tests=BASE_PRODUCT_TESTS,
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
              + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE
-             + LORA_KERNEL)
+             + LORA_KERNEL + BASE_PRODUCT_DTYPE)

@@ -129,6 +129,7 @@ def validate(config) -> None:
             "use rollout.group_size >= 2, or an estimator without a group baseline (algorithm.name=no_baseline)"
         )
     _validate_value_model(config)
+    _validate_base_product_dtype(config, backend_class)
     if t.eval_temperature == 0 and t.eval_top_p != 1:
         raise ConfigError(f"train.eval_top_p={t.eval_top_p} does nothing when the eval decodes greedily "
                           "(train.eval_temperature=0); set train.eval_temperature > 0 to sample, or leave "
@@ -163,6 +164,36 @@ def _validate_value_model(config) -> None:
         if value > 0 and a.value_model == "none":
             raise ConfigError(f"{key}={value} needs a value model (algorithm.name=ppo, or algorithm.value_model "
                               "shared or separate)")
+
+
+def _validate_base_product_dtype(config, backend_class) -> None:
+    """`model.base_product_dtype` other than model: fused LoRA over float32 weights, one epoch per batch, and a
+    rollout backend that reports its log-probs (the trainer is then another policy than an fp32 sampler)."""
+    m, a, r = config.model, config.algorithm, config.rollout
+    key = f"model.base_product_dtype={m.base_product_dtype}"
+    if m.base_product_dtype == "model":
+        return
+    if not m.lora or not m.fused_lora:
+        raise ConfigError(f"{key} changes the base products of the fused LoRA projections: it needs model.lora=true "
+                          f"and model.fused_lora=true (they are {str(m.lora).lower()} and "
+                          f"{str(m.fused_lora).lower()})")
+    if m.dtype != "float32":
+        raise ConfigError(f"{key} needs model.dtype=float32: with model.dtype={m.dtype} the weights already "
+                          "multiply in their own dtype")
+    if a.ppo_epochs != 1:
+        raise ConfigError(
+            f"{key} needs algorithm.ppo_epochs=1 (it is {a.ppo_epochs}): the rounding of reduced-precision products "
+            "changes with every optimizer step, so from the second epoch on the importance ratio carries about "
+            "0.02-0.03 nats of rounding noise a token, a tenth of the clip range (docs/guides/your-own.md, Models); "
+            "in the first epoch the ratio is exactly 1")
+    if not backend_class.reports_sampler_logprobs:
+        from rlvr.rollout import ROLLOUT_BACKENDS
+
+        reporting = [name for name in ROLLOUT_BACKENDS.names()
+                     if ROLLOUT_BACKENDS.get(name).reports_sampler_logprobs]
+        raise ConfigError(f"{key} makes the trainer another policy than the sampler, and rollout.backend="
+                          f"{r.backend} does not report the log-probs it samples with, so the gap could not be "
+                          f"measured or corrected; use one that does: {', '.join(reporting)}")
 
 
 def _validate_names(config) -> None:

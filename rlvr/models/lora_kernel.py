@@ -24,17 +24,31 @@ from torch import nn
 
 from rlvr.models.kernels import install_forward
 
+# Where a layer (and the model, for `base_product_dtype`) holds its base-product dtype, and a layer its copy.
+BASE_DTYPE_ATTRIBUTE = "_rlvr_base_product_dtype"
+_BASE_COPY_ATTRIBUTE = "_rlvr_base_product_copy"
+
+
+def _base_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [M, in] W^T + b -> [M, out] in x's dtype; a W in another dtype (a reduced-precision copy) multiplies x
+    rounded to that dtype, and the bias is added after the product is cast back."""
+    if weight.dtype == x.dtype:
+        return F.linear(x, weight, bias)
+    out = F.linear(x.to(weight.dtype), weight).to(x.dtype)  # [M, out]
+    return out if bias is None else out.add_(bias)
+
 
 class LoraLinear(torch.autograd.Function):
     """x [M, in] -> x W^T + b + (x A^T)(s B)^T [M, out], with W [out, in] and b [out] frozen,
-    A [r, in], B [out, r] and s a float."""
+    A [r, in], B [out, r] and s a float. W may be a copy in a lower precision than x (the base
+    products then run at that precision, `set_base_product_dtype`); A, B and the output are in x's."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, lora_a: torch.Tensor,
                 lora_b: torch.Tensor, scaling: float) -> torch.Tensor:
         low = x @ lora_a.t()  # [M, r]
         scaled_b = lora_b * scaling  # [out, r]
-        out = F.linear(x, weight, bias)  # [M, out]
+        out = _base_product(x, weight, bias)  # [M, out]
         out.addmm_(low, scaled_b.t())
         ctx.save_for_backward(x, low, weight, lora_a, scaled_b)
         ctx.scaling = scaling
@@ -49,7 +63,7 @@ class LoraLinear(torch.autograd.Function):
         if need_x or need_a:
             grad_low = grad @ scaled_b  # [M, r]
             if need_x:
-                grad_x = grad @ weight  # [M, in]
+                grad_x = grad @ weight if weight.dtype == grad.dtype else (grad.to(weight.dtype) @ weight).to(grad.dtype)  # [M, in]
                 grad_x.addmm_(grad_low, lora_a)
             if need_a:
                 grad_a = grad_low.t() @ x  # [r, in]
@@ -87,12 +101,43 @@ def plain_adapter(layer: nn.Module, x: torch.Tensor) -> str | None:
     return name
 
 
+def base_product_weight(layer: nn.Module) -> torch.Tensor:
+    """The weight `layer`'s base product multiplies by: its frozen base weight, or (after
+    `set_base_product_dtype`) a copy of it in that dtype, made at the first use and again whenever the base
+    weight's tensor is another (a merge for sampling swaps it and swaps it back) or was written in place
+    (its version counter moved; writes through `.data` do not move it and are not seen)."""
+    weight = layer.base_layer.weight
+    dtype = layer.__dict__.get(BASE_DTYPE_ATTRIBUTE)
+    if dtype is None or dtype == weight.dtype:
+        return weight
+    key = (weight.data_ptr(), weight._version, weight.dtype)
+    held = layer.__dict__.get(_BASE_COPY_ATTRIBUTE)
+    if held is None or held[0] != key:
+        with torch.no_grad():
+            held = (key, weight.detach().to(dtype))
+        layer.__dict__[_BASE_COPY_ATTRIBUTE] = held
+    return held[1]
+
+
+def _reduced_reference(layer: nn.Module, x: torch.Tensor) -> bool:
+    """The adapter is disabled (the reference policy) on an otherwise plain layer whose base products run at
+    a reduced precision: the reference then multiplies at that precision too, so policy and reference differ
+    by the adapter alone."""
+    if not layer.disable_adapters or layer.merged or layer.__dict__.get(BASE_DTYPE_ATTRIBUTE) is None:
+        return False
+    base = layer.base_layer
+    return (type(base) is nn.Linear and not base.weight.requires_grad and x.dtype == base.weight.dtype
+            and not torch.is_autocast_enabled(x.device.type))
+
+
 def _fused_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     name = None if args or kwargs else plain_adapter(self, x)
     if name is None:
+        if not args and not kwargs and _reduced_reference(self, x):
+            return _base_product(x, base_product_weight(self), self.base_layer.bias)
         return type(self).forward(self, x, *args, **kwargs)
     base = self.base_layer
-    return lora_linear(x, base.weight, base.bias, self.lora_A[name].weight, self.lora_B[name].weight,
+    return lora_linear(x, base_product_weight(self), base.bias, self.lora_A[name].weight, self.lora_B[name].weight,
                        self.scaling[name])
 
 
@@ -125,6 +170,26 @@ def _same_as_peft(layer: nn.Module, fused_forward) -> bool:
         with torch.no_grad():
             lora_b.copy_(saved_b)
     return all(torch.allclose(ours, theirs, rtol=1e-4, atol=1e-5) for ours, theirs in zip(results[1], results[0]))
+
+
+def set_base_product_dtype(model: nn.Module, dtype: torch.dtype | None) -> int:
+    """Run the frozen base products of every fused LoRA projection in `model` at `dtype` (None: the
+    weight's own); returns how many projections. Each keeps a copy of its base weight in `dtype`; the
+    input is rounded to `dtype` for the product and the result cast back, so activations, adapters,
+    gradients and everything outside these products keep the model's dtype."""
+    count = 0
+    for module in model.modules():
+        if _is_lora_linear(module) and getattr(module.forward, "__func__", None) is _fused_forward:
+            module.__dict__[BASE_DTYPE_ATTRIBUTE] = dtype
+            module.__dict__.pop(_BASE_COPY_ATTRIBUTE, None)
+            count += 1
+    model.__dict__[BASE_DTYPE_ATTRIBUTE] = dtype
+    return count
+
+
+def base_product_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype `set_base_product_dtype` gave `model`'s base products, None when they run at the weights' own."""
+    return model.__dict__.get(BASE_DTYPE_ATTRIBUTE)
 
 
 def install_fused_lora(model: nn.Module) -> int:

@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from rlvr.models.conversion import resolve_model_path
 from rlvr.models.embedded import EMBEDDED_MODELS
 from rlvr.models.kernels import apply_memory_kernels
-from rlvr.models.lora_kernel import install_fused_lora
+from rlvr.models.lora_kernel import install_fused_lora, set_base_product_dtype
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -173,6 +173,7 @@ def load_policy(
     turn_off_dropout: bool = True,
     memory_kernels: bool = True,
     fused_lora: bool = True,
+    base_product_dtype: str = "model",
     initial_model: PreTrainedModel | None = None,
 ) -> LoadedModel:
     """Load the policy named by `spec` (see `resolve_model_path`) for RL training.
@@ -187,10 +188,15 @@ def load_policy(
         keeps one activation less for backward (`rlvr.models.kernels`); same numbers, less memory.
     fused_lora: each LoRA projection's base product, low-rank product and scaling as one autograd
         function (`rlvr.models.lora_kernel`); same numbers to fp32 rounding, fewer passes over the outputs.
+    base_product_dtype: "model", or a dtype name (bfloat16) the fused projections' frozen base products run
+        in (`set_base_product_dtype`); needs `lora` and `fused_lora`.
     initial_model: start from these weights (a plain model of `spec`'s architecture, e.g. a trained run's
         weights from `rlvr.models.runs.merged_model_from_run`) instead of `spec`'s; the tokenizer is `spec`'s.
     """
     torch_dtype = resolve_dtype(dtype)
+    if lora is None and base_product_dtype != "model":
+        raise ValueError(f"base_product_dtype={base_product_dtype!r} applies to the frozen base weights under a LoRA "
+                         "adapter; full fine-tuning (lora=None) trains every weight in its own dtype")
     path, gguf_file = resolve_model_path(spec)
     tokenizer = load_tokenizer(path, gguf_file=gguf_file)
     try:
@@ -226,7 +232,13 @@ def load_policy(
             model.enable_input_require_grads()  # so checkpointed blocks see an input that needs grad
         policy = _wrap_with_lora(model, lora)
         if fused_lora:
-            install_fused_lora(policy)
+            fused = install_fused_lora(policy)
+        if base_product_dtype != "model":
+            if not fused_lora or not fused:
+                raise ValueError(f"base_product_dtype={base_product_dtype!r} runs the fused LoRA projections' base "
+                                 "products in another dtype, and this policy has none (fused_lora=false, or its "
+                                 "projections are not plain LoRA over nn.Linear)")
+            set_base_product_dtype(policy, resolve_dtype(base_product_dtype))
 
     policy.train(gradient_checkpointing)
     verify_parameter_dtype(policy, torch_dtype, "policy")

@@ -13,7 +13,9 @@ trainer talks to every engine through these four steps and nothing else:
 - `OPTIONS` names the keys `rollout.backend_options` may hold (key -> help); `check_options`
   refuses any other key with the list of valid ones, so a typo fails at config load. A backend
   that can sync only a LoRA adapter says why in `requires_lora`; the config then refuses
-  `model.lora=false` at load with that reason.
+  `model.lora=false` at load with that reason. A backend whose `sampler_logprobs` are filled whenever
+  it samples another policy than the trainer's sets `reports_sampler_logprobs`; a config that makes
+  the trainer differ from the sampler (`model.base_product_dtype`) is refused with one that does not.
 - `sync()` is entered by the loop before every rollout (training rounds, evaluation, `rlvr
   check`); blocks may nest, and only the outermost one syncs. For the in-process backends (`decode_loop`, `hf_generate`,
   `InProcessBackend`) the engine is the training model itself, so there are no weights to push:
@@ -63,6 +65,11 @@ class RolloutBackend(abc.ABC):
     # Non-empty: this backend syncs LoRA adapters only, and this says why; model.lora=false is then
     # refused at config load with it.
     requires_lora: ClassVar[str] = ""
+    # True: `Generation.sampler_logprobs` is filled whenever the sampled policy is not exactly the trainer's
+    # (another engine, another dtype, or a trainer whose base products run at a reduced precision,
+    # `model.base_product_dtype`), so the update can measure and correct the gap; a config that makes the
+    # trainer another policy than the sampler is refused with a backend that does not.
+    reports_sampler_logprobs: ClassVar[bool] = False
 
     def __init__(self, policy, tokenizer, *, merge_lora: bool = True) -> None:
         self.policy = policy

@@ -16,7 +16,8 @@ strings; greedy gives the same tokens), with less work per step:
     left (`turn_cache.py`, option `continue_turns`);
   - option `dtype` (e.g. bfloat16) runs the steps on a copy of the weights in that dtype: faster,
     but another policy than the trainer's, so its log-probs are reported (`sampler_logprobs`) and
-    the update measures the gap and corrects for it, as for any other engine;
+    the update measures the gap and corrects for it, as for any other engine; so they are when the
+    trainer's base products run at a reduced precision (`model.base_product_dtype`);
   - the backend's calls inside one sync block share the copies the steps make of the weights
     (oneDNN-packed, or cast to `dtype`): made at the first call, reused by every later chunk,
     turn and round on the same weights (`weight_copies.py`), dropped when the block closes.
@@ -31,6 +32,7 @@ import torch
 
 from rlvr.models.hf_cache import cache_argument_name, cache_of, full_attention_only, output_cache
 from rlvr.models.kernels import weight_major_linears
+from rlvr.models.lora_kernel import base_product_dtype
 from rlvr.rollout.backend import ROLLOUT_BACKENDS, InProcessBackend
 from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids, length_mask
 from rlvr.rollout.decode_step import DecoderWeights, decode_step
@@ -321,11 +323,13 @@ def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask
     weights = DecoderWeights.of(model, capacity, weight_copies) if cache != "dynamic" else None
     model_dtype = next(model.parameters()).dtype
     step_dtype = STEP_DTYPES[dtype] or model_dtype
-    own_policy = step_dtype == model_dtype  # the sampler is the trainer
-    if weights is None and (cache == "preallocated" or not own_policy):
+    # The sampler is the trainer: same dtype, and the trainer's base products not at a reduced precision
+    # (`model.base_product_dtype`); otherwise the sampler reports the log-probs it drew each token with.
+    own_policy = step_dtype == model_dtype and base_product_dtype(model) is None
+    if weights is None and (cache == "preallocated" or step_dtype != model_dtype):
         raise ValueError(f"decode_loop: cache={cache!r} with dtype={dtype!r} needs the preallocated cache, which does "
                          f"not support this model ({DecoderWeights.unsupported_reason(model, capacity)})")
-    if not own_policy:
+    if step_dtype != model_dtype:
         weights = weights.cast(step_dtype)
     # [N, C] the sampler's log-prob of each sampled token, when the sampler is not the trainer
     sampled_logprobs = None if own_policy else torch.zeros(num_rows, max(max_new, 1), device=device)
@@ -396,6 +400,8 @@ def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask
 @ROLLOUT_BACKENDS.register("decode_loop")
 class DecodeLoopBackend(InProcessBackend):
     """`decode_loop` on the training model (the default `rollout.backend`)."""
+
+    reports_sampler_logprobs = True
 
     OPTIONS = {
         "cache": f"decoding cache: {', '.join(CACHES)} (auto: preallocated where the model supports it)",

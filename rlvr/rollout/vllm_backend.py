@@ -106,6 +106,8 @@ def repack_kept_cpu_weights(model) -> None:
 class VLLMBackend(TokenIdEngine):
     """A colocated vLLM engine; `sync` loads the policy's (merged) weights into it."""
 
+    reports_sampler_logprobs = True
+
     OPTIONS = {
         "dtype": f"the engine's dtype (default {DEFAULTS['dtype']}, the trainer's on CPU)",
         "enforce_eager": "no CUDA graphs / compilation (default true: startup in seconds)",

@@ -160,6 +160,8 @@ def _positive(key: str, value: Any, *, zero_ok: bool = False) -> None:
 class VLLMServerBackend(TokenIdEngine):
     """A `vllm serve` process reached over HTTP; `sync` loads the policy's current LoRA adapter into it."""
 
+    reports_sampler_logprobs = True
+
     OPTIONS = {
         "url": "the server's base address, e.g. http://127.0.0.1:8000 (required)",
         "model": "the base model's name as served (vllm serve's --served-model-name, else its model argument); "

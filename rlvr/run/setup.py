@@ -79,7 +79,7 @@ def load_run_model(config: Config, *, need_reference: bool) -> LoadedModel:
         config.model.name, dtype=config.model.dtype, device=config.model.device, lora=lora,
         gradient_checkpointing=config.model.gradient_checkpointing, need_reference=need_reference,
         memory_kernels=config.model.memory_kernels, fused_lora=config.model.fused_lora,
-        initial_model=initial,
+        base_product_dtype=config.model.base_product_dtype, initial_model=initial,
     )
 
 

@@ -55,6 +55,18 @@ def test_every_preset_resolves():
         (["algorithm.name=gmpo", "algorithm.entropy_top_fraction=0.2"],
          "algorithm.entropy_top_fraction=0.2 selects tokens, and algorithm.policy_loss='geo_mean' gives every token"),
         (["algorithm.entropy_top_fraction=0"], "algorithm.entropy_top_fraction must be a finite number in (0, 1]"),
+        (["model.base_product_dtype=float16"], "model.base_product_dtype: unknown choice 'float16' (did you mean 'bfloat16'?); valid choices: "
+                                               "model, bfloat16"),
+        (["model.base_product_dtype=bfloat16"], "model.base_product_dtype=bfloat16 needs algorithm.ppo_epochs=1 (it "
+                                                "is 2): the rounding of reduced-precision products changes"),
+        (["model.base_product_dtype=bfloat16", "algorithm.ppo_epochs=1", "model.fused_lora=false"],
+         "model.base_product_dtype=bfloat16 changes the base products of the fused LoRA projections: it needs "
+         "model.lora=true and model.fused_lora=true (they are true and false)"),
+        (["model.base_product_dtype=bfloat16", "algorithm.ppo_epochs=1", "model.dtype=bfloat16"],
+         "model.base_product_dtype=bfloat16 needs model.dtype=float32"),
+        (["model.base_product_dtype=bfloat16", "algorithm.ppo_epochs=1", "rollout.backend=hf_generate"],
+         "rollout.backend=hf_generate does not report the log-probs it samples with, so the gap could not be "
+         "measured or corrected; use one that does: decode_loop, vllm, vllm_server"),
         (["algorithm.clip_ratio_c=1.0"], "algorithm.clip_ratio_c must be a finite number in (1, 1000000]"),
         (["algorithm.tau_neg=0"], "algorithm.tau_neg must be a finite number in (0, 1000]"),
         (["algorithm.clip_cov_lb=5", "algorithm.clip_cov_ub=5"], "algorithm.clip_cov_lb=5.0 must be below"),
