@@ -1974,7 +1974,7 @@ BASE_PRODUCT_DTYPE = [
         "reduced_base_grad_in_fp32_weight_dtype", "rlvr/models/lora_kernel.py",
         "the input's gradient through a reduced base product skips the rounding of the gradient (a dtype mismatch "
         "that autocasts silently: here the weight copy is upcast instead)",
-        ("else (grad.to(weight.dtype) @ weight).to(grad.dtype)", "else grad @ weight.to(grad.dtype)"),
+        ("    return (grad.to(weight.dtype) @ weight).to(grad.dtype)", "    return grad @ weight.to(grad.dtype)"),
         tests=BASE_PRODUCT_TESTS,
     ),
     mutation(

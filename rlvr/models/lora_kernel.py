@@ -38,6 +38,14 @@ def _base_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return out if bias is None else out.add_(bias)
 
 
+def _base_input_grad(grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """grad [M, out] W [out, in] -> [M, in] in grad's dtype: `_base_product`'s input gradient, the gradient
+    rounded to W's dtype when W is a reduced-precision copy."""
+    if weight.dtype == grad.dtype:
+        return grad @ weight
+    return (grad.to(weight.dtype) @ weight).to(grad.dtype)
+
+
 class LoraLinear(torch.autograd.Function):
     """x [M, in] -> x W^T + b + (x A^T)(s B)^T [M, out], with W [out, in] and b [out] frozen,
     A [r, in], B [out, r] and s a float. W may be a copy in a lower precision than x (the base
@@ -63,7 +71,7 @@ class LoraLinear(torch.autograd.Function):
         if need_x or need_a:
             grad_low = grad @ scaled_b  # [M, r]
             if need_x:
-                grad_x = grad @ weight if weight.dtype == grad.dtype else (grad.to(weight.dtype) @ weight).to(grad.dtype)  # [M, in]
+                grad_x = _base_input_grad(grad, weight)  # [M, in]
                 grad_x.addmm_(grad_low, lora_a)
             if need_a:
                 grad_a = grad_low.t() @ x  # [r, in]
@@ -80,23 +88,27 @@ def lora_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return out.view(*x.shape[:-1], out.shape[-1])
 
 
+def _frozen_linear_base(layer: nn.Module, x: torch.Tensor) -> bool:
+    """`layer`'s base is a frozen `nn.Linear` (weight and bias) that input `x` is in the dtype of, outside autocast."""
+    base = layer.base_layer
+    if type(base) is not nn.Linear or base.weight.requires_grad or (base.bias is not None and base.bias.requires_grad):
+        return False
+    # autocast would cast the products inside the function, not its saved tensors
+    return x.dtype == base.weight.dtype and not torch.is_autocast_enabled(x.device.type)
+
+
 def plain_adapter(layer: nn.Module, x: torch.Tensor) -> str | None:
     """The name of `layer`'s one active adapter when the fused path computes what PEFT's forward would
     for input `x` (see the module docstring), else None."""
     if layer.disable_adapters or layer.merged or len(layer.active_adapters) != 1:
         return None
     name = layer.active_adapters[0]
-    base = layer.base_layer
-    if name not in layer.lora_A or name in layer.lora_variant or type(base) is not nn.Linear:
+    if name not in layer.lora_A or name in layer.lora_variant or not _frozen_linear_base(layer, x):
         return None
     if not isinstance(layer.lora_dropout[name], nn.Identity) or layer.lora_B[name].bias is not None:
         return None
-    if base.weight.requires_grad or (base.bias is not None and base.bias.requires_grad):
-        return None
-    if torch.is_autocast_enabled(x.device.type):
-        return None  # autocast would cast the products inside the function, not its saved tensors
     weight_a = layer.lora_A[name].weight
-    if x.dtype != weight_a.dtype or x.dtype != base.weight.dtype or x.device != weight_a.device:
+    if x.dtype != weight_a.dtype or x.device != weight_a.device:
         return None
     return name
 
@@ -125,9 +137,7 @@ def _reduced_reference(layer: nn.Module, x: torch.Tensor) -> bool:
     by the adapter alone."""
     if not layer.disable_adapters or layer.merged or layer.__dict__.get(BASE_DTYPE_ATTRIBUTE) is None:
         return False
-    base = layer.base_layer
-    return (type(base) is nn.Linear and not base.weight.requires_grad and x.dtype == base.weight.dtype
-            and not torch.is_autocast_enabled(x.device.type))
+    return _frozen_linear_base(layer, x)
 
 
 def _fused_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:

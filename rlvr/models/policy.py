@@ -231,10 +231,9 @@ def load_policy(
             _enable_gradient_checkpointing(model)
             model.enable_input_require_grads()  # so checkpointed blocks see an input that needs grad
         policy = _wrap_with_lora(model, lora)
-        if fused_lora:
-            fused = install_fused_lora(policy)
+        fused = install_fused_lora(policy) if fused_lora else 0
         if base_product_dtype != "model":
-            if not fused_lora or not fused:
+            if not fused:
                 raise ValueError(f"base_product_dtype={base_product_dtype!r} runs the fused LoRA projections' base "
                                  "products in another dtype, and this policy has none (fused_lora=false, or its "
                                  "projections are not plain LoRA over nn.Linear)")
