@@ -1944,13 +1944,13 @@ LORA_KERNEL = [
     mutation(
         "fused_lora_b_gradient_unscaled", "rlvr/models/lora_kernel.py",
         "the fused LoRA projection leaves the adapter's scaling out of B's gradient (alpha / r times too small)",
-        ("grad_b = (grad.t() @ low).mul_(ctx.scaling)", "grad_b = grad.t() @ low"),
+        ("grad_b = (grad.t() @ low).mul_(scaling)", "grad_b = grad.t() @ low"),
         tests=LORA_KERNEL_TESTS,
     ),
     mutation(
         "fused_lora_input_gradient_misses_the_adapter", "rlvr/models/lora_kernel.py",
         "the input's gradient through a fused LoRA projection is the base weight's alone (the adapter's path dropped)",
-        ("                grad_x.addmm_(grad_low, lora_a)\n", ""),
+        ("            grad_x.addmm_(grad_low, lora_a)\n", ""),
         tests=LORA_KERNEL_TESTS,
     ),
     mutation(
@@ -2006,7 +2006,65 @@ BASE_PRODUCT_DTYPE = [
     ),
 ]
 
+LORA_MLP_TESTS = ("tests/models/test_lora_mlp.py",)
+MEMORY_LAYOUT_TESTS = ("tests/models/test_memory_kernels.py", "tests/models/test_lora_mlp.py")
+
+LORA_MLP = [
+    mutation(
+        "fused_mlp_recomputes_h_without_up", "rlvr/models/lora_mlp.py",
+        "backward recomputes the down projection's input as silu(gate) alone, so A's gradient misses the up factor",
+        ("hidden = F.silu(gate) * up if need_a else None", "hidden = F.silu(gate) if need_a else None"),
+        tests=LORA_MLP_TESTS,
+    ),
+    mutation(
+        "fused_mlp_swaps_gate_and_up_in_backward", "rlvr/models/lora_mlp.py",
+        "the product's gradients are taken with gate and up exchanged",
+        ("silu_mul_grads(grad_hidden, gate, up, need_gate, need_up)",
+         "silu_mul_grads(grad_hidden, up, gate, need_gate, need_up)"),
+        tests=LORA_MLP_TESTS,
+    ),
+    mutation(
+        "fused_mlp_taken_with_the_adapter_disabled", "rlvr/models/lora_mlp.py",
+        "the fused MLP path ignores the down projection's state: the reference (adapter disabled) gets the adapter",
+        ("    name = plain_adapter(down, gate)\n    if name is None:",
+         "    name = plain_adapter(down, gate) or down.active_adapters[0]\n    if name is None:"),
+        tests=LORA_MLP_TESTS,
+    ),
+    mutation(
+        "additive_mask_inverted", "rlvr/models/kernels.py",
+        "the additive mask blocks the attended keys and opens the others",
+        ("return torch.where(mask, torch.zeros((), dtype=dtype, device=mask.device), blocked)",
+         "return torch.where(mask, blocked, torch.zeros((), dtype=dtype, device=mask.device))"),
+        tests=MEMORY_LAYOUT_TESTS,
+    ),
+    mutation(
+        "gqa_mask_left_boolean", "rlvr/models/kernels.py",
+        "the mask stays boolean, so every layer's attention makes (and autograd keeps) its own float copy",
+        ("    if mask is None or mask.dtype != torch.bool:\n        return mask",
+         "    if True:\n        return mask"),
+        tests=MEMORY_LAYOUT_TESTS,
+    ),
+    mutation(
+        "gradient_buffers_never_dropped", "rlvr/training/update.py",
+        "the zero gradients allocated up front stay on parameters no backward reached: the optimizer steps them",
+        ("            buffers.drop_unreached()  # grad None", "            pass  # grad None"),
+        tests=("tests/training/test_gradient_buffers.py",),
+    ),
+    mutation(
+        "gradient_buffers_drop_zero_gradients", "rlvr/training/gradient_buffers.py",
+        "parameters whose gradient is all zeros are taken for unreached, so AdamW skips a reached one (LoRA's A at B = 0)",
+        ("            if id(param) not in self._reached:", "            if not param.grad.any():"),
+        tests=("tests/training/test_gradient_buffers.py",),
+    ),
+    mutation(
+        "gradient_buffers_never_allocated", "rlvr/training/update.py",
+        "the buffers are not made up front: autograd makes each in the first backward, between the activations",
+        ("            buffers.allocate()  # before the first forward (see rlvr.training.gradient_buffers)\n", ""),
+        tests=("tests/training/test_gradient_buffers.py",),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
              + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE
-             + LORA_KERNEL + BASE_PRODUCT_DTYPE)
+             + LORA_KERNEL + BASE_PRODUCT_DTYPE + LORA_MLP)

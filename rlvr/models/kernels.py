@@ -4,7 +4,10 @@
   (grouped-query attention), scaled-dot-product attention runs with `enable_gqa=True` instead
   of copying every key and value head `num_key_value_groups` times first. The copies are what
   autograd would keep for backward: for SmolLM2 (9 query heads, 3 key/value heads) this cuts
-  the attention's saved keys and values by 3x. Everywhere else it is transformers' `sdpa`.
+  the attention's saved keys and values by 3x. Everywhere else it is transformers' `sdpa`. Its
+  mask is the additive one (0 attended, -inf not) that `scaled_dot_product_attention` turns a
+  boolean mask into, made once per forward: given the boolean mask, every layer makes that
+  float copy again and autograd keeps each (30 for SmolLM2, [rows, queries, keys] fp32 apiece).
 - A SwiGLU MLP (`down(silu(gate(x)) * up(x))`) whose product is one autograd function that
   keeps `gate(x)` and `up(x)` for backward and recomputes `silu` there, instead of also keeping
   `silu(gate(x))`: one [tokens, intermediate] activation less per layer.
@@ -62,14 +65,27 @@ def sdpa_gqa_attention_forward(module, query, key, value, attention_mask, dropou
     return output.transpose(1, 2).contiguous(), None
 
 
+def additive_sdpa_mask(*args, dtype: torch.dtype = torch.float32, **kwargs) -> torch.Tensor | None:
+    """transformers' `sdpa` mask [B, 1, q, k] (True: attended) as the additive mask in `dtype` (the model's)
+    that `scaled_dot_product_attention` would make of it in each call: 0 where True, -inf where False.
+    None (no mask needed) stays None."""
+    from transformers.masking_utils import sdpa_mask
+
+    mask = sdpa_mask(*args, **kwargs)
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    blocked = torch.full((), float("-inf"), dtype=dtype, device=mask.device)
+    return torch.where(mask, torch.zeros((), dtype=dtype, device=mask.device), blocked)  # [B, 1, q, k]
+
+
 def register_gqa_attention() -> str:
-    """Make `sdpa_gqa` a transformers attention implementation (masks built as for `sdpa`)."""
+    """Make `sdpa_gqa` a transformers attention implementation (its mask: `additive_sdpa_mask`)."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
     AttentionInterface.register(GQA_ATTENTION, sdpa_gqa_attention_forward)
-    if GQA_ATTENTION not in ALL_MASK_ATTENTION_FUNCTIONS:
-        AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)
+    if ALL_MASK_ATTENTION_FUNCTIONS.get(GQA_ATTENTION) is not additive_sdpa_mask:
+        AttentionMaskInterface.register(GQA_ATTENTION, additive_sdpa_mask)
     return GQA_ATTENTION
 
 
@@ -84,14 +100,21 @@ class SiluMul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         gate, up = ctx.saved_tensors
-        sigmoid = torch.sigmoid(gate)
-        grad_gate = grad_up = None
-        if ctx.needs_input_grad[1]:
-            grad_up = grad * (gate * sigmoid)
-        if ctx.needs_input_grad[0]:
-            # d silu(x) / dx = sigmoid(x) * (1 + x * (1 - sigmoid(x)))
-            grad_gate = grad * up * (sigmoid * (1 + gate * (1 - sigmoid)))
-        return grad_gate, grad_up
+        return silu_mul_grads(grad, gate, up, *ctx.needs_input_grad[:2])
+
+
+def silu_mul_grads(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, need_gate: bool = True,
+                   need_up: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The gradients of silu(gate) * up [..., I] for its output's gradient `grad` -> (gate's, up's), None where
+    not needed."""
+    sigmoid = torch.sigmoid(gate)
+    grad_gate = grad_up = None
+    if need_up:
+        grad_up = grad * (gate * sigmoid)
+    if need_gate:
+        # d silu(x) / dx = sigmoid(x) * (1 + x * (1 - sigmoid(x)))
+        grad_gate = grad * up * (sigmoid * (1 + gate * (1 - sigmoid)))
+    return grad_gate, grad_up
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -130,13 +153,15 @@ def _checked_without_consuming_randomness(same_as_before, module: nn.Module, bou
         return same_as_before(module, bound)
 
 
-def install_forward(model: nn.Module, applies, forward, same_as_before) -> int:
+def install_forward(model: nn.Module, applies, forward, same_as_before, replaces=None) -> int:
     """Give every module of `model` for which `applies(module)` holds (and that has no forward of its own
-    yet) `forward` as its own bound forward; returns how many. `same_as_before(module, bound)` checks the
-    first one against the module's own forward: when it fails, nothing is installed."""
+    yet, or with `replaces` one bound from that function) `forward` as its own bound forward; returns how many.
+    `same_as_before(module, bound)` checks the first one against the module's forward until then: when it
+    fails, nothing is installed."""
     count = 0
     for module in model.modules():
-        if not applies(module) or "forward" in vars(module):
+        own = vars(module).get("forward")  # None, or a forward of its own (a bound method)
+        if not applies(module) or (own is not None and getattr(own, "__func__", None) is not replaces):
             continue
         bound = types.MethodType(forward, module)
         if count == 0 and not _checked_without_consuming_randomness(same_as_before, module, bound):

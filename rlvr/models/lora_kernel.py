@@ -18,6 +18,9 @@ against PEFT's on a random input before keeping anything.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -46,6 +49,35 @@ def _base_input_grad(grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return (grad.to(weight.dtype) @ weight).to(grad.dtype)
 
 
+def lora_linear_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, lora_a: torch.Tensor,
+                        lora_b: torch.Tensor, scaling: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x [M, in] -> (x W^T + b + (x A^T)(s B)^T [M, out], the low-rank activation x A^T [M, r], s B [out, r])."""
+    low = x @ lora_a.t()  # [M, r]
+    scaled_b = lora_b * scaling  # [out, r]
+    out = _base_product(x, weight, bias)  # [M, out]
+    out.addmm_(low, scaled_b.t())
+    return out, low, scaled_b
+
+
+def lora_linear_grads(grad: torch.Tensor, x: torch.Tensor | None, low: torch.Tensor, weight: torch.Tensor,
+                      lora_a: torch.Tensor, scaled_b: torch.Tensor, scaling: float, need_x: bool, need_a: bool,
+                      need_b: bool) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """`lora_linear_forward`'s gradients for the output's gradient `grad` [M, out] -> (x's [M, in], A's [r, in],
+    B's [out, r]), None where not needed (x, the input, is only read for A's)."""
+    grad = grad.contiguous()  # [M, out]
+    grad_x = grad_a = grad_b = None
+    if need_x or need_a:
+        grad_low = grad @ scaled_b  # [M, r]
+        if need_x:
+            grad_x = _base_input_grad(grad, weight)  # [M, in]
+            grad_x.addmm_(grad_low, lora_a)
+        if need_a:
+            grad_a = grad_low.t() @ x  # [r, in]
+    if need_b:
+        grad_b = (grad.t() @ low).mul_(scaling)  # [out, r]
+    return grad_x, grad_a, grad_b
+
+
 class LoraLinear(torch.autograd.Function):
     """x [M, in] -> x W^T + b + (x A^T)(s B)^T [M, out], with W [out, in] and b [out] frozen,
     A [r, in], B [out, r] and s a float. W may be a copy in a lower precision than x (the base
@@ -54,10 +86,7 @@ class LoraLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, lora_a: torch.Tensor,
                 lora_b: torch.Tensor, scaling: float) -> torch.Tensor:
-        low = x @ lora_a.t()  # [M, r]
-        scaled_b = lora_b * scaling  # [out, r]
-        out = _base_product(x, weight, bias)  # [M, out]
-        out.addmm_(low, scaled_b.t())
+        out, low, scaled_b = lora_linear_forward(x, weight, bias, lora_a, lora_b, scaling)
         ctx.save_for_backward(x, low, weight, lora_a, scaled_b)
         ctx.scaling = scaling
         return out
@@ -66,17 +95,8 @@ class LoraLinear(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         x, low, weight, lora_a, scaled_b = ctx.saved_tensors
         need_x, _, _, need_a, need_b, _ = ctx.needs_input_grad
-        grad = grad.contiguous()  # [M, out]
-        grad_x = grad_a = grad_b = None
-        if need_x or need_a:
-            grad_low = grad @ scaled_b  # [M, r]
-            if need_x:
-                grad_x = _base_input_grad(grad, weight)  # [M, in]
-                grad_x.addmm_(grad_low, lora_a)
-            if need_a:
-                grad_a = grad_low.t() @ x  # [r, in]
-        if need_b:
-            grad_b = (grad.t() @ low).mul_(ctx.scaling)  # [out, r]
+        grad_x, grad_a, grad_b = lora_linear_grads(grad, x, low, weight, lora_a, scaled_b, ctx.scaling, need_x,
+                                                   need_a, need_b)
         return grad_x, None, None, grad_a, grad_b, None
 
 
@@ -166,19 +186,34 @@ def _same_as_peft(layer: nn.Module, fused_forward) -> bool:
     if name is None or plain_adapter(layer, x) is None:
         return True  # not in the plain state now: the fused path is not taken until it is
     lora_a, lora_b = layer.lora_A[name].weight, layer.lora_B[name].weight
+    with random_lora_b(layer, name):
+        return same_outputs_and_gradients(lambda inp: type(layer).forward(layer, inp), fused_forward, x,
+                                          [param for param in (lora_a, lora_b) if param.requires_grad])
+
+
+@contextlib.contextmanager
+def random_lora_b(layer: nn.Module, name: str) -> Iterator[None]:
+    """Inside: adapter `name`'s B of `layer` is random (PEFT initialises B to 0, and a zero B would hide a wrong B
+    path in a check); restored at exit."""
+    lora_b = layer.lora_B[name].weight
     saved_b = lora_b.detach().clone()
-    results = []
     try:
         with torch.no_grad():
-            lora_b.copy_(torch.randn_like(lora_b) * 0.1)  # PEFT initialises B to 0: a zero B would hide a wrong B path
-        for forward in (lambda inp: type(layer).forward(layer, inp), fused_forward):
-            inp = x.clone().requires_grad_(True)
-            wrt = [inp] + [param for param in (lora_a, lora_b) if param.requires_grad]
-            grads = torch.autograd.grad(forward(inp).square().sum(), wrt)
-            results.append((forward(x).detach(), *grads))
+            lora_b.copy_(torch.randn_like(lora_b) * 0.1)
+        yield
     finally:
         with torch.no_grad():
             lora_b.copy_(saved_b)
+
+
+def same_outputs_and_gradients(reference, candidate, x: torch.Tensor, params: list[torch.Tensor]) -> bool:
+    """`candidate(x)` and its gradients (of the output's squares' sum, for x and `params`) equal `reference`'s to
+    fp32 rounding."""
+    results = []
+    for forward in (reference, candidate):
+        inp = x.clone().requires_grad_(True)
+        grads = torch.autograd.grad(forward(inp).square().sum(), [inp] + list(params))
+        results.append((forward(x).detach(), *grads))
     return all(torch.allclose(ours, theirs, rtol=1e-4, atol=1e-5) for ours, theirs in zip(results[1], results[0]))
 
 

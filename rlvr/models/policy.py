@@ -22,6 +22,7 @@ from rlvr.models.conversion import resolve_model_path
 from rlvr.models.embedded import EMBEDDED_MODELS
 from rlvr.models.kernels import apply_memory_kernels
 from rlvr.models.lora_kernel import install_fused_lora, set_base_product_dtype
+from rlvr.models.lora_mlp import install_fused_lora_mlp
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -188,6 +189,8 @@ def load_policy(
         keeps one activation less for backward (`rlvr.models.kernels`); same numbers, less memory.
     fused_lora: each LoRA projection's base product, low-rank product and scaling as one autograd
         function (`rlvr.models.lora_kernel`); same numbers to fp32 rounding, fewer passes over the outputs.
+        With memory_kernels, a LoRA down projection also takes the SwiGLU product into its function and
+        recomputes it in backward instead of keeping it (`rlvr.models.lora_mlp`).
     base_product_dtype: "model", or a dtype name (bfloat16) the fused projections' frozen base products run
         in (`set_base_product_dtype`); needs `lora` and `fused_lora`.
     initial_model: start from these weights (a plain model of `spec`'s architecture, e.g. a trained run's
@@ -232,6 +235,8 @@ def load_policy(
             model.enable_input_require_grads()  # so checkpointed blocks see an input that needs grad
         policy = _wrap_with_lora(model, lora)
         fused = install_fused_lora(policy) if fused_lora else 0
+        if fused:
+            install_fused_lora_mlp(policy)  # where the MLPs have the fused SwiGLU forward (memory_kernels)
         if base_product_dtype != "model":
             if not fused:
                 raise ValueError(f"base_product_dtype={base_product_dtype!r} runs the fused LoRA projections' base "

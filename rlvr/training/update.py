@@ -68,6 +68,7 @@ from rlvr.parallel.distributed import SINGLE, reduce_metric_sums
 from rlvr.parallel.fsdp import clip_grad_norm
 from rlvr.observe.metrics import MetricSums
 from rlvr.core.microbatches import scatter_per_token
+from rlvr.training.gradient_buffers import GradientBuffers
 from rlvr.training.microbatching import forward_group_size, training_microbatches
 from rlvr.training.values import score_minibatch, value_batch_metrics
 
@@ -116,51 +117,58 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     policy.train(True)
     if value_model is not None:
         value_model.train(True)
-    for epoch in range(algo.ppo_epochs):
-        collected_old = []
-        epoch_loss = torch.zeros(())
-        for micro in training_microbatches(epoch_batch, config, device, group_size=forward_group_size(config)):
-            minibatch = micro.batch  # its rows, cut to their own columns
-            mask = minibatch.completion_mask  # [b, l-1]
-            scores = score_minibatch(policy, value_model, minibatch, config, with_logprobs=not value_warmup,
-                                     with_entropy=epoch == 0 or needs_entropy_every_epoch(algo),
-                                     detach_value_input=value_warmup)  # [b, L-1] each
-            loss = torch.zeros((), device=device)
-            if not value_warmup:
-                if epoch_batch.old_logprobs is None:
-                    minibatch_old = scores.logprobs.detach()  # first epoch: exactly the sampling policy
-                    collected_old.append((micro, minibatch_old))
-                else:
-                    minibatch_old = minibatch.old_logprobs
-                per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums,
-                                                     generator, rollout)  # [b, L-1]
-                first_epoch_ratio_dev = max(first_epoch_ratio_dev, ratio_dev)
-                if epoch == 0 and minibatch.sampler_logprobs is not None:
-                    sampler_gap_max = max(sampler_gap_max, _log_sampler_gap(minibatch_old, minibatch, sums))
-                loss = aggregate_loss(per_token, mask, algo.loss_aggregation, **counts)
-            if value_model is not None:
-                value_part, value_metrics = value_loss(scores.values, minibatch.old_values, minibatch.returns, mask,
-                                                       algo.value_clip or None, algo.loss_aggregation, **counts)
-                loss = loss + algo.vf_coef * value_part
-                sums.add_masked(VALUE_LOSS_PER_TOKEN, value_metrics["per_token_loss"], mask)
-                sums.add_masked(VALUE_CLIP_FRAC, value_metrics["clipped"], mask)
-            loss.backward()
-            epoch_loss = epoch_loss + loss.detach().cpu()
-        if epoch_batch.old_logprobs is None and collected_old:
-            old = scatter_per_token(collected_old, len(batch), batch.completion_mask.shape[1])  # [N, L-1]
-            epoch_batch = batch.replace(old_logprobs=old.to(batch.completion_mask.device))  # for later epochs
-        dist.sum_gradients(trainable_params)  # after this every rank holds the global gradient
-        grad_norm = clip_grad_norm(trainable_params, config.optim.max_grad_norm, dist)  # global norm, FSDP shards too
-        loss_value = dist.sum_scalar(float(epoch_loss)) if dist.enabled else float(epoch_loss)
-        sums.add(LOSS, loss_value)
-        if dist.all_true(math.isfinite(loss_value) and math.isfinite(float(grad_norm))):
-            optimizer.step()
-            scheduler.step()
-            optimizer_steps += 1
-            sums.add(GRAD_NORM, float(grad_norm))
-        else:
-            skipped += 1
-        optimizer.zero_grad(set_to_none=True)
+    buffers = GradientBuffers(trainable_params)
+    try:
+        for epoch in range(algo.ppo_epochs):
+            buffers.allocate()  # before the first forward (see rlvr.training.gradient_buffers)
+            collected_old = []
+            epoch_loss = torch.zeros(())
+            for micro in training_microbatches(epoch_batch, config, device, group_size=forward_group_size(config)):
+                minibatch = micro.batch  # its rows, cut to their own columns
+                mask = minibatch.completion_mask  # [b, l-1]
+                scores = score_minibatch(policy, value_model, minibatch, config, with_logprobs=not value_warmup,
+                                         with_entropy=epoch == 0 or needs_entropy_every_epoch(algo),
+                                         detach_value_input=value_warmup)  # [b, L-1] each
+                loss = torch.zeros((), device=device)
+                if not value_warmup:
+                    if epoch_batch.old_logprobs is None:
+                        minibatch_old = scores.logprobs.detach()  # first epoch: exactly the sampling policy
+                        collected_old.append((micro, minibatch_old))
+                    else:
+                        minibatch_old = minibatch.old_logprobs
+                    per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums,
+                                                         generator, rollout)  # [b, L-1]
+                    first_epoch_ratio_dev = max(first_epoch_ratio_dev, ratio_dev)
+                    if epoch == 0 and minibatch.sampler_logprobs is not None:
+                        sampler_gap_max = max(sampler_gap_max, _log_sampler_gap(minibatch_old, minibatch, sums))
+                    loss = aggregate_loss(per_token, mask, algo.loss_aggregation, **counts)
+                if value_model is not None:
+                    value_part, value_metrics = value_loss(scores.values, minibatch.old_values, minibatch.returns, mask,
+                                                           algo.value_clip or None, algo.loss_aggregation, **counts)
+                    loss = loss + algo.vf_coef * value_part
+                    sums.add_masked(VALUE_LOSS_PER_TOKEN, value_metrics["per_token_loss"], mask)
+                    sums.add_masked(VALUE_CLIP_FRAC, value_metrics["clipped"], mask)
+                loss.backward()
+                epoch_loss = epoch_loss + loss.detach().cpu()
+            if epoch_batch.old_logprobs is None and collected_old:
+                old = scatter_per_token(collected_old, len(batch), batch.completion_mask.shape[1])  # [N, L-1]
+                epoch_batch = batch.replace(old_logprobs=old.to(batch.completion_mask.device))  # for later epochs
+            buffers.drop_unreached()  # grad None where no backward reached, as the optimizer and ranks expect
+            dist.sum_gradients(trainable_params)  # after this every rank holds the global gradient
+            # the global norm, FSDP shards too
+            grad_norm = clip_grad_norm(trainable_params, config.optim.max_grad_norm, dist)
+            loss_value = dist.sum_scalar(float(epoch_loss)) if dist.enabled else float(epoch_loss)
+            sums.add(LOSS, loss_value)
+            if dist.all_true(math.isfinite(loss_value) and math.isfinite(float(grad_norm))):
+                optimizer.step()
+                scheduler.step()
+                optimizer_steps += 1
+                sums.add(GRAD_NORM, float(grad_norm))
+            else:
+                skipped += 1
+            optimizer.zero_grad(set_to_none=True)
+    finally:
+        buffers.close()
     policy.train(False)
     if value_model is not None:
         value_model.train(False)

@@ -142,6 +142,46 @@ def test_gqa_attention_keeps_key_value_heads_not_copies():
     torch.testing.assert_close(results["fused"][0], results["plain"][0], rtol=1e-10, atol=1e-10)
 
 
+def test_gqa_attention_keeps_one_mask_for_all_layers():
+    """Given transformers' boolean mask, scaled_dot_product_attention makes an additive float copy in every
+    layer and autograd keeps each; `sdpa_gqa` builds the additive mask once per forward."""
+    plain, fused, _ = _pair()
+    input_ids, attention_mask, _ = _batch()
+    rows, seq = input_ids.shape
+    kept = {}
+    for name, model in (("plain", plain), ("fused", fused)):
+        model.requires_grad_(True)
+        storages = set()
+
+        def pack(tensor):
+            if tuple(tensor.shape) == (rows, 1, seq, seq):  # [B, 1, queries, keys]: a mask
+                assert tensor.dtype == torch.float64  # additive, in the model's dtype
+                storages.add(tensor.untyped_storage().data_ptr())
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            kept[name] = (model(input_ids=input_ids, attention_mask=attention_mask).logits, len(storages))
+    layers = plain.config.num_hidden_layers
+    assert layers > 1 and kept["plain"][1] == layers  # a float copy per layer
+    assert kept["fused"][1] == 1
+    torch.testing.assert_close(kept["fused"][0], kept["plain"][0], rtol=0, atol=1e-12)
+
+
+def test_the_additive_mask_is_zero_where_attended_and_minus_infinity_elsewhere():
+    from transformers.masking_utils import sdpa_mask
+
+    from rlvr.models.kernels import additive_sdpa_mask
+
+    padding = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])  # left padding on the first row
+    kwargs = dict(batch_size=2, q_length=4, kv_length=4, attention_mask=padding.bool(), allow_is_causal_skip=False)
+    boolean = sdpa_mask(**kwargs)  # [2, 1, 4, 4]
+    additive = additive_sdpa_mask(**kwargs, dtype=torch.bfloat16)
+    assert additive.dtype == torch.bfloat16 and additive.shape == boolean.shape
+    assert torch.equal(additive == 0, boolean) and bool(torch.isneginf(additive[~boolean]).all())
+    assert not bool(boolean[0, 0, 1, 0]) and bool(boolean[1, 0, 1, 0])  # padding blocked, causal past attended
+    assert additive_sdpa_mask(batch_size=2, q_length=4, kv_length=4, attention_mask=None) is None  # causal skip
+
+
 def test_greedy_generation_is_unchanged():
     plain, fused, _ = _pair(seed=3)
     input_ids, attention_mask, _ = _batch()
