@@ -18,8 +18,7 @@ from rlvr.models.lora_mlp import SiluMulLoraLinear, install_fused_lora_mlp
 from rlvr.models.merge import merged_adapter
 from rlvr.testing import build_tiny_model, random_lora_b, save_tiny_model
 from tests.core.test_completion_logprobs import _batch
-
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+from tests.models.test_lora_kernel import TARGETS, _logprobs_and_grads
 
 
 def test_the_function_is_the_formula_and_its_gradients():
@@ -69,24 +68,21 @@ def _models(fused_mlp: bool = True, memory_kernels: bool = True):
     return models[0], *models[1]
 
 
-def _logprobs_and_grads(model, input_ids, attention_mask):
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]  # [B, L-1, V]
-    logprobs = torch.log_softmax(logits, -1).gather(-1, input_ids[:, 1:, None])[..., 0]  # [B, L-1]
-    params = [p for p in model.parameters() if p.requires_grad]
-    return logprobs.detach(), torch.autograd.grad((logprobs * attention_mask[:, 1:]).sum(), params)
+def _count_fused_calls(monkeypatch) -> list:
+    """From now on each `SiluMulLoraLinear.apply` call appends to the returned list."""
+    calls = []
+    original = SiluMulLoraLinear.apply
+    monkeypatch.setattr(SiluMulLoraLinear, "apply", lambda *args: calls.append(1) or original(*args))
+    return calls
 
 
-def test_a_model_with_it_has_peft_logprobs_and_gradients():
+def test_a_model_with_it_has_peft_logprobs_and_gradients(monkeypatch):
     peft_model, fused_model, installed = _models()
     assert installed == 2  # both layers' MLPs
     input_ids, attention_mask, _ = _batch()
-    calls = []
-    original = SiluMulLoraLinear.apply
-    SiluMulLoraLinear.apply = lambda *args: calls.append(1) or original(*args)
-    try:
-        fused = _logprobs_and_grads(fused_model, input_ids, attention_mask)
-    finally:
-        SiluMulLoraLinear.apply = original
+    calls = _count_fused_calls(monkeypatch)
+    fused = _logprobs_and_grads(fused_model, input_ids, attention_mask)
+    monkeypatch.undo()
     assert len(calls) == 2  # taken in each layer
     reference = _logprobs_and_grads(peft_model, input_ids, attention_mask)
     torch.testing.assert_close(fused[0], reference[0], rtol=1e-10, atol=1e-10)
@@ -119,22 +115,17 @@ def test_it_keeps_two_intermediate_activations_per_layer_instead_of_three():
     assert _intermediate_activations(fused, input_ids, attention_mask) == 2 * 2  # gate, up
 
 
-def test_merged_and_disabled_adapters_take_the_separate_functions():
+def test_merged_and_disabled_adapters_take_the_separate_functions(monkeypatch):
     peft_model, fused_model, _ = _models()
     input_ids, attention_mask, _ = _batch()
-    calls = []
-    original = SiluMulLoraLinear.apply
-    SiluMulLoraLinear.apply = lambda *args: calls.append(1) or original(*args)
-    try:
-        with torch.no_grad():
-            with merged_adapter(fused_model), merged_adapter(peft_model):
-                torch.testing.assert_close(fused_model(input_ids=input_ids, attention_mask=attention_mask).logits,
-                                           peft_model(input_ids=input_ids, attention_mask=attention_mask).logits)
-            with fused_model.disable_adapter(), peft_model.disable_adapter():
-                torch.testing.assert_close(fused_model(input_ids=input_ids, attention_mask=attention_mask).logits,
-                                           peft_model(input_ids=input_ids, attention_mask=attention_mask).logits)
-    finally:
-        SiluMulLoraLinear.apply = original
+    calls = _count_fused_calls(monkeypatch)
+    with torch.no_grad():
+        with merged_adapter(fused_model), merged_adapter(peft_model):
+            torch.testing.assert_close(fused_model(input_ids=input_ids, attention_mask=attention_mask).logits,
+                                       peft_model(input_ids=input_ids, attention_mask=attention_mask).logits)
+        with fused_model.disable_adapter(), peft_model.disable_adapter():
+            torch.testing.assert_close(fused_model(input_ids=input_ids, attention_mask=attention_mask).logits,
+                                       peft_model(input_ids=input_ids, attention_mask=attention_mask).logits)
     assert calls == []
 
 
