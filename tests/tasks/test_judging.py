@@ -99,8 +99,10 @@ def test_a_raising_score_is_an_error_verdict(task):
 
 @pytest.fixture
 def sigint_handler_restored():
-    """The tests below let `judge` wrap the SIGINT handler; it is put back afterwards."""
+    """The tests below let `judge` wrap the SIGINT handler; it is put back afterwards. They start from Python's
+    own handler: a process started in the background by a shell without job control inherits SIGINT ignored."""
     previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)
 
