@@ -153,6 +153,11 @@ def _checked_without_consuming_randomness(same_as_before, module: nn.Module, bou
         return same_as_before(module, bound)
 
 
+def own_forward(module: nn.Module):
+    """The function behind the forward `module` was given as its own (`install_forward`), else None."""
+    return getattr(vars(module).get("forward"), "__func__", None)
+
+
 def install_forward(model: nn.Module, applies, forward, same_as_before, replaces=None) -> int:
     """Give every module of `model` for which `applies(module)` holds (and that has no forward of its own
     yet, or with `replaces` one bound from that function) `forward` as its own bound forward; returns how many.
@@ -160,8 +165,7 @@ def install_forward(model: nn.Module, applies, forward, same_as_before, replaces
     fails, nothing is installed."""
     count = 0
     for module in model.modules():
-        own = vars(module).get("forward")  # None, or a forward of its own (a bound method)
-        if not applies(module) or (own is not None and getattr(own, "__func__", None) is not replaces):
+        if not applies(module) or ("forward" in vars(module) and own_forward(module) is not replaces):
             continue
         bound = types.MethodType(forward, module)
         if count == 0 and not _checked_without_consuming_randomness(same_as_before, module, bound):

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlvr.models.kernels import install_forward
+from rlvr.models.kernels import install_forward, own_forward
 
 # Where a layer (and the model, for `base_product_dtype`) holds its base-product dtype, and a layer its copy.
 BASE_DTYPE_ATTRIBUTE = "_rlvr_base_product_dtype"
@@ -224,7 +224,7 @@ def set_base_product_dtype(model: nn.Module, dtype: torch.dtype | None) -> int:
     gradients and everything outside these products keep the model's dtype."""
     count = 0
     for module in model.modules():
-        if _is_lora_linear(module) and getattr(module.forward, "__func__", None) is _fused_forward:
+        if _is_lora_linear(module) and own_forward(module) is _fused_forward:
             module.__dict__[BASE_DTYPE_ATTRIBUTE] = dtype
             module.__dict__.pop(_BASE_COPY_ATTRIBUTE, None)
             count += 1

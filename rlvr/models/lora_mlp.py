@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlvr.models.kernels import _swiglu_forward, install_forward, silu_mul, silu_mul_grads
+from rlvr.models.kernels import _swiglu_forward, install_forward, own_forward, silu_mul, silu_mul_grads
 from rlvr.models.lora_kernel import (
     _fused_forward,
     base_product_weight,
@@ -74,14 +74,9 @@ def _swiglu_lora_forward(self, x: torch.Tensor) -> torch.Tensor:
     return out.view(*gate.shape[:-1], out.shape[-1])
 
 
-def _own_forward(module: nn.Module):
-    """The function of the forward `module` was given as its own (`install_forward`), else None."""
-    return getattr(vars(module).get("forward"), "__func__", None)
-
-
 def _fused_swiglu_with_fused_lora_down(module: nn.Module) -> bool:
     down = getattr(module, "down_proj", None)
-    return _own_forward(module) is _swiglu_forward and down is not None and _own_forward(down) is _fused_forward
+    return own_forward(module) is _swiglu_forward and down is not None and own_forward(down) is _fused_forward
 
 
 def _same_as_separate(mlp: nn.Module, fused_forward) -> bool:
@@ -90,7 +85,7 @@ def _same_as_separate(mlp: nn.Module, fused_forward) -> bool:
     down = mlp.down_proj
     weight = down.base_layer.weight
     x = torch.randn(3, 5, weight.shape[0], dtype=weight.dtype, device=weight.device)
-    name = plain_adapter(down, torch.empty(0, dtype=weight.dtype, device=weight.device))
+    name = plain_adapter(down, x)
     if name is None:
         return True  # not in the plain state now: the fused path is not taken until it is
     with random_lora_b(down, name):
