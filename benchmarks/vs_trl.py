@@ -284,19 +284,13 @@ def run_trl(steps: int, out: Path, workload: str = "w1", gsm8k_path: str | None 
 
 # ------------------------------------------------------------------------------------ FLOP bound
 def matmul_gflops(size: int = 1024, repeats: int = 20) -> float:
+    """The day's fp32 matmul rate on THREADS threads (`rlvr.models.product_speed.matmul_gflops`)."""
     import torch
 
+    from rlvr.models.product_speed import matmul_gflops as measure
+
     torch.set_num_threads(THREADS)
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    for _ in range(3):
-        a @ b
-    best = float("inf")
-    for _ in range(5):
-        started = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        best = min(best, time.perf_counter() - started)
-    return 2 * size**3 * repeats / best / 1e9
+    return measure(torch.float32, size, repeats)
 
 
 def matmul_parameters() -> tuple[int, int]:

@@ -2064,7 +2064,55 @@ LORA_MLP = [
     ),
 ]
 
+SPEED_CHECK_TESTS = ("tests/run/test_speed_check.py",)
+SPEED_CHECK = [
+    mutation(
+        "slow_product_test_reversed", "rlvr/models/product_speed.py",
+        "the warning is given where the reduced dtype is fast and not where it is slow",
+        ("if rates[dtype] * SLOWDOWN_LIMIT < fp32_rate}", "if rates[dtype] > fp32_rate * SLOWDOWN_LIMIT}"),
+        tests=SPEED_CHECK_TESTS,
+    ),
+    mutation(
+        "quick_reading_on_all_threads", "rlvr/models/product_speed.py",
+        "the start-up reading runs on torch's thread count, where threads waiting on busy cores hide the gap",
+        ("    torch.set_num_threads(1)\n    try:", "    try:"),
+        tests=SPEED_CHECK_TESTS,
+    ),
+    mutation(
+        "quick_reading_keeps_one_thread", "rlvr/models/product_speed.py",
+        "the reading leaves torch on one thread: the whole run after it multiplies on one core",
+        ("    finally:\n        torch.set_num_threads(threads)", "    finally:\n        pass"),
+        tests=SPEED_CHECK_TESTS,
+    ),
+    mutation(
+        "speed_check_ignores_the_backend", "rlvr/run/speed_check.py",
+        "the rollout backend's own dtype option is not checked",
+        ("    keys.update(ROLLOUT_BACKENDS.get(config.rollout.backend).product_dtypes(config.rollout.backend_options))\n",
+         ""),
+        tests=SPEED_CHECK_TESTS,
+    ),
+    mutation(
+        "decode_loop_reports_no_product_dtype", "rlvr/rollout/decode_loop.py",
+        "decode_loop does not say that its dtype option multiplies in bf16",
+        ('return {} if dtype in ("model", "float32") else {"rollout.backend_options.dtype": dtype}', "return {}"),
+        tests=SPEED_CHECK_TESTS,
+    ),
+    mutation(
+        "speed_check_only_for_training", "rlvr/run/setup.py",
+        "the check runs only where the memory check does, so `rlvr eval` is not warned",
+        ("        check_memory(config, task, run)\n    check_product_speed(config)",
+         "        check_memory(config, task, run)\n        check_product_speed(config)"),
+        tests=SPEED_CHECK_TESTS,
+    ),
+    mutation(
+        "speed_check_on_a_gpu", "rlvr/run/speed_check.py",
+        "a GPU run is checked against the CPU's rates",
+        ('    if torch.device(config.model.device).type != "cpu":\n        return {}\n', ""),
+        tests=SPEED_CHECK_TESTS,
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
              + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE
-             + LORA_KERNEL + BASE_PRODUCT_DTYPE + LORA_MLP)
+             + LORA_KERNEL + BASE_PRODUCT_DTYPE + LORA_MLP + SPEED_CHECK)

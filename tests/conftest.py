@@ -1,5 +1,8 @@
 """Shared fixtures: a tiny random model saved as a local folder, and a toy task with contrast.
 
+Every test gets torch's thread count back as it found it: a run with `model.num_threads` sets it for
+the whole process, and the next tests would otherwise multiply on that many threads.
+
 A random tiny model never writes `<answer>` tags, so the training tests use `char_count`, a
 task whose reward (the share of letters a-m in the completion) varies within every group.
 """
@@ -10,6 +13,15 @@ import pytest
 
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Example, Verdict
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 class CharCountTask:

@@ -16,6 +16,8 @@ trainer talks to every engine through these four steps and nothing else:
   `model.lora=false` at load with that reason. A backend whose `sampler_logprobs` are filled whenever
   it samples another policy than the trainer's sets `reports_sampler_logprobs`; a config that makes
   the trainer differ from the sampler (`model.base_product_dtype`) is refused with one that does not.
+  `product_dtypes(options)` names the dtypes the backend multiplies in besides `model.dtype` (keyed by
+  the config key that asks for each), so a run can be warned where this CPU multiplies them slowly.
 - `sync()` is entered by the loop before every rollout (training rounds, evaluation, `rlvr
   check`); blocks may nest, and only the outermost one syncs. For the in-process backends (`decode_loop`, `hf_generate`,
   `InProcessBackend`) the engine is the training model itself, so there are no weights to push:
@@ -85,6 +87,12 @@ class RolloutBackend(abc.ABC):
             valid = ", ".join(sorted(cls.OPTIONS)) or "(none: this backend takes no options)"
             raise ValueError(f"unknown option {unknown[0]!r}{did_you_mean(unknown[0], cls.OPTIONS)} for rollout "
                              f"backend {cls.__name__}; valid options: {valid}")
+
+    @classmethod
+    def product_dtypes(cls, options: Mapping[str, Any]) -> dict[str, str]:
+        """The dtypes other than the policy's own that this backend multiplies in on the trainer's device,
+        keyed by the config key that asks for each (`rlvr.run.speed_check`); none by default."""
+        return {}
 
     @classmethod
     def build(cls, loaded, rollout) -> "RolloutBackend":

@@ -432,5 +432,10 @@ class DecodeLoopBackend(InProcessBackend):
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
             raise ValueError(f"compact_fraction={fraction!r} must be a number in [0, 1]")
 
+    @classmethod
+    def product_dtypes(cls, options) -> dict[str, str]:
+        dtype = options.get("dtype", "model")
+        return {} if dtype in ("model", "float32") else {"rollout.backend_options.dtype": dtype}
+
     sample_fn = staticmethod(decode_loop)
     ids_fn = staticmethod(decode_loop_from_ids)

@@ -3,7 +3,8 @@
 `prepare_task` makes every check that needs no model: the task with its options and data (built
 and seeded), the held-out examples an eval needs, and the model source (named, installed, in the
 cache: nothing is loaded or converted), and, for a training run or `rlvr eval`, that its estimated
-peak memory fits (`rlvr.run.memory_check`, on that command's sizes). `rlvr train`, `sft`, `expert-iter`, `check`, `sweep` and
+peak memory fits (`rlvr.run.memory_check`, on that command's sizes), with a warning where a bf16 or fp16
+setting would multiply slowly on this CPU (`rlvr.run.speed_check`). `rlvr train`, `sft`, `expert-iter`, `check`, `sweep` and
 `eval` call it before they create any folder, so a bad config, task, data file or model name fails
 with a message that names it, and leaves nothing behind (the checks that need no torch live in
 `rlvr.run.preflight`, which the command line runs before torch is imported). `load_run_model` then loads
@@ -23,6 +24,7 @@ from rlvr.models.value_model import ValueModel, build_value_model
 from rlvr.rollout import ROLLOUT_BACKENDS, RolloutBackend
 from rlvr.run.memory_check import check_memory
 from rlvr.run.preflight import check_init_from, check_model_source
+from rlvr.run.speed_check import check_product_speed
 from rlvr.tasks import Task, build_task
 from rlvr.utils import seed_everything
 
@@ -62,6 +64,7 @@ def prepare_task(config: Config, *, inference: bool = False, run: Optional[str] 
     run = run if run is not None else (None if inference else "rl")
     if run is not None:
         check_memory(config, task, run)
+    check_product_speed(config)
     return task
 
 

@@ -199,8 +199,13 @@ def test_the_whole_model_is_peft_s_forward_on_a_bf16_base_layer(monkeypatch):
         grads.append((logits.detach(), torch.autograd.grad(torch.log_softmax(logits, -1)[..., 7].sum(), params)))
     (ours, our_grads), (theirs, their_grads) = grads
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    # The gradients pass through a bf16 rounding in every layer on their way down: where the fp32 sums
+    # upstream differ in the last bit (autograd adds q, k and v's input gradients in its own order, and fp32
+    # products block by the thread count), one rounding can flip, which shows as up to bf16's resolution
+    # (2^-8 relative) in the lower layers. The exact per-layer formula is
+    # test_the_base_product_rounds_its_input_and_weight_and_nothing_else.
     for mine, other in zip(our_grads, their_grads):
-        torch.testing.assert_close(mine, other, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(mine, other, rtol=1e-4, atol=2e-3 * other.abs().max().item() + 1e-5)
     # Power: the same model in fp32 products differs from both by far more than the tolerance.
     set_base_product_dtype(fused, None)
     assert (fused(input_ids=ids).logits.detach() - theirs).abs().max() > 1e-3
