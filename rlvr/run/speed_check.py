@@ -16,10 +16,10 @@ from typing import Callable, Optional
 import torch
 
 from rlvr.config import Config
-from rlvr.models import product_speed
+from rlvr.models import DTYPES, product_speed
 from rlvr.rollout import ROLLOUT_BACKENDS
 
-REDUCED_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+REDUCED_DTYPES = ("bfloat16", "float16")  # names in rlvr.models.DTYPES
 
 
 def reduced_product_keys(config: Config) -> dict[str, str]:
@@ -39,7 +39,7 @@ def check_product_speed(config: Config, rate: Optional[Callable[[torch.dtype], f
     if not keys:
         return None
     rate = rate or product_speed.quick_gflops
-    rates = {name: rate(REDUCED_DTYPES[name]) for name in set(keys.values())}
+    rates = {name: rate(DTYPES[name]) for name in set(keys.values())}
     message = product_speed.slow_product_message(keys, rates, rate(torch.float32))
     if message:
         print(f"warning: {message}", file=sys.stderr)
