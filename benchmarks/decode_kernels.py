@@ -6,6 +6,11 @@
   compiled   the layered step's dense parts (norm, projections, rotary; output projection, MLP)
              through torch.compile (inductor): one graph per part shared by all layers (weights
              are its inputs), dynamic in the row count; attention and the cache stay eager
+  frozen     the same dense parts, one module per layer and part holding that layer's weights as
+             constants, compiled with inductor's freezing and max-autotune (its own C++ GEMMs on
+             prepacked weights, fused with the elementwise work, where they beat ATen's): one
+             graph per layer, part and row count; the weights are baked in, so a policy update
+             would have to compile again
 
 Each variant decodes R rows of one prompt from the same cache state; the variants step in lockstep
 (A B C C B A ...), so a change in the machine's load falls on each alike. Per row count: the median
@@ -13,6 +18,8 @@ ms per step over `--steps` steps after `--warmup`, and the largest |logit differ
 at the first step (the fp32 variants must compute the same numbers up to float rounding).
 
     OMP_NUM_THREADS=2 python benchmarks/decode_kernels.py --rows 1 4 16 64 --steps 60
+    OMP_NUM_THREADS=2 python benchmarks/decode_kernels.py --rows 16 --steps 30 --variants layered frozen
+        # about 15 minutes on 2 cores, nearly all of it compiling
 """
 
 from __future__ import annotations
@@ -91,6 +98,67 @@ def after_attention(x, attended, o_weight, norm_weight, gate_weight, up_weight, 
     return x + F.linear(F.silu(F.linear(h, gate_weight)) * F.linear(h, up_weight), down_weight)
 
 
+class FrozenPart(torch.nn.Module):
+    """One layer's `before_attention` or `after_attention` with that layer's weights held as parameters, so
+    inductor's freezing can treat them as constants (prepack them for its GEMMs)."""
+
+    def __init__(self, function, weights: dict, constants: dict):
+        super().__init__()
+        self.function, self.constants = function, constants
+        for name, tensor in weights.items():
+            self.register_parameter(name, torch.nn.Parameter(tensor.detach().clone(), requires_grad=False))
+        self.names = list(weights)
+
+    def forward(self, *inputs):
+        return self.function(*inputs, *(getattr(self, name) for name in self.names), **self.constants)
+
+
+FROZEN_INDUCTOR = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+
+
+def frozen_parts(weights, row_counts: int):
+    """Per layer, (before, after): `FrozenPart`s compiled with `FROZEN_INDUCTOR` (compiled at first call),
+    for up to `row_counts` row counts."""
+    import torch._dynamo.config
+    import torch._inductor.config
+
+    # Every part shares FrozenPart.forward's code: one compiled entry per part and row count, where dynamo
+    # would fall back to eager after 8 (recompile_limit) or 256 in all (accumulated_recompile_limit).
+    entries = 2 * len(weights.layers) * row_counts
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, entries)
+    torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, entries)
+    parts = []
+    for layer in weights.layers:
+        before = FrozenPart(before_attention,
+                            {"n": layer.input_norm.weight, "q": layer.q.weight, "k": layer.k.weight,
+                             "v": layer.v.weight},
+                            {"eps": layer.input_norm.eps, "heads": weights.num_heads, "kv_heads": weights.num_kv_heads,
+                             "dim": weights.head_dim})
+        after = FrozenPart(after_attention,
+                           {"o": layer.o.weight, "n": layer.post_attention_norm.weight, "g": layer.gate.weight,
+                            "u": layer.up.weight, "d": layer.down.weight}, {"eps": layer.post_attention_norm.eps})
+        parts.append((torch.compile(before.eval(), dynamic=False), torch.compile(after.eval(), dynamic=False)))
+    return parts
+
+
+def frozen_step(weights, parts, cache, token_ids, positions):
+    rows = token_ids.shape[0]
+    groups = weights.num_heads // weights.num_kv_heads
+    x = weights.embed(token_ids)
+    cos, sin = weights.rotary(x, positions[:, None])
+    mask = cache.attention_mask()
+    for index, (before, after) in enumerate(parts):
+        with torch._inductor.config.patch(FROZEN_INDUCTOR):  # compilation happens at a part's first call
+            q, k, v = before(x, cos, sin)
+        keys, values = cache.append(index, k, v)
+        query = q.reshape(rows, weights.num_kv_heads, groups, weights.head_dim).contiguous()
+        attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=weights.scaling)
+        with torch._inductor.config.patch(FROZEN_INDUCTOR):
+            x = after(x, attended.reshape(rows, weights.num_heads * weights.head_dim))
+    cache.advance()
+    return weights.head(weights.norm(x)).contiguous()
+
+
 def compiled_parts(weights):
     """One compiled graph per part, shared by every layer (weights are inputs), dynamic in the row count."""
     return (torch.compile(before_attention, dynamic=True), torch.compile(after_attention, dynamic=True))
@@ -129,7 +197,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--variants", nargs="+", default=["layered", "fused", "compiled"],
-                        choices=["layered", "fused", "compiled", "bf16"])
+                        choices=["layered", "fused", "compiled", "frozen", "bf16"])
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -153,6 +221,9 @@ def main() -> int:
             started = time.perf_counter()
             extra["compiled"] = compiled_parts(weights)
             compile_note = time.perf_counter() - started
+        if "frozen" in args.variants:
+            with torch.inference_mode(False):
+                extra["frozen"] = frozen_parts(weights, len(args.rows))
         for rows in args.rows:
             _, steps = start_decoding(model, encoded["input_ids"], encoded["attention_mask"], rows, weights, capacity)
             state = {name: (copy.deepcopy(steps.cache), steps.positions.clone())
@@ -165,6 +236,7 @@ def main() -> int:
             fns = {"layered": lambda cache, t, p: decode_step(weights, cache, t, p),
                    "fused": lambda cache, t, p: fused_step(weights, extra["fused"], cache, t, p),
                    "compiled": lambda cache, t, p: compiled_step(weights, extra["compiled"], cache, t, p),
+                   "frozen": lambda cache, t, p: frozen_step(weights, extra["frozen"], cache, t, p),
                    "bf16": lambda cache, t, p: decode_step(extra["bf16"][1], cache, t, p)}
             tokens = torch.full((rows,), 42, dtype=torch.long)
             times = {name: [] for name in args.variants}
@@ -180,8 +252,8 @@ def main() -> int:
                     state[name] = (cache, positions + 1)
                     if step == 0:
                         first_logits[name] = logits
-                        if name == "compiled":
-                            compile_seconds = elapsed
+                        if name in ("compiled", "frozen"):
+                            compile_seconds = max(compile_seconds, elapsed)
                     if step >= args.warmup:
                         times[name].append(elapsed)
             medians = {name: 1000 * statistics.median(values) for name, values in times.items()}

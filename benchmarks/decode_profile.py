@@ -4,7 +4,10 @@ Runs the embedded SmolLM2-135M-Instruct (LoRA merged, as in W1) with 16 rows of 
 sampling at temperature 1 with a stop string, and profiles the steps around a given position for
 each cache: the model's forward on transformers' DynamicCache (the path before the preallocated
 cache) and `decode_step` on the preallocated cache. Operator self-times are summed into
-categories; "Python and dispatch" is the wall time no operator accounts for.
+categories; "Python and dispatch" is the wall time no operator accounts for. Beside the table: the
+weight-streaming floor (weight bytes / copy bandwidth, as `decode_speed.py` measures it) and how many
+times it the matrix products alone take: the step cannot come within 2x the floor while its products
+alone take more.
 
     OMP_NUM_THREADS=2 python benchmarks/decode_profile.py --positions 100 1000
 """
@@ -18,10 +21,13 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+PRODUCTS = "weight matmuls (layers and LM head)"
 # Operator name -> category; anything unlisted is "elementwise and other operators".
 CATEGORIES = {
-    "aten::mm": "weight matmuls (layers and LM head)",
-    "aten::addmm": "weight matmuls (layers and LM head)",
+    "aten::mm": PRODUCTS,
+    "aten::addmm": PRODUCTS,
+    # products with oneDNN-packed weights (`decode_step` up to PACKED_LAYER_ROWS / PACKED_HEAD_ROWS rows)
+    "mkldnn::_linear_pointwise": PRODUCTS,
     "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
     "aten::bmm": "attention",
     "aten::_softmax": "attention",
@@ -105,6 +111,17 @@ def main() -> int:
     for name in names + ["wall"]:
         print(f"| {name} | " + " | ".join(f"{results[c].get(name, 0.0):.1f}" for c in columns) + " |")
     print("(sampling and stop strings: their operators and Python time; other rows: operator self-times)")
+    from decode_speed import copy_bandwidth
+
+    bandwidth = copy_bandwidth()
+    weight_bytes = sum(p.numel() * p.element_size() for n, p in loaded.policy.named_parameters() if "lora_" not in n)
+    floor_ms = 1000 * weight_bytes / bandwidth
+    print(f"weight-streaming floor {floor_ms:.1f} ms ({weight_bytes / 1e6:.0f} MB at {bandwidth / 1e9:.1f} GB/s copy "
+          f"bandwidth); 2x the floor: {2 * floor_ms:.1f} ms")
+    for column in columns:
+        products = results[column][PRODUCTS]
+        print(f"{column[0]}, position {column[1]}: matrix products alone {products:.1f} ms, "
+              f"{products / floor_ms:.1f}x the floor; the step {results[column]['wall'] / floor_ms:.1f}x")
     return 0
 
 

@@ -6,9 +6,12 @@ On a CPU without bf16 units (AVX2 only) the bf16 decoding step is 7x slower than
 have to be int8 there. Two readings, same process:
 
   speed  ms for one decoding step's linears (the layers' 7 products x layers, and the LM head) at each
-         --rows, fp32 `F.linear` against `torch.ops.quantized.linear_dynamic` on per-channel int8 weights
-  drift  the model's next-token distributions over a few fixed texts: KL(fp32 || int8) per token and
-         the share of positions whose argmax agrees, beside the same for a bf16 copy
+         --rows: fp32 `F.linear`; `torch.ops.quantized.linear_dynamic` on per-channel int8 weights
+         (the rows quantized to int8 too: "int8"); `aten::_weight_int8pack_mm` on the same int8 weights
+         with the rows kept in fp32 ("weight-only int8")
+  drift  the model's next-token distributions over a few fixed texts: KL(fp32 || copy) per token and
+         the share of positions whose argmax agrees, for the int8 copy, a weight-only int8 copy (its
+         weights rounded to the int8 grid, computed in fp32) and a bf16 copy
 
     python benchmarks/int8_sampler.py
     python benchmarks/int8_sampler.py --rows 16 --model path/to/model
@@ -52,6 +55,28 @@ def int8_weight(weight):
     return torch.ops.quantized.linear_prepack(quantized, None)
 
 
+def weight_only_int8(weight):
+    """Per-channel symmetric int8 copy of `weight` [out, in] and its scales [out] (fp32), as
+    `aten::_weight_int8pack_mm` takes them: weight ~= int8 * scales[:, None]."""
+    import torch
+
+    scales = (weight.abs().amax(dim=1) / 127).clamp_min(1e-8)  # [out]
+    return torch.round(weight / scales[:, None]).clamp(-127, 127).to(torch.int8), scales
+
+
+def weight_only_int8_copy(model):
+    """A copy of `model` whose every nn.Linear weight (the LM head's too, untied from the embedding) is
+    rounded to its int8 grid: what weight-only int8 products compute, up to summation order."""
+    import torch
+
+    other = copy.deepcopy(model)
+    for module in other.modules():
+        if isinstance(module, torch.nn.Linear):
+            quantized, scales = weight_only_int8(module.weight.detach())
+            module.weight = torch.nn.Parameter(quantized.float() * scales[:, None], requires_grad=False)
+    return other
+
+
 def linear_speed(model, rows: int, repeats: int) -> dict[str, float]:
     """ms of one step's linears at `rows` rows: every nn.Linear of the layers, then the LM head."""
     import torch
@@ -66,11 +91,15 @@ def linear_speed(model, rows: int, repeats: int) -> dict[str, float]:
         result[f"{part}_fp32_ms"] = milliseconds(lambda: [F.linear(x, w) for x, w in zip(inputs, weights)], repeats)
         result[f"{part}_int8_ms"] = milliseconds(
             lambda: [torch.ops.quantized.linear_dynamic(x, p, True) for x, p in zip(inputs, packed)], repeats)
+        weight_only = [weight_only_int8(w) for w in weights]
+        result[f"{part}_weight_only_int8_ms"] = milliseconds(
+            lambda: [torch.ops.aten._weight_int8pack_mm(x, q, s) for x, (q, s) in zip(inputs, weight_only)], repeats)
     return result
 
 
 def drift(model, tokenizer) -> dict[str, dict[str, float]]:
-    """KL(fp32 || copy) per real token (mean, max) and argmax agreement, for an int8 and a bf16 copy."""
+    """KL(fp32 || copy) per real token (mean, max) and argmax agreement, for an int8, a weight-only int8
+    and a bf16 copy."""
     import torch
 
     batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
@@ -80,7 +109,9 @@ def drift(model, tokenizer) -> dict[str, dict[str, float]]:
     result = {}
     with torch.no_grad():
         exact = model(**batch).logits.float().log_softmax(-1)  # [B, L, V]
-        for name, other in (("int8", int8), ("bf16", copy.deepcopy(model).bfloat16())):
+        copies = (("int8", int8), ("weight-only int8", weight_only_int8_copy(model)),
+                  ("bf16", copy.deepcopy(model).bfloat16()))
+        for name, other in copies:
             approx = other(**batch).logits.float().log_softmax(-1)  # [B, L, V]
             kl = (exact.exp() * (exact - approx)).sum(-1)[real]  # [tokens]
             agree = (exact.argmax(-1) == approx.argmax(-1))[real].float().mean()
@@ -109,11 +140,11 @@ def main(argv: list[str] | None = None) -> dict:
     loaded.tokenizer.padding_side = "left"
     speeds = {rows: linear_speed(model, rows, args.repeats) for rows in args.rows}
     drifts = drift(model, loaded.tokenizer)
-    print(f"{cpu_units()}, {args.threads} threads; one decoding step's linears, ms (fp32 / int8):")
-    print(f"{'rows':>5}{'layers':>20}{'LM head':>20}")
+    print(f"{cpu_units()}, {args.threads} threads; one decoding step's linears, ms (fp32 / int8 / weight-only int8):")
+    print(f"{'rows':>5}{'layers':>28}{'LM head':>28}")
     for rows, s in speeds.items():
-        print(f"{rows:>5}{s['layers_fp32_ms']:>11.1f} / {s['layers_int8_ms']:<6.1f}"
-              f"{s['head_fp32_ms']:>11.1f} / {s['head_int8_ms']:<6.1f}")
+        print(f"{rows:>5}" + "".join(f"{s[part + '_fp32_ms']:>11.1f} / {s[part + '_int8_ms']:<6.1f} / "
+                                     f"{s[part + '_weight_only_int8_ms']:<7.1f}" for part in ("layers", "head")))
     for name, d in drifts.items():
         print(f"{name} copy: KL(fp32 || {name}) {d['kl_mean']:.2e} nats a token (max {d['kl_max']:.2e}), "
               f"argmax agrees at {d['argmax_agree']:.1%} of positions")
