@@ -52,28 +52,24 @@ def fused_weights(weights):
     return fused
 
 
-def fused_step(weights, fused, cache, token_ids, positions):
-    rows = token_ids.shape[0]
-    groups = weights.num_heads // weights.num_kv_heads
-    x = weights.embed(token_ids)
-    cos, sin = weights.rotary(x, positions[:, None])
-    mask = cache.attention_mask()
-    for index, (layer, (qkv, gate_up, sizes, inter)) in enumerate(zip(weights.layers, fused)):
-        h = layer.input_norm(x)
-        q, k, v = qkv(h).split(sizes, dim=-1)
-        q = q.reshape(rows, weights.num_heads, weights.head_dim)
-        k = k.reshape(rows, weights.num_kv_heads, weights.head_dim)
-        v = v.reshape(rows, weights.num_kv_heads, weights.head_dim)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        keys, values = cache.append(index, k, v)
-        query = q.reshape(rows, weights.num_kv_heads, groups, weights.head_dim).contiguous()
-        attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=weights.scaling)
-        x += layer.o(attended.reshape(rows, weights.num_heads * weights.head_dim))
-        h = layer.post_attention_norm(x)
-        gate, up = gate_up(h).split([inter, inter], dim=-1)
-        x += layer.down(F.silu(gate) * up)
-    cache.advance()
-    return weights.head(weights.norm(x)).contiguous()
+def fused_layer_parts(weights, fused):
+    """Per layer, (before, after) for `parts_step` that multiply with the fused linears of `fused_weights`."""
+    def bound(layer, qkv, gate_up, sizes, inter):
+        def before(x, cos, sin):
+            rows = x.shape[0]
+            q, k, v = qkv(layer.input_norm(x)).split(sizes, dim=-1)
+            q = q.reshape(rows, weights.num_heads, weights.head_dim)
+            k = k.reshape(rows, weights.num_kv_heads, weights.head_dim)
+            v = v.reshape(rows, weights.num_kv_heads, weights.head_dim)
+            return rotate(q, cos, sin), rotate(k, cos, sin), v
+
+        def after(x, attended):
+            x += layer.o(attended)
+            gate, up = gate_up(layer.post_attention_norm(x)).split([inter, inter], dim=-1)
+            x += layer.down(F.silu(gate) * up)
+            return x
+        return before, after
+    return [bound(layer, *parts) for layer, parts in zip(weights.layers, fused)]
 
 
 def _norm(x, weight, eps: float):
@@ -137,24 +133,33 @@ def frozen_parts(weights, row_counts: int):
         after = FrozenPart(after_attention,
                            {"o": layer.o.weight, "n": layer.post_attention_norm.weight, "g": layer.gate.weight,
                             "u": layer.up.weight, "d": layer.down.weight}, {"eps": layer.post_attention_norm.eps})
-        parts.append((torch.compile(before.eval(), dynamic=False), torch.compile(after.eval(), dynamic=False)))
+        parts.append((with_frozen_config(torch.compile(before.eval(), dynamic=False)),
+                      with_frozen_config(torch.compile(after.eval(), dynamic=False))))
     return parts
 
 
-def frozen_step(weights, parts, cache, token_ids, positions):
+def with_frozen_config(compiled):
+    """`compiled` called under `FROZEN_INDUCTOR` (inductor compiles at a part's first call)."""
+    def call(*inputs):
+        with torch._inductor.config.patch(FROZEN_INDUCTOR):
+            return compiled(*inputs)
+    return call
+
+
+def parts_step(weights, layer_parts, cache, token_ids, positions):
+    """`decode_step` with each layer's dense parts given as callables, attention and the cache as there:
+    layer_parts[i] = (before(x, cos, sin) -> q [R, Hq, D], k, v [R, Hkv, D]; after(x, attended [R, H]) -> x)."""
     rows = token_ids.shape[0]
     groups = weights.num_heads // weights.num_kv_heads
     x = weights.embed(token_ids)
     cos, sin = weights.rotary(x, positions[:, None])
     mask = cache.attention_mask()
-    for index, (before, after) in enumerate(parts):
-        with torch._inductor.config.patch(FROZEN_INDUCTOR):  # compilation happens at a part's first call
-            q, k, v = before(x, cos, sin)
+    for index, (before, after) in enumerate(layer_parts):
+        q, k, v = before(x, cos, sin)
         keys, values = cache.append(index, k, v)
         query = q.reshape(rows, weights.num_kv_heads, groups, weights.head_dim).contiguous()
         attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=weights.scaling)
-        with torch._inductor.config.patch(FROZEN_INDUCTOR):
-            x = after(x, attended.reshape(rows, weights.num_heads * weights.head_dim))
+        x = after(x, attended.reshape(rows, weights.num_heads * weights.head_dim))
     cache.advance()
     return weights.head(weights.norm(x)).contiguous()
 
@@ -164,24 +169,18 @@ def compiled_parts(weights):
     return (torch.compile(before_attention, dynamic=True), torch.compile(after_attention, dynamic=True))
 
 
-def compiled_step(weights, parts, cache, token_ids, positions):
+def compiled_layer_parts(weights, parts):
+    """Per layer, the shared compiled (before, after) of `compiled_parts` bound to that layer's weights."""
     before, after = parts
-    rows = token_ids.shape[0]
-    groups = weights.num_heads // weights.num_kv_heads
-    x = weights.embed(token_ids)
-    cos, sin = weights.rotary(x, positions[:, None])
-    mask = cache.attention_mask()
-    for index, layer in enumerate(weights.layers):
-        q, k, v = before(x, cos, sin, layer.input_norm.weight, layer.q.weight, layer.k.weight, layer.v.weight,
-                         layer.input_norm.eps, weights.num_heads, weights.num_kv_heads, weights.head_dim)
-        keys, values = cache.append(index, k, v)
-        query = q.reshape(rows, weights.num_kv_heads, groups, weights.head_dim).contiguous()
-        attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=weights.scaling)
-        x = after(x, attended.reshape(rows, weights.num_heads * weights.head_dim), layer.o.weight,
-                  layer.post_attention_norm.weight, layer.gate.weight, layer.up.weight, layer.down.weight,
-                  layer.post_attention_norm.eps)
-    cache.advance()
-    return weights.head(weights.norm(x)).contiguous()
+
+    def bound(layer):
+        return (lambda x, cos, sin: before(x, cos, sin, layer.input_norm.weight, layer.q.weight, layer.k.weight,
+                                           layer.v.weight, layer.input_norm.eps, weights.num_heads,
+                                           weights.num_kv_heads, weights.head_dim),
+                lambda x, attended: after(x, attended, layer.o.weight, layer.post_attention_norm.weight,
+                                          layer.gate.weight, layer.up.weight, layer.down.weight,
+                                          layer.post_attention_norm.eps))
+    return [bound(layer) for layer in weights.layers]
 
 
 def softmax_kl(reference_logits: torch.Tensor, logits: torch.Tensor) -> float:
@@ -213,13 +212,13 @@ def main() -> int:
     print(f"{'rows':>5}" + "".join(f"{name:>12}" for name in args.variants) + "   max |logit diff| vs layered")
     with torch.inference_mode():
         weights = DecoderWeights.of(model, capacity)
-        extra = {"fused": fused_weights(weights) if "fused" in args.variants else None}
+        extra = {"fused": fused_layer_parts(weights, fused_weights(weights)) if "fused" in args.variants else None}
         if "bf16" in args.variants:
             model16 = copy.deepcopy(model).to(torch.bfloat16)
             extra["bf16"] = (model16, DecoderWeights.of(model16, capacity))
         if "compiled" in args.variants:
             started = time.perf_counter()
-            extra["compiled"] = compiled_parts(weights)
+            extra["compiled"] = compiled_layer_parts(weights, compiled_parts(weights))
             compile_note = time.perf_counter() - started
         if "frozen" in args.variants:
             with torch.inference_mode(False):
@@ -234,9 +233,9 @@ def main() -> int:
                                             weights16, capacity)
                 state["bf16"] = (steps16.cache, steps16.positions.clone())
             fns = {"layered": lambda cache, t, p: decode_step(weights, cache, t, p),
-                   "fused": lambda cache, t, p: fused_step(weights, extra["fused"], cache, t, p),
-                   "compiled": lambda cache, t, p: compiled_step(weights, extra["compiled"], cache, t, p),
-                   "frozen": lambda cache, t, p: frozen_step(weights, extra["frozen"], cache, t, p),
+                   "fused": lambda cache, t, p: parts_step(weights, extra["fused"], cache, t, p),
+                   "compiled": lambda cache, t, p: parts_step(weights, extra["compiled"], cache, t, p),
+                   "frozen": lambda cache, t, p: parts_step(weights, extra["frozen"], cache, t, p),
                    "bf16": lambda cache, t, p: decode_step(extra["bf16"][1], cache, t, p)}
             tokens = torch.full((rows,), 42, dtype=torch.long)
             times = {name: [] for name in args.variants}
