@@ -111,12 +111,12 @@ def main() -> int:
     for name in names + ["wall"]:
         print(f"| {name} | " + " | ".join(f"{results[c].get(name, 0.0):.1f}" for c in columns) + " |")
     print("(sampling and stop strings: their operators and Python time; other rows: operator self-times)")
-    from decode_speed import copy_bandwidth
+    from decode_speed import copy_bandwidth, weight_bytes
 
     bandwidth = copy_bandwidth()
-    weight_bytes = sum(p.numel() * p.element_size() for n, p in loaded.policy.named_parameters() if "lora_" not in n)
-    floor_ms = 1000 * weight_bytes / bandwidth
-    print(f"weight-streaming floor {floor_ms:.1f} ms ({weight_bytes / 1e6:.0f} MB at {bandwidth / 1e9:.1f} GB/s copy "
+    weights = weight_bytes(loaded.policy)
+    floor_ms = 1000 * weights / bandwidth
+    print(f"weight-streaming floor {floor_ms:.1f} ms ({weights / 1e6:.0f} MB at {bandwidth / 1e9:.1f} GB/s copy "
           f"bandwidth); 2x the floor: {2 * floor_ms:.1f} ms")
     for column in columns:
         products = results[column][PRODUCTS]

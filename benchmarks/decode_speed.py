@@ -53,6 +53,12 @@ def copy_bandwidth(mebibytes: int = 512, repeats: int = 5) -> float:
     return 2 * source.numel() * 4 / best
 
 
+def weight_bytes(model) -> int:
+    """Bytes of the weights a decoding step reads: every parameter once (a tied head counts once), LoRA
+    factors left out (sampling runs with the adapter merged)."""
+    return sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "lora_" not in n)
+
+
 def kv_bytes_per_position(model) -> int:
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -232,14 +238,14 @@ def main() -> int:
     model, tokenizer = loaded.policy, loaded.tokenizer
     base = model.get_base_model()
     bandwidth = copy_bandwidth()
-    weight_bytes = sum(p.numel() * p.element_size() for n, p in base.named_parameters() if "lora_" not in n)
-    floor_ms = 1000 * weight_bytes / bandwidth
+    weights = weight_bytes(base)
+    floor_ms = 1000 * weights / bandwidth
     results = {
-        "threads": args.threads, "bandwidth_bytes_per_s": bandwidth, "weight_bytes": weight_bytes,
+        "threads": args.threads, "bandwidth_bytes_per_s": bandwidth, "weight_bytes": weights,
         "weight_floor_ms": floor_ms, "kv_bytes_per_position": kv_bytes_per_position(base),
         "rows_at_positions": args.rows, "positions": {}, "rows": {}, "compaction_s": {},
     }
-    print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write); weights {weight_bytes / 1e6:.0f} MB; "
+    print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write); weights {weights / 1e6:.0f} MB; "
           f"weight-streaming floor {floor_ms:.1f} ms per step")
     floors = {"preallocated": floor_ms, "dynamic": floor_ms}
     step_dtype = None

@@ -45,13 +45,17 @@ def milliseconds(fn, repeats: int) -> float:
     return (time.perf_counter() - started) / repeats * 1e3
 
 
+def channel_scales(weight):
+    """Symmetric per-channel int8 scales of `weight` [out, in]: each row's largest |value| / 127. -> [out]"""
+    return (weight.abs().amax(dim=1) / 127).clamp_min(1e-8)
+
+
 def int8_weight(weight):
     """fbgemm's packed per-channel symmetric int8 copy of `weight` [out, in]."""
     import torch
 
-    scales = (weight.abs().amax(dim=1) / 127).clamp_min(1e-8).double()  # [out]
     zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
-    quantized = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
+    quantized = torch.quantize_per_channel(weight, channel_scales(weight).double(), zero_points, 0, torch.qint8)
     return torch.ops.quantized.linear_prepack(quantized, None)
 
 
@@ -60,7 +64,7 @@ def weight_only_int8(weight):
     `aten::_weight_int8pack_mm` takes them: weight ~= int8 * scales[:, None]."""
     import torch
 
-    scales = (weight.abs().amax(dim=1) / 127).clamp_min(1e-8)  # [out]
+    scales = channel_scales(weight)  # [out]
     return torch.round(weight / scales[:, None]).clamp(-127, 127).to(torch.int8), scales
 
 

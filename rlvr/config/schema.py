@@ -137,8 +137,9 @@ class ModelConfig:
     base_product_dtype: Literal["model", "bfloat16"] = option(
         "model", "the frozen base weights' products in each fused LoRA projection: model (in model.dtype) or "
         "bfloat16 (a bf16 copy of the frozen weights, inputs rounded to bf16: about half those products' time on "
-        "a CPU with bf16 units, far slower on one without, where the run is warned at start; the trainer's log-probs move by ~0.03-0.05 nats a token, so it needs "
-        "algorithm.ppo_epochs=1 and a backend that reports its own log-probs)")
+        "a CPU with bf16 units, far slower on one without, where the run is warned at start; the trainer's "
+        "log-probs move by ~0.03-0.05 nats a token, so it needs algorithm.ppo_epochs=1 and a backend that "
+        "reports its own log-probs)")
     num_threads: int = option(0, "torch intra-op threads; 0 keeps torch's default",
                               bounds=count(0, 4096, "0 keeps torch's default"))
     # SFT -> expert iteration -> RL: each stage starts where the last one ended. The reference policy (KL

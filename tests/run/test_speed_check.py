@@ -107,11 +107,10 @@ def test_an_eval_is_warned_too(capsys, monkeypatch):
 
 @pytest.fixture
 def three_threads():
-    """torch on 3 threads for the test (the suite may run on 1, where a reading on "all" threads is on one)."""
-    before = torch.get_num_threads()
+    """torch on 3 threads for the test (the suite may run on 1, where a reading on "all" threads is on one);
+    conftest's autouse fixture gives the count back afterwards."""
     torch.set_num_threads(3)
-    yield 3
-    torch.set_num_threads(before)
+    return 3
 
 
 def test_the_quick_reading_runs_on_one_thread_and_restores_the_count(monkeypatch, three_threads):
