@@ -26,6 +26,10 @@ an earlier `--json` file (runs whose folders are gone) to the table and the figu
 
 `--plot-presets grpo,dapo` draws only those presets (each with all its seeds) in the figure; the tables keep
 every run.
+
+A study file (configs/studies/) gets its own tables and figures from `rlvr study NAME`, whose means and
+seconds per iteration are this script's (rlvr/report/study_numbers.py); this script stays for comparing
+any run folders, Wilson intervals and `--also` included.
 """
 
 from __future__ import annotations
@@ -53,12 +57,13 @@ from rlvr.observe.metric_names import (
 )
 from rlvr.report import load_runs
 from rlvr.report.runs import summarize
+from rlvr.report.study_numbers import finite_mean as _mean  # the means `rlvr study` takes, None and NaN skipped
+from rlvr.report.study_numbers import median_iteration_seconds, moving_mean
 from rlvr.utils import atomic_write_text
 
 
-def _mean(values: list[float]) -> float:
-    values = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-    return statistics.fmean(values) if values else math.nan
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def summarize_run(run, component: str, window: int, reach: float) -> dict:
@@ -71,7 +76,6 @@ def summarize_run(run, component: str, window: int, reach: float) -> dict:
                 "iteration_s": m.get(TIME_ITERATION)} for m in run.metrics]
     best = first_best(evals, key="accuracy") if evals else None
     sampled = [m["sampled_groups"] for m in metrics if m["sampled_groups"] is not None]
-    iteration_s = [m["iteration_s"] for m in metrics if m["iteration_s"]]
     reached = next((e for e in evals if e["accuracy"] >= reach), None)
     summary = summarize(run)  # iterations and wall time as `rlvr report` counts them
     return {
@@ -87,7 +91,7 @@ def summarize_run(run, component: str, window: int, reach: float) -> dict:
         "sampled_groups_total": sum(sampled) if sampled else None,
         "iterations": summary.iterations,
         "wall_s": math.nan if summary.wall_s is None else summary.wall_s,
-        "median_iteration_s": statistics.median(iteration_s or [math.nan]),
+        "median_iteration_s": _or_nan(median_iteration_seconds(run)),
         "evals": evals, "metrics": metrics,
     }
 
@@ -200,11 +204,6 @@ def preset_table(pooled: list[dict], reference: str, cap: float | None = None) -
                      f"{p['best_mean']:.3f} | {p['median_iteration_s']:.1f} | {p['against_reference']} |"
                      + ("" if cap is None else f" {p['cap_mean']:.3f} |"))
     return "\n".join(lines)
-
-
-def moving_mean(values: list, width: int) -> list[float]:
-    """Trailing mean over the last `width` values (fewer at the start); None and NaN skipped."""
-    return [_mean(values[max(0, i + 1 - width):i + 1]) for i in range(len(values))]
 
 
 def plot(rows: list[dict], component: str, out: Path, smooth: int) -> None:

@@ -143,7 +143,7 @@ def run_check(config) -> list[CheckRow]:
     value_model = set_up_value_model(config, loaded) if algo.value_model != "none" else None
     params = trainable_parameters(loaded.policy) + ([] if value_model is None else value_model.parameters())
     optimizer = make_optimizer(params, config.optim)
-    scheduler = make_scheduler(optimizer, config.optim, config.train.iterations * algo.ppo_epochs)
+    scheduler = make_scheduler(optimizer, config.optim, config.train.iterations * config.steps_per_iteration)
     backend = rollout_backend(config, loaded)
     _stage(f"loaded {config.model.name}; sampling one rollout batch", check_started)
     policy, tokenizer = loaded.policy, loaded.tokenizer
@@ -233,14 +233,14 @@ def run_check(config) -> list[CheckRow]:
         rows.append(row("KL to reference at step 0", "n/a", "-", None, "full fine-tuning without a reference"))
 
     # 7. One update: finite loss, finite non-zero gradient.
-    _stage(f"running one update ({algo.ppo_epochs} optimizer steps)", check_started)
+    _stage(f"running one update ({config.steps_per_iteration} optimizer steps)", check_started)
     started = time.perf_counter()
     update = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), config, params,
                            value_model=value_model)
     seconds = time.perf_counter() - started
     loss = update.metrics.get(LOSS, math.nan)
     rows.append(row("loss finite", loss, "finite", math.isfinite(loss),
-                    f"{update.skipped_nonfinite_updates} of {algo.ppo_epochs} steps skipped"))
+                    f"{update.skipped_nonfinite_updates} of {config.steps_per_iteration} steps skipped"))
     grad_norm = update.metrics.get(GRAD_NORM, math.nan)
     rows.append(row("gradient norm", grad_norm, "finite, > 0", math.isfinite(grad_norm) and grad_norm > 0,
                     f"before clipping at {config.optim.max_grad_norm}"))
@@ -255,5 +255,5 @@ def run_check(config) -> list[CheckRow]:
     else:
         rows.append(row("truncated completions", truncated, f"<= {limit:g} (warn)", truncated <= limit,
                         f"max_new_tokens {rollout.max_new_tokens}", warn_only=True))
-    rows.append(row("update time (s)", f"{seconds:.1f}", "-", None, f"{algo.ppo_epochs} optimizer steps"))
+    rows.append(row("update time (s)", f"{seconds:.1f}", "-", None, f"{config.steps_per_iteration} optimizer steps"))
     return rows

@@ -132,6 +132,8 @@ def cmd_expert_iter(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from rlvr.run.preflight import load_checked_config
 
+    if args.record and not args.mechanism:
+        raise ConfigError("--record DIR writes the records of the mechanism experiment: use it with --mechanism")
     config_path, overrides = _split_config_and_overrides(args.items)
     config = load_checked_config(config_path, overrides, inference=args.reward)  # --reward loads no model
     from rlvr.check import failed, format_table, run_check
@@ -139,6 +141,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     if args.reward:
         return _reward_audit(args, config, format_table)
+    if args.record:
+        from rlvr.check_mechanism_record import ACCEPT, run_mechanism_experiment
+
+        return 0 if run_mechanism_experiment(config, args.record) == ACCEPT else 1
     if args.mechanism:
         candidates, rows = run_mechanism_check(config)
         print(format_table(candidates, ("response", "reward", "components", "status", "advantage and change")))
@@ -230,6 +236,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_study(args: argparse.Namespace) -> int:
+    from rlvr.observe.console import format_sweep_summary
+    from rlvr.report.study_tables import summary_markdown
+    from rlvr.study import run_study
+
+    result = run_study(args.study, args.output, summary_only=args.summary_only)
+    if result.sweep is not None:
+        print(format_sweep_summary(result.sweep), end="\n\n")
+    print(summary_markdown(result.summary))
+    print("\n".join(f"wrote {path}" for path in result.written), flush=True)
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from rlvr.models.export import export_run
 
@@ -249,6 +268,7 @@ EVAL_FLAG_KEYS = {
     "task": "task.name", "model": "model.name", "prompt": "task.options.prompt", "limit": "train.eval_size",
     "max_new_tokens": "train.eval_max_new_tokens", "temperature": "train.eval_temperature",
     "top_p": "train.eval_top_p", "batch_size": "train.eval_batch_size", "dtype": "model.dtype", "seed": "train.seed",
+    "samples": "train.eval_samples",
 }
 CHAT_TEMPLATE_VALUES = {"auto": "null", "on": "true", "off": "false"}  # --chat-template -> task.use_chat_template
 
@@ -354,6 +374,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
     check.add_argument("--mechanism", action="store_true",
                        help="fixed candidates, no sampling: does the update raise good and lower bad responses?")
+    check.add_argument("--record", metavar="DIR", default=None,
+                       help="--mechanism: run two conditions, minimal_pair (correct and wrong per prompt) and "
+                            "expanded_group (all four), write DIR/<condition>.json with the decision; exit 1 unless "
+                            "both are accepted")
     check.add_argument("--reward", action="store_true",
                        help="reward audit, no model: score degenerate completions (empty, echoed prompt, empty tags, "
                             "guesses, tag spam, hostile payloads) with the task's verifier; exit 1 when one earns reward")
@@ -391,6 +415,18 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--json", action="store_true", help="print the end table as one JSON object on stdout (the "
                                                            "progress lines stay on stderr)")
     sweep.set_defaults(func=cmd_sweep)
+    study = sub.add_parser(
+        "study", help="run a study (a sweep file with a study: section), then write its summary tables and figures",
+        description="rlvr study NAME_OR_FILE [--summary-only] [--output DIR]   e.g. rlvr study NAME runs "
+                    "configs/studies/NAME.yaml as rlvr sweep does (finished runs skipped, unfinished ones resumed), "
+                    "then writes DIR/summary.md, DIR/summary.json and the study's figures.",
+    )
+    study.add_argument("study", metavar="NAME_OR_FILE", help="a study name (configs/studies/NAME.yaml) or a study file")
+    study.add_argument("--summary-only", action="store_true",
+                       help="train nothing: summarise the runs that exist (the missing ones are named)")
+    study.add_argument("--output", default=None, metavar="DIR",
+                       help="the study's run folder (default: its study.output, e.g. runs/studies/NAME)")
+    study.set_defaults(func=cmd_study)
     config = sub.add_parser("config", help="show the resolved config", description=CONFIG_SHOW_HINT)
     config_sub = config.add_subparsers(dest="config_command", required=True)
     show = config_sub.add_parser(
@@ -431,6 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "above 0 samples")
     ev.add_argument("--top-p", type=float, metavar="P",
                     help="[train.eval_top_p] nucleus threshold when sampling (default 1)")
+    ev.add_argument("--samples", type=int, metavar="N",
+                    help="[train.eval_samples] completions per prompt (default 1); N > 1 needs --temperature > 0 and "
+                         "adds pass@k, mean@N (then the accuracy) and maj@N, at N times the decoding")
     ev.add_argument("--batch-size", type=int, metavar="N",
                     help="[train.eval_batch_size] prompts generated together (default 32)")
     ev.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",

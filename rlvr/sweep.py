@@ -22,6 +22,12 @@ from rlvr.observe.console import SweepSummary
 from rlvr.utils import atomic_write_text
 
 DONE_FILE = "sweep_done.json"  # written when a run of the sweep returns; holds its iteration budget
+# A sweep file's top-level keys. `study` (a study file's summary: what `rlvr study` tabulates and draws, see
+# rlvr/study.py) is accepted and ignored here, so `rlvr sweep` runs a study file as it is.
+SWEEP_FILE_KEYS = ("base", "overrides", "grid", "variants", "study")
+# `variants`: named sets of overrides, one more dimension of the grid (before the others), for
+# one-at-a-time ablations that no cartesian grid of keys expresses. Its points are named variant=NAME.
+VARIANT_KEY = "variant"
 
 
 @dataclass
@@ -30,6 +36,7 @@ class SweepPlan:
     overrides: list[str] = field(default_factory=list)  # applied to every run
     grid: list[tuple[tuple[str, ...], list[str]]] = field(default_factory=list)  # (keys, values)
     name: str = "sweep"
+    variants: dict[str, list[str]] = field(default_factory=dict)  # variant name -> its overrides
 
 
 def _split_values(text: str) -> list[str]:
@@ -70,21 +77,25 @@ def parse_grid_item(item: str) -> tuple[tuple[str, ...], list[str]]:
 
 
 def load_plan(config_path: str | None, overrides: list[str], grid_items: list[str]) -> SweepPlan:
-    """A plain config file, or a sweep file (`base`, `overrides`, `grid`), plus command-line items."""
+    """A plain config file, or a sweep file (`base`, `overrides`, `grid`, `variants`), plus command-line items."""
     plan = SweepPlan(base=Path(config_path) if config_path else None,
                      name=Path(config_path).stem if config_path else "sweep")
     if config_path is not None and Path(config_path).is_file():
         data = yaml.safe_load(Path(config_path).read_text()) or {}
         if isinstance(data, dict) and "grid" in data:
-            unknown = sorted(set(data) - {"base", "overrides", "grid"})
+            unknown = sorted(set(data) - set(SWEEP_FILE_KEYS))
             if unknown:
-                raise ConfigError(f"sweep file {config_path}: unknown key {unknown[0]!r}; valid keys: base, overrides, grid")
+                raise ConfigError(f"sweep file {config_path}: unknown key {unknown[0]!r}; valid keys: "
+                                  f"{', '.join(SWEEP_FILE_KEYS)}")
             base = data.get("base")
             plan.base = (Path(config_path).parent / base) if base else None
             given = data.get("overrides") or {}
             if not isinstance(given, dict) or not isinstance(data["grid"], dict):
                 raise ConfigError(f"sweep file {config_path}: overrides and grid must be mappings of key: value(s)")
             plan.overrides = [f"{k}={_value_text(v)}" for k, v in given.items()]
+            plan.variants = _variants(data.get("variants"), config_path)
+            if plan.variants:
+                plan.grid.append(((VARIANT_KEY,), list(plan.variants)))
             for key, values in data["grid"].items():
                 values = values if isinstance(values, list) else [values]
                 plan.grid.append(parse_grid_item(f"{key}={','.join(_value_text(v) for v in values)}"))
@@ -98,7 +109,20 @@ def load_plan(config_path: str | None, overrides: list[str], grid_items: list[st
     return plan
 
 
-def _short_names(plan: SweepPlan) -> dict[str, str]:
+def _variants(given, config_path: str) -> dict[str, list[str]]:
+    """`variants:` of a sweep file -> {name: overrides}; each variant a mapping of key: value."""
+    if given is None:
+        return {}
+    if not isinstance(given, dict) or not given or not all(isinstance(v, dict) and v for v in given.values()):
+        raise ConfigError(f"sweep file {config_path}: variants must map each name to a mapping of key: value "
+                          f"(e.g. variants: {{kl_up: {{algorithm.kl_coef: 0.16}}}})")
+    bad = [name for name in given if not re.fullmatch(r"[A-Za-z0-9._+-]+", str(name))]
+    if bad:
+        raise ConfigError(f"sweep file {config_path}: variant name {bad[0]!r} may hold only letters, digits and ._+-")
+    return {str(name): [f"{k}={_value_text(v)}" for k, v in overrides.items()] for name, overrides in given.items()}
+
+
+def short_names(plan: SweepPlan) -> dict[str, str]:
     """The last part of each grid key, or the whole key where two last parts collide."""
     keys = [k for keys, _ in plan.grid for k in keys]
     last = [k.split(".")[-1] for k in keys]
@@ -107,13 +131,13 @@ def _short_names(plan: SweepPlan) -> dict[str, str]:
 
 def grid_points(plan: SweepPlan) -> list[tuple[str, list[str]]]:
     """(run name, overrides) for every point of the cartesian grid, in grid order."""
-    short = _short_names(plan)
+    short = short_names(plan)
     points = []
     for combination in itertools.product(*[values for _, values in plan.grid]):
         parts, overrides = [], []
         for (keys, _), value in zip(plan.grid, combination):
             parts.append(f"{'+'.join(short[k] for k in keys)}={value}")
-            overrides += [f"{k}={value}" for k in keys]
+            overrides += plan.variants[value] if keys == (VARIANT_KEY,) else [f"{k}={value}" for k in keys]
         name = re.sub(r"[^A-Za-z0-9._=+-]", "_", "__".join(parts))
         points.append((name, overrides))
     return points

@@ -2112,7 +2112,142 @@ SPEED_CHECK = [
     ),
 ]
 
+MECHANISM_RECORD_TESTS = ("tests/cli/test_check_mechanism_record.py",)
+MECHANISM_RECORD = [
+    mutation(
+        "mechanism_separation_reversed", "rlvr/check_mechanism.py",
+        "policy separation taken as the A<0 responses' change minus the A>0 ones': a working update reads as broken",
+        ("return float(self.logprob_change[self.positive].mean() - self.logprob_change[self.negative].mean())",
+         "return float(self.logprob_change[self.negative].mean() - self.logprob_change[self.positive].mean())"),
+        tests=MECHANISM_RECORD_TESTS + ("tests/cli/test_check.py",),
+    ),
+    mutation(
+        "mechanism_zero_separation_accepted", "rlvr/check_mechanism.py",
+        "the decision accepts a separation of exactly 0: an update that moved nothing passes",
+        ('"policy_separation": math.isfinite(separation) and separation > MIN_SEPARATION,',
+         '"policy_separation": math.isfinite(separation) and separation >= MIN_SEPARATION,'),
+        tests=MECHANISM_RECORD_TESTS,
+    ),
+    mutation(
+        "mechanism_reward_spread_sample_std", "rlvr/check_mechanism_record.py",
+        "reward_std_mean uses torch's default sample std (n - 1) where the groups' population std is meant",
+        ("spreads.append(float(finite.std(unbiased=False)) if finite.numel() >= 2 else 0.0)",
+         "spreads.append(float(finite.std()) if finite.numel() >= 2 else 0.0)"),
+        tests=MECHANISM_RECORD_TESTS,
+    ),
+]
+
+STUDY_TESTS = ("tests/report/test_study_numbers.py", "tests/report/test_study.py")
+STUDY = [
+    mutation(
+        "study_completions_per_prompt", "rlvr/report/study_numbers.py",
+        "dynamic sampling's sampled groups are counted as completions (prompts, not prompts x group size)",
+        ("        count = sampled_groups * group_size\n", "        count = sampled_groups\n"),
+        tests=STUDY_TESTS,
+    ),
+    mutation(
+        "study_completions_before_the_crossing", "rlvr/report/study_numbers.py",
+        "the completions by a threshold leave out the iteration that reached it",
+        ("Crossing(True, iteration, cumulative_completions(run).get(iteration),",
+         "Crossing(True, iteration, cumulative_completions(run).get(iteration - 1),"),
+        tests=STUDY_TESTS,
+    ),
+    mutation(
+        "study_unreached_averaged_as_zero", "rlvr/report/study_numbers.py",
+        "a run that never reached a threshold enters the condition's mean iteration as 0",
+        ("iteration=spread([c.iteration for c in reached]),", "iteration=spread([c.iteration or 0 for c in crossings]),"),
+        tests=STUDY_TESTS,
+    ),
+]
+
+STEPS_TESTS = ("tests/training/test_steps_per_epoch.py",)
+METRIC_TESTS = ("tests/training/test_update_metrics.py",)
+STEPS_AND_COURSE_METRICS = [
+    mutation(
+        "steps_old_logprobs_at_moved_policy", "rlvr/training/update.py",
+        "several steps an epoch take the old log-probs from each step's own forward (ratio 1 at every step)",
+        ("    if steps > 1 and batch.old_logprobs is None and not value_warmup:",
+         "    if False and steps > 1 and batch.old_logprobs is None and not value_warmup:"),
+        tests=STEPS_TESTS,
+    ),
+    mutation(
+        "steps_divide_by_whole_batch", "rlvr/training/update.py",
+        "each of several steps divides its loss by the whole batch's counts instead of its own rows'",
+        ("                counts.update(_step_counts(part, dist, device))",
+         "                counts.update(_step_counts(epoch_batch, dist, device))"),
+        tests=STEPS_TESTS,
+    ),
+    mutation(
+        "trust_region_upper_side_only", "rlvr/training/update.py",
+        "the courses' clip fraction counts only ratios above 1 + clip_high",
+        ("    outside = (ratio < 1 - algo.clip_low) | (ratio > 1 + algo.clip_high)",
+         "    outside = ratio > 1 + algo.clip_high"),
+        tests=METRIC_TESTS,
+    ),
+    mutation(
+        "surprisal_is_the_entropy", "rlvr/training/update.py",
+        "the sampled-token surprisal logs the full-distribution entropy instead",
+        ("        sums.add_masked(SURPRISAL, -old_logprobs, mask)", "        sums.add_masked(SURPRISAL, scores.entropy, mask)"),
+        tests=METRIC_TESTS + STEPS_TESTS,
+    ),
+    mutation(
+        "log_kl_skips_the_reference", "rlvr/training/reference.py",
+        "algorithm.log_kl does not ask for the reference pass (the KL cannot be logged without a KL term)",
+        ("    return algo.kl_coef > 0 or algo.kl_in_reward > 0 or algo.log_kl",
+         "    return algo.kl_coef > 0 or algo.kl_in_reward > 0"),
+        tests=METRIC_TESTS + ("tests/training/test_train.py::test_resume_equals_uninterrupted",),
+    ),
+    mutation(
+        "advantage_std_population", "rlvr/observe/rollout_stats.py",
+        "advantage/std divides by n instead of n - 1",
+        ("ADVANTAGE_STD: float(rows.advantages.std()) if", "ADVANTAGE_STD: float(rows.advantages.std(unbiased=False)) if"),
+        tests=("tests/observe/test_rollout_stats.py",),
+    ),
+    mutation(
+        "correctness_filter_keeps_all_correct", "rlvr/core/groups.py",
+        "the correctness filter keeps a group whose completions are all correct",
+        ("    return bool(correct.any()) and not bool(correct.all())", "    return bool(correct.any())"),
+        tests=("tests/training/test_collect.py",),
+    ),
+    mutation(
+        "variant_overrides_dropped", "rlvr/sweep.py",
+        "a variant's overrides are replaced by variant=NAME (its runs all run the base config, or fail)",
+        ("            overrides += plan.variants[value] if keys == (VARIANT_KEY,) else [f\"{k}={value}\" for k in keys]",
+         "            overrides += [f\"{k}={value}\" for k in keys]"),
+        tests=("tests/cli/test_sweep.py",),
+    ),
+]
+
+# ----------------------------------------------------------------------------- sampled evaluation (pass@k, maj@n)
+
+SAMPLED_EVAL_TESTS = ("tests/observe/test_sampled_accuracy.py", "tests/cli/test_eval_sampled.py")
+SAMPLED_EVAL = [
+    mutation(
+        "pass_at_k_with_replacement", "rlvr/observe/sampled_accuracy.py",
+        "pass@k as 1 - (1 - c/n)^k (k draws with replacement: biased low) instead of 1 - C(n-c,k)/C(n,k)",
+        ("    product = 1.0\n    for i in range(samples - correct + 1, samples + 1):\n        product *= 1.0 - k / i\n"
+         "    return 1.0 - product",
+         "    return 1.0 - (1.0 - correct / samples) ** k"),
+        tests=SAMPLED_EVAL_TESTS,
+    ),
+    mutation(
+        "majority_tie_goes_to_last", "rlvr/observe/sampled_accuracy.py",
+        "maj@k breaks a tie by the answer that appears last (a stable sort by votes, then its last item)",
+        ("    winner = max(counts, key=counts.__getitem__)  # max keeps the first of equal counts",
+         "    winner = sorted(counts, key=counts.__getitem__)[-1]"),
+        tests=SAMPLED_EVAL_TESTS,
+    ),
+    mutation(
+        "eval_sample_index_not_divided", "rlvr/training/evaluation.py",
+        "a sampled eval's record takes the completion's offset as its prompt index (each sample its own prompt)",
+        ('"index": shard.start + start + example_offset, "sample": sample,',
+         '"index": shard.start + start + offset, "sample": sample,'),
+        tests=SAMPLED_EVAL_TESTS,
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
              + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE
-             + LORA_KERNEL + BASE_PRODUCT_DTYPE + LORA_MLP + SPEED_CHECK)
+             + LORA_KERNEL + BASE_PRODUCT_DTYPE + LORA_MLP + SPEED_CHECK + MECHANISM_RECORD + STUDY
+             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL)

@@ -23,8 +23,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("models, tasks", ("rlvr.models", "rlvr.tasks", "rlvr.parallel", "rlvr.tools", "rlvr.compat", "rlvr.testing")),
     ("rollout", ("rlvr.rollout",)),
     ("train", ("rlvr.training", "rlvr.run", "rlvr.observe", "rlvr.config", "rlvr.algorithms")),
-    ("cli, Python API", ("rlvr", "rlvr.cli", "rlvr.__main__", "rlvr.check", "rlvr.check_mechanism", "rlvr.check_reward",
-                         "rlvr.reward_kinds", "rlvr.sweep",
+    ("cli, Python API", ("rlvr", "rlvr.cli", "rlvr.__main__", "rlvr.check", "rlvr.check_mechanism",
+                         "rlvr.check_mechanism_record", "rlvr.check_reward",
+                         "rlvr.reward_kinds", "rlvr.sweep", "rlvr.study",
                          "rlvr.report")),
 )
 

@@ -87,11 +87,14 @@ def validate(config) -> None:
     from rlvr.tasks import check_task_name
 
     r, a, o, t = config.rollout, config.algorithm, config.optim, config.train
-    if o.minibatch_size * o.grad_accum_steps != config.rollout_size:
+    step_rows = o.minibatch_size * o.grad_accum_steps
+    if step_rows > config.rollout_size or config.rollout_size % step_rows:
         raise ConfigError(
             f"optim.minibatch_size * optim.grad_accum_steps = {o.minibatch_size} * {o.grad_accum_steps} "
-            f"= {o.minibatch_size * o.grad_accum_steps} must equal rollout.batch_size * rollout.group_size "
-            f"= {config.rollout_size}, so that each epoch is exactly one optimizer step"
+            f"= {step_rows} must divide rollout.batch_size * rollout.group_size = {config.rollout_size} "
+            f"into whole optimizer steps; valid step sizes: "
+            f"{', '.join(str(d) for d in range(1, config.rollout_size + 1) if config.rollout_size % d == 0)} "
+            f"(equal to it: one optimizer step per epoch)"
         )
     from rlvr.rollout import ROLLOUT_BACKENDS
 
@@ -134,6 +137,10 @@ def validate(config) -> None:
         raise ConfigError(f"train.eval_top_p={t.eval_top_p} does nothing when the eval decodes greedily "
                           "(train.eval_temperature=0); set train.eval_temperature > 0 to sample, or leave "
                           "eval_top_p at 1")
+    if t.eval_temperature == 0 and t.eval_samples > 1:
+        raise ConfigError(f"train.eval_samples={t.eval_samples} needs sampling: greedy decoding "
+                          "(train.eval_temperature=0) gives the same completion every time; set "
+                          "train.eval_temperature > 0 (e.g. 0.8), or leave train.eval_samples at 1")
     _validate_names(config)
     if len(set(t.loggers)) != len(t.loggers):
         raise ConfigError(f"train.loggers lists a logger twice: {t.loggers}")

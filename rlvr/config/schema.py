@@ -66,6 +66,12 @@ def _sampler_corrections():
     return SAMPLER_CORRECTIONS
 
 
+def _dynamic_sampling_filters():
+    from rlvr.core import DYNAMIC_SAMPLING_FILTERS
+
+    return DYNAMIC_SAMPLING_FILTERS
+
+
 def _policy_losses():
     from rlvr.core import POLICY_LOSSES
 
@@ -242,7 +248,9 @@ class AlgorithmConfig:
     loss_aggregation: str = option("seq_mean_token_mean", "how per-token losses become one number: "
                                    "seq_mean_token_mean, token_mean or seq_mean_token_sum_norm",
                                    choices=_loss_aggregations)
-    ppo_epochs: int = option(2, "optimizer steps (passes) per rollout batch", bounds=count(1, 1000))
+    ppo_epochs: int = option(2, "passes over each rollout batch; each pass is optim.steps_per_epoch optimizer steps "
+                             "(1 unless optim.minibatch_size * optim.grad_accum_steps is smaller than the batch)",
+                             bounds=count(1, 1000))
     clip_low: float = option(0.2, "ratio clip below 1 (1 - clip_low)",
                              bounds=Bounds(0.0, 1.0, note="the ratio's lower clip is 1 - clip_low; 1: none (CISPO)"))
     clip_high: float = option(0.2, "ratio clip above 1 (1 + clip_high; DAPO's clip-higher)", bounds=(0, 100))
@@ -251,12 +259,20 @@ class AlgorithmConfig:
     kl_coef: float = option(0.0, "weight of the KL term to the reference policy; 0 skips the reference pass "
                             "(DeepSeekMath's GRPO: 0.04)", bounds=Bounds(0, MAX_COEF, note="0 turns the KL term off"))
     kl_estimator: str = option("k3", "KL estimator k1, k2 or k3 (non-negative, DeepSeekMath)", choices=_kl_estimators)
+    # A diagnostic: how far the policy has moved from where it started, with no KL term to pull it
+    # back (the courses' curves show KL with and without the anchor).
+    log_kl: bool = option(False, "run the reference pass and log kl (kl_estimator, token mean) even when no KL term "
+                          "needs it (kl_coef and kl_in_reward 0); costs the reference forward pass")
     std: Literal["population", "sample"] = option("population", "group std for z-scored advantages: population "
                                                   "(DeepSeekMath) or sample (TRL, CS336)")
     normalize_advantages: bool = option(False, "an extra batch-level z-score of the advantages")
     advantage_clip: float = option(0.0, "clip advantages to |A| <= this; 0 disables",
                                    bounds=Bounds(0, 1e6, note="0 disables"))
     dynamic_sampling: bool = option(False, "DAPO: drop groups whose rewards are all equal and sample more prompts")
+    dynamic_sampling_filter: str = option("reward", "which groups dynamic sampling keeps: reward (rewards not all "
+                                          "equal) or correctness (neither all correct nor all wrong: the "
+                                          "policy-gradient homework's filter; it also drops groups that differ only "
+                                          "in a format bonus)", choices=_dynamic_sampling_filters)
     dynamic_sampling_max_rounds: int = option(4, "rounds of extra sampling before a short batch is filled with "
                                               "groups without reward contrast", bounds=count(1, 1000))
     overlong_buffer: int = option(0, "DAPO soft overlong penalty window in tokens before max_new_tokens; 0 disables",
@@ -322,13 +338,18 @@ class OptimConfig:
                                   bounds=above(0, 1e9, "a norm above every real gradient's, e.g. 1e9, clips nothing"))
     warmup_steps: int = option(0, "optimizer steps of linear warm-up", bounds=count(0, MAX_STEPS))
     schedule: Literal["constant", "linear", "cosine"] = option("constant", "learning-rate schedule after warm-up")
-    # minibatch_size * grad_accum_steps must equal batch_size * group_size, so each epoch over a
-    # rollout batch is exactly one optimizer step.
+    # An optimizer step takes minibatch_size * grad_accum_steps sequences; that number must divide
+    # batch_size * group_size into k whole steps (k = steps_per_epoch). k = 1 (the default, either
+    # key null) is one step per epoch over the whole batch; k > 1 (the homework's grad_accum_steps=1
+    # ablation, CS336's train batch smaller than its rollout batch, verl's mini-batches) takes the
+    # rows in order, k steps an epoch, against old log-probs computed once per rollout batch.
     minibatch_size: Optional[int] = option(None, "sequences per forward/backward pass; null: derived so that "
-                                           "minibatch_size * grad_accum_steps = batch_size * group_size",
+                                           "minibatch_size * grad_accum_steps = batch_size * group_size (one "
+                                           "optimizer step per epoch)",
                                            bounds=count(1, MAX_PROMPTS * MAX_GROUP))
     grad_accum_steps: Optional[int] = option(1, "minibatches accumulated per optimizer step; null: derived from "
-                                             "minibatch_size", bounds=count(1, MAX_PROMPTS * MAX_GROUP))
+                                             "minibatch_size (one optimizer step per epoch)",
+                                             bounds=count(1, MAX_PROMPTS * MAX_GROUP))
     # Losses divide by the batch's global counts, so any split of the rows gives the same step.
     microbatch_tokens: Optional[int] = option(None, "null: microbatches of minibatch_size rows; a number: whole "
                                               "groups packed longest first, at most this many padded tokens (rows "
@@ -355,7 +376,14 @@ class TrainConfig:
                                      "greedily", bounds=Bounds(0, 100, note="0 decodes greedily"))
     eval_top_p: float = option(1.0, "nucleus threshold of the eval in (0, 1]; applies only when eval_temperature > 0",
                                bounds=Bounds(0.0, 1.0, low_open=True))
-    eval_batch_size: int = option(32, "held-out prompts generated together by the eval", bounds=count(1, MAX_PROMPTS))
+    # n > 1 samples each prompt n times (n times the decoding) and adds pass@k, mean@n and maj@n to the eval;
+    # eval/accuracy is then mean@n, the expected accuracy of one sample. Greedy decoding gives n equal copies.
+    eval_samples: int = option(1, "completions per held-out prompt (n); n > 1 needs eval_temperature > 0 and reports "
+                               "pass@k (unbiased), mean@n (= eval/accuracy) and maj@n, at n times the decoding",
+                               bounds=count(1, MAX_GROUP))
+    eval_batch_size: int = option(32, "held-out prompts generated together by the eval (eval_samples > 1: "
+                                  "eval_batch_size // eval_samples prompts, at least 1, so a chunk holds about "
+                                  "eval_batch_size completions)", bounds=count(1, MAX_PROMPTS))
     save_every: int = option(4, "iterations between checkpoints; the last iteration is always saved",
                              bounds=count(1, MAX_STEPS))
     keep_checkpoints: int = option(2, "checkpoints kept on disk (older ones are deleted)",
@@ -561,6 +589,16 @@ class Config:
     @property
     def rollout_size(self) -> int:
         return self.rollout.batch_size * self.rollout.group_size
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps per pass over a rollout batch: its sequences / (minibatch_size * grad_accum_steps)."""
+        return self.rollout_size // (self.optim.minibatch_size * self.optim.grad_accum_steps)
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Optimizer steps per RL iteration: ppo_epochs x steps_per_epoch."""
+        return self.algorithm.ppo_epochs * self.steps_per_epoch
 
 
 def preset_settings(name: str) -> dict[str, Any]:

@@ -16,7 +16,13 @@ from rlvr.core.advantages import (
 import rlvr.core.outcome_advantages  # noqa: F401  (registers more estimators)
 from rlvr.core.aggregation import LOSS_AGGREGATIONS, aggregate_loss
 from rlvr.core.batch import RolloutBatch, iter_minibatches
-from rlvr.core.groups import NO_CONTRAST_EPS, no_contrast, no_contrast_groups, no_contrast_rows
+from rlvr.core.groups import (
+    DYNAMIC_SAMPLING_FILTERS,
+    NO_CONTRAST_EPS,
+    no_contrast,
+    no_contrast_groups,
+    no_contrast_rows,
+)
 from rlvr.core.head_logprobs import head_logprobs
 from rlvr.core.kl import KL_ESTIMATORS, approx_kl, kl_per_token
 from rlvr.core.logprobs import (
@@ -83,6 +89,7 @@ __all__ = [
     "compute_per_token_logprobs_and_entropy",
     "compute_rloo_advantages",
     "no_contrast_groups",
+    "DYNAMIC_SAMPLING_FILTERS",
     "no_contrast_rows",
     "explained_variance",
     "explained_variance_from_sums",

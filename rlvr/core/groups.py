@@ -7,11 +7,20 @@ absolute tolerance of `eps`; for large rewards it is relative, so float noise in
 is not mistaken for contrast. DAPO's dynamic sampling drops such groups, the rollout statistics
 count them (`frac_no_contrast_groups`) and every advantage estimator gives them exactly 0, all
 through `no_contrast`, so the three always agree.
+
+Which groups DAPO's dynamic sampling keeps is a named rule (`DYNAMIC_SAMPLING_FILTERS`): `reward`
+keeps a group with reward contrast (the rule above); `correctness` keeps a group whose completions
+are neither all correct nor all wrong (the policy-gradient homework's filter: it drops a group that
+differs only in a format bonus too, so it samples more).
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
+
+from rlvr.registry import Registry
 
 NO_CONTRAST_EPS = 1e-6  # relative spread below which a group's rewards count as all equal
 
@@ -50,3 +59,21 @@ def no_contrast_rows(rewards: torch.Tensor, eps: float = NO_CONTRAST_EPS) -> tor
     num_groups, group_size = rewards.shape
     index = torch.arange(num_groups, device=rewards.device).repeat_interleave(group_size)  # [B*G]
     return no_contrast_groups(rewards.reshape(-1), index, num_groups, eps)
+
+
+# (rewards [G] float, NaN = unscorable; correct [G] bool) -> whether dynamic sampling keeps the group
+GroupFilter = Callable[[torch.Tensor, torch.Tensor], bool]
+DYNAMIC_SAMPLING_FILTERS: Registry[GroupFilter] = Registry("dynamic sampling filter")
+
+
+@DYNAMIC_SAMPLING_FILTERS.register("reward")
+def reward_contrast(rewards: torch.Tensor, correct: torch.Tensor) -> bool:
+    """Keep a group whose rewards [G] have contrast (`no_contrast_rows`); correctness is not read."""
+    return not bool(no_contrast_rows(rewards[None])[0])
+
+
+@DYNAMIC_SAMPLING_FILTERS.register("correctness")
+def correctness_contrast(rewards: torch.Tensor, correct: torch.Tensor) -> bool:
+    """Keep a group with at least one correct and one not correct completion, correct [G] bool (an unjudgeable
+    completion is not correct); rewards are not read."""
+    return bool(correct.any()) and not bool(correct.all())

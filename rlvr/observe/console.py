@@ -88,7 +88,8 @@ def eval_banner_lines(config, *, prompts: int, settings, checkpoint: Path | None
         f"eval: {config.task.name} on {model}",
         f"  prompts: the first {prompts} of the eval split (train.eval_size={config.train.eval_size}), "
         f"{config.train.eval_batch_size} at a time, seed {config.train.seed}",
-        f"  sampling: {sampling_text(settings)}",
+        f"  sampling: {sampling_text(settings)}" + (f", {config.train.eval_samples} completions per prompt "
+                                                    f"(train.eval_samples)" if config.train.eval_samples > 1 else ""),
         f"  output: {output}",
     ]
 
@@ -199,6 +200,10 @@ class EvalSummary:
     main_component: str | None = None  # the reward component that says the answer is right
     main_component_mean: float | None = None
     files: list[str] = field(default_factory=list)
+    decoding: str = "greedy"  # or "sampled" (train.eval_temperature > 0)
+    samples_per_prompt: int = 1  # n > 1: accuracy is mean@n
+    sampled: dict[str, float] = field(default_factory=dict)  # n > 1: pass@k, mean@n, maj@n by short name
+    sampled_ci95: dict[str, list[float]] = field(default_factory=dict)  # their Wilson intervals over prompts
 
 
 EVAL_FILES = ("generations.jsonl", "summary.json", "config.yaml")
@@ -212,14 +217,21 @@ def summarize_eval(folder: str | Path) -> EvalSummary:
     return EvalSummary(folder=str(folder), task=data["task"], model=data["model"], num_examples=data["num_examples"],
                        accuracy=data["accuracy"], accuracy_ci95=list(data["accuracy_ci95"]), main_component=main,
                        main_component_mean=data.get("metrics", {}).get(eval_reward_component(main)) if main else None,
-                       files=[str(folder / name) for name in EVAL_FILES if (folder / name).exists()])
+                       files=[str(folder / name) for name in EVAL_FILES if (folder / name).exists()],
+                       decoding=data.get("decoding", "sampled" if data.get("do_sample") else "greedy"),
+                       samples_per_prompt=data.get("samples_per_prompt", 1), sampled=data.get("sampled", {}),
+                       sampled_ci95=data.get("sampled_ci95", {}))
 
 
 def format_eval_summary(summary: EvalSummary) -> str:
     low, high = summary.accuracy_ci95
+    how = (f"{summary.samples_per_prompt} samples per prompt, accuracy = mean@{summary.samples_per_prompt}"
+           if summary.samples_per_prompt > 1 else summary.decoding)
     lines = [f"eval folder: {summary.folder}",
              f"  {summary.task} on {summary.model}: accuracy {_number(summary.accuracy)} (95% CI {_number(low)} to "
-             f"{_number(high)}) on {summary.num_examples} examples"]
+             f"{_number(high)}) on {summary.num_examples} examples ({how})"]
+    if summary.sampled:
+        lines.append("  " + ", ".join(f"{name} {_number(value)}" for name, value in summary.sampled.items()))
     if summary.main_component is not None:
         lines.append(f"  main reward component {summary.main_component}: mean {_number(summary.main_component_mean)}")
     lines.append(f"  written: {', '.join(Path(f).name for f in summary.files)} in {summary.folder}")

@@ -27,6 +27,7 @@ REWARD_SUMMARIES = (REWARD_MEAN, REWARD_STD, REWARD_MAX)  # the rest of reward/*
 FRAC_NO_CONTRAST_GROUPS = "frac_no_contrast_groups"  # groups without reward contrast (rlvr.core.groups)
 FRAC_NONZERO_ADVANTAGES = "frac_nonzero_advantages"
 ADVANTAGE_ABS_MEAN = "advantage/abs_mean"
+ADVANTAGE_STD = "advantage/std"  # sample std (n - 1) of the batch's advantages, as "GRPO in 20 lines" logs adv_std
 UNSCORABLE = "unscorable"  # completions no weighted component could judge
 TRUNCATED_FRAC = "truncated_frac"  # share of completions that hit max_new_tokens
 COMPLETION_LEN_MEAN = "completion_len/mean"
@@ -56,6 +57,10 @@ ENTROPY = "entropy"
 ENTROPY_SELECTED_FRAC = "entropy/selected_frac"  # share of tokens with a policy loss (entropy_top_fraction)
 CLIP_FRAC_LOW = "clip_frac/low"
 CLIP_FRAC_HIGH = "clip_frac/high"
+# the courses' clipfrac: share of tokens whose ratio left (1 - clip_low, 1 + clip_high), whichever branch the
+# loss took (clip_frac/low and /high count only tokens where the clipped branch is the active one)
+CLIP_FRAC_TRUST_REGION = "clip_frac/trust_region"
+SURPRISAL = "surprisal"  # mean -log pi_old of the sampled tokens (the courses' "entropy"; `entropy` is the full one)
 RATIO_MEAN = "ratio/mean"
 POLICY_LOSS_PREFIX = "policy_loss/"  # a loss's own metrics (e.g. policy_loss/dual_clipped), token means
 RATIO_FIRST_EPOCH_MAX_DEV = "ratio/first_epoch_max_dev"  # 0 when the first epoch is on-policy
@@ -118,6 +123,11 @@ EVAL_REWARD_PREFIX = "eval/reward/"
 EVAL_PREFIX = "eval/"  # + an episode/* name: the held-out episodes' turns, tool calls, errors, truncation
 EVAL_ENTROPY = "eval/entropy"  # expert iteration: gen/entropy of the logged generations
 EVAL_EXAMPLES = "examples"  # a few judged completions (not a number)
+# train.eval_samples = n > 1 (sampled eval): eval/accuracy is mean@n; these are written only then
+EVAL_SAMPLES_PER_PROMPT = "eval/samples_per_prompt"  # n
+EVAL_PASS_AT_PREFIX = "eval/pass@"  # + k: unbiased pass@k, mean over prompts (rlvr.observe.sampled_accuracy)
+EVAL_MEAN_AT_PREFIX = "eval/mean@"  # + n: each prompt's share of right samples, mean over prompts
+EVAL_MAJ_AT_PREFIX = "eval/maj@"  # + n: share of prompts whose majority-voted answer is right (tasks with answers)
 GEN_ACCURACY = "gen/accuracy"
 GEN_REWARD_MEAN = "gen/reward_mean"
 GEN_ENTROPY = "gen/entropy"
@@ -144,6 +154,21 @@ def eval_reward_component(component: str) -> str:
 def eval_metric(name: str) -> str:
     """`eval/<name>`: a rollout metric (`episode/turns`, `episode/tool_calls`, ...) of the held-out episodes."""
     return EVAL_PREFIX + name
+
+
+def eval_pass_at(k) -> str:
+    """`eval/pass@<k>`: the sampled eval's unbiased pass@k, mean over prompts."""
+    return EVAL_PASS_AT_PREFIX + str(k)
+
+
+def eval_mean_at(samples) -> str:
+    """`eval/mean@<n>`: the sampled eval's mean accuracy over its n samples per prompt (= eval/accuracy)."""
+    return EVAL_MEAN_AT_PREFIX + str(samples)
+
+
+def eval_maj_at(k) -> str:
+    """`eval/maj@<k>`: the share of prompts whose majority vote over k samples is right."""
+    return EVAL_MAJ_AT_PREFIX + str(k)
 
 
 def policy_loss_metric(name: str) -> str:

@@ -17,6 +17,7 @@ import torch
 from rlvr.core import RolloutBatch, no_contrast_rows, masked_mean_per_row
 from rlvr.observe.metric_names import (
     ADVANTAGE_ABS_MEAN,
+    ADVANTAGE_STD,
     COMPLETION_LEN_MAX,
     COMPLETION_LEN_MEAN,
     CORRECT_FRAC,
@@ -178,6 +179,7 @@ def rollout_stats(rows: RolloutRows, dynamic_sampling: bool) -> dict[str, float]
         REWARD_MAX: float(finite.max()) if finite.numel() else math.nan,
         FRAC_NONZERO_ADVANTAGES: float((rows.advantages.abs() > 1e-8).float().mean()),
         ADVANTAGE_ABS_MEAN: float(rows.advantages.abs().mean()),
+        ADVANTAGE_STD: float(rows.advantages.std()) if rows.advantages.numel() > 1 else 0.0,  # n - 1
         UNSCORABLE: int((~torch.isfinite(rewards)).sum()),
         TRUNCATED_FRAC: float(rows.truncated.float().mean()),
         COMPLETION_LEN_MEAN: float(rows.lengths.float().mean()),

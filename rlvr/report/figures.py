@@ -10,6 +10,7 @@ A figure whose keys appear in no run is skipped, so old or partial runs still wo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -27,6 +28,7 @@ from rlvr.observe.metric_names import (
     ELAPSED_S,
     ENTROPY,
     EVAL_ACCURACY,
+    EVAL_PASS_AT_PREFIX,
     EVAL_SECONDS,
     FRAC_NONZERO_ADVANTAGES,
     FRAC_NO_CONTRAST_GROUPS,
@@ -158,8 +160,14 @@ def _episode_shares(runs: list[RunData], spec: FigureSpec) -> FigureData | None:
 
 def _eval_accuracy(runs: list[RunData], spec: FigureSpec) -> FigureData | None:
     # eval.jsonl holds the step-0 eval and each eval's own time; runs without it fall back to metrics.jsonl.
+    # A sampled eval (train.eval_samples > 1) adds its pass@k curves; its eval/accuracy is then mean@n.
     if any(run.series(EVAL_ACCURACY, source="evals")[1] for run in runs):
-        return lines(runs, [EVAL_ACCURACY], spec, source="evals")
+        passes = sorted({k for run in runs for record in run.evals for k in record
+                         if k.startswith(EVAL_PASS_AT_PREFIX) and k.removeprefix(EVAL_PASS_AT_PREFIX).isdigit()},
+                        key=lambda k: int(k.removeprefix(EVAL_PASS_AT_PREFIX)))
+        if passes:
+            spec = dataclasses.replace(spec, title="Eval accuracy (mean over the samples) and pass@k, held-out")
+        return lines(runs, [EVAL_ACCURACY, *passes], spec, source="evals")
     return lines(runs, [EVAL_ACCURACY], spec)
 
 

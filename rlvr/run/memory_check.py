@@ -123,7 +123,7 @@ def run_sizes(config: Config, prompt_tokens: int) -> RunSizes:
     return RunSizes(
         rollout_rows=config.rollout_size, rollout_tokens=prompt_tokens + r.max_new_tokens,
         microbatch_rows=update_microbatch_rows(config, prompt_tokens + r.max_new_tokens),
-        reference=config.algorithm.kl_coef > 0 or config.algorithm.kl_in_reward > 0,
+        reference=config.algorithm.kl_coef > 0 or config.algorithm.kl_in_reward > 0 or config.algorithm.log_kl,
         value_model=config.algorithm.value_model, **_shared_sizes(config, prompt_tokens),
     )
 

@@ -72,8 +72,8 @@ def register_task(name: str, factory: Callable | None = None):
 
 # What `rlvr.tasks.base.Task` asks of a task, checked on tasks from outside rlvr when they are built.
 INTERFACE = ("name (str), component_names (tuple of str), examples(split, count, seed), score(completion, example), "
-             "iter_eval(), and optionally stop_strings (tuple of str, default ()) and primary_component (one of "
-             "component_names)")
+             "iter_eval(), and optionally stop_strings (tuple of str, default ()), primary_component (one of "
+             "component_names) and extracts_answers (bool: its verdicts set Verdict.answer, for maj@k)")
 STANDARD_KEYWORDS = ("reward_weights", "use_chat_template", "seed")
 
 

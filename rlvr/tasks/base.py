@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol, Union
+from typing import Any, Iterator, Optional, Protocol, Union
 
 STATUSES = ("ok", "unjudgeable", "timeout", "error")
 
@@ -36,6 +36,9 @@ class Verdict:
     version: str
     correct: bool = False
     detail: str = ""
+    # The answer the verifier extracted and judged, as text (None: none found, or a verifier that
+    # extracts none); the sampled eval's majority vote (maj@k) votes on it.
+    answer: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -106,6 +109,12 @@ def primary_component(task) -> str:
     return "answer" if "answer" in components else components[0]
 
 
+def extracts_answers(task) -> bool:
+    """Whether the task's verdicts carry the extracted answer (`Verdict.answer`), so that a sampled eval can
+    report maj@k: the task's `extracts_answers` (default False)."""
+    return bool(getattr(task, "extracts_answers", False))
+
+
 def prompt_text(prompt: Union[str, Messages]) -> str:
     """The text of a prompt: raw text as is, chat messages' contents joined by newlines."""
     if isinstance(prompt, str):
@@ -118,6 +127,8 @@ class Task(Protocol):
     component_names: tuple[str, ...]
     # Optional: the component that says whether the answer is right (default: `answer`, else the
     # first component); `primary_component(task)` reads it.
+    # Optional: `extracts_answers = True` when its verdicts set `Verdict.answer` (the sampled eval's
+    # maj@k votes on it); `extracts_answers(task)` reads it.
     # Generation ends at the first of these, kept in the text (`</answer>` for the r1_zero
     # prompt); () for none. `rollout.stop_strings`, when set, replaces them.
     stop_strings: tuple[str, ...]

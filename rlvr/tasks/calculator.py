@@ -47,6 +47,7 @@ class CalculatorTask:
     name = "calculator_arithmetic"
     component_names = ("answer", "format", "strict")
     primary_component = "answer"
+    extracts_answers = True  # Verdict.answer: the final answer's integer (maj@k votes on it)
     default_weights = {"answer": 1.0, "format": 0.0, "strict": 0.1}
 
     def __init__(self, reward_weights=None, use_chat_template=True, seed=0, call_format="tagged", max_turns=3,

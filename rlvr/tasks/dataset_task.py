@@ -130,6 +130,7 @@ class DatasetTask(ProblemTask):
             self.custom = FunctionVerifier(verifier, names)
             self.component_names = names
             self.primary_component = "answer" if "answer" in names else names[0]
+            self.extracts_answers = False  # unless the function's Verdicts set answer: no maj@k
             self.default_weights = dict.fromkeys(names, 1.0)
             self.version = "user"
         else:

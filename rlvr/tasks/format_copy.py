@@ -27,6 +27,7 @@ class FormatCopyTask:
     name = "format_copy"
     component_names = ("answer", "tag", "strict")
     primary_component = "answer"
+    extracts_answers = True  # Verdict.answer: the first tagged answer (maj@k votes on it)
     stop_strings: tuple[str, ...] = ()  # the completion ends at EOS
     default_weights = {"answer": 1.0, "tag": 0.2, "strict": 0.1}
 
@@ -82,4 +83,5 @@ class FormatCopyTask:
             version=VERSION,
             correct=answer == target,
             detail="" if answer is not None else "no <answer>...</answer> span",
+            answer=answer,
         )

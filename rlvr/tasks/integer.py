@@ -97,6 +97,7 @@ class IntegerTask:
     name = "integer"
     component_names = ("answer", "format", "strict")
     primary_component = "answer"
+    extracts_answers = True  # Verdict.answer: the last integer (maj@k votes on it)
     default_weights = {"answer": 1.0, "format": 0.0, "strict": 0.2}
 
     def __init__(self, reward_weights=None, use_chat_template=True, seed=0, low=None, high=None, operands=None,

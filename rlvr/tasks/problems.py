@@ -156,6 +156,7 @@ class ProblemTask:
     chat_template_for = staticmethod(prompt_uses_chat_template)
     component_names = ("answer", "format")
     primary_component = "answer"
+    extracts_answers = True  # Verdict.answer: the answer span judged (maj@k votes on it)
     default_weights = {"answer": 1.0, "format": 0.0}
     # The task.options that name local data files (`load_splits`), checked before anything heavy is imported.
     data_file_options = DATA_FILE_OPTIONS

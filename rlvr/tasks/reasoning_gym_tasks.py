@@ -45,6 +45,7 @@ class ReasoningGymTask:
     name = "reasoning_gym"
     component_names = ("answer", "format", "binary")
     primary_component = "answer"
+    extracts_answers = True  # Verdict.answer: the <answer> span (maj@k votes on it)
     # `rlvr eval --chat-template auto`: raw text for a raw-text prompt (`r1_zero`, the default).
     chat_template_for = staticmethod(prompt_uses_chat_template)
     default_weights = {"answer": 1.0, "format": 0.1, "binary": 0.0}
@@ -161,4 +162,4 @@ class ReasoningGymTask:
                               "binary": float(correct and format_score == 1.0)}
                 status, detail = "ok", f"answer={result.value['text'][:200]!r}"
         return Verdict(components=components, total=weighted_total(components, self.weights), status=status,
-                       verifier=verifier, version=VERSION, correct=correct, detail=detail)
+                       verifier=verifier, version=VERSION, correct=correct, detail=detail, answer=answer)

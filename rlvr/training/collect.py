@@ -3,8 +3,9 @@
 Each round draws B training prompts, samples G completions for each and judges them
 (`rlvr.rollout.sample_and_score`), and cuts the result into one `SampledGroup` per prompt,
 whose rewards are the verdicts' totals plus DAPO's overlong penalty (NaN where unscorable).
-With dynamic sampling, groups without reward contrast (`rlvr.core.no_contrast`, the rule the
-advantages and the statistics use) are set aside and more rounds are sampled until B groups are
+With dynamic sampling, groups that `algorithm.dynamic_sampling_filter` drops (by default those
+without reward contrast, `rlvr.core.no_contrast`, the rule the advantages and the statistics use;
+or those all correct or all wrong) are set aside and more rounds are sampled until B groups are
 kept (at most `dynamic_sampling_max_rounds`; a shortfall is filled with set-aside groups and
 counted). Data-parallel, each rank samples its share of every round. `rollout_batch` then lays
 the kept groups out as one `RolloutBatch` (the later stages add reference log-probs, PPO's old
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.core import RolloutBatch, build_completion_mask, no_contrast_rows
+from rlvr.core import DYNAMIC_SAMPLING_FILTERS, RolloutBatch, build_completion_mask
 from rlvr.rollout import RolloutBackend, SamplingSettings, ScoredRollout, sample_and_score
 from rlvr.rollout.base import fill_token_id
 from rlvr.tasks.base import Example, Task, Verdict
@@ -86,9 +87,9 @@ def group_rewards(verdicts: list[Verdict], lengths: torch.Tensor, algo, max_new_
     return totals + overlong_penalty(lengths, max_new_tokens, algo.overlong_buffer, algo.overlong_penalty)
 
 
-def has_contrast(rewards: torch.Tensor) -> bool:
-    """Whether a group's rewards [G] carry a learning signal (`rlvr.core.no_contrast`)."""
-    return not bool(no_contrast_rows(rewards[None])[0])
+def group_correct(group: SampledGroup) -> torch.Tensor:
+    """Which of a group's completions the verifier judged correct. -> bool [G]"""
+    return torch.tensor([verdict.correct for verdict in group.verdicts], dtype=torch.bool)
 
 
 def split_groups(scored: ScoredRollout, algo, max_new_tokens: int) -> list[SampledGroup]:
@@ -127,6 +128,7 @@ def collect_groups(backend: RolloutBackend, task: Task, settings: SamplingSettin
     rounds = sampled = 0
     scoring_seconds = 0.0
     max_rounds = algo.dynamic_sampling_max_rounds if algo.dynamic_sampling else 1
+    keep = DYNAMIC_SAMPLING_FILTERS.get(algo.dynamic_sampling_filter)
 
     def kept_everywhere() -> int:  # a collective: every rank runs the same number of rounds
         return int(dist.sum_scalar(len(kept))) if dist.enabled else len(kept)
@@ -145,7 +147,7 @@ def collect_groups(backend: RolloutBackend, task: Task, settings: SamplingSettin
             scoring_seconds += scored.scoring_seconds
             for group in split_groups(scored, algo, rollout.max_new_tokens):
                 sampled += 1
-                if algo.dynamic_sampling and not has_contrast(group.rewards):
+                if algo.dynamic_sampling and not keep(group.rewards, group_correct(group)):
                     set_aside.append(group)
                 elif len(kept) < quota:
                     kept.append(group)

@@ -1,7 +1,7 @@
 """The reference stage of an RL iteration: log-probs of the sampled completions under the reference policy.
 
-Needed only for the KL term (`algorithm.kl_coef > 0`) or PPO's KL penalty in the reward
-(`algorithm.kl_in_reward > 0`). With LoRA the reference is the policy
+Needed only for the KL term (`algorithm.kl_coef > 0`), PPO's KL penalty in the reward
+(`algorithm.kl_in_reward > 0`) or the KL diagnostic alone (`algorithm.log_kl`). With LoRA the reference is the policy
 with its adapter disabled (no second copy); with full fine-tuning, a frozen copy of the initial
 weights (`rlvr.models.reference_context`). Run in the update's microbatches
 (`rlvr.training.microbatching`), each group's prompt once when microbatches hold whole groups.
@@ -18,8 +18,9 @@ from rlvr.training.microbatching import forward_group_size, training_microbatche
 
 
 def needs_reference_logprobs(algo) -> bool:
-    """Whether an iteration needs the reference pass: a KL term in the loss or a KL penalty in the reward."""
-    return algo.kl_coef > 0 or algo.kl_in_reward > 0
+    """Whether an iteration needs the reference pass: a KL term in the loss, a KL penalty in the reward, or
+    the KL logged as a diagnostic (`log_kl`)."""
+    return algo.kl_coef > 0 or algo.kl_in_reward > 0 or algo.log_kl
 
 
 def batch_logprobs(model, batch: RolloutBatch, config, *, as_update: bool = False) -> torch.Tensor:

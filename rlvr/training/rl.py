@@ -6,7 +6,7 @@ completions and judge them (`collect_groups`, prompt-major groups), lay them out
 (`greedy_baselines`), add reference log-probs when a KL term needs them (`with_reference_logprobs`),
 PPO only: the value model's values at sampling time (`with_old_values`), then turn the rewards
 into advantages (`with_advantages`: group-relative, or GAE against the values) and run
-`ppo_epochs` optimizer steps over the batch (`update_policy`); then log one line of metrics,
+`ppo_epochs` passes over the batch, each one optimizer step or `optim.steps_per_epoch` (`update_policy`); then log one line of metrics,
 evaluate and checkpoint now and then. With `rollout.async_steps=1` the next iteration's stages 1-2
 run while 3-6 run, at the weights before this update (one step off-policy, async_rollout.py). The
 run around the loop (folder, model, value model, task, rollout backend, evaluation, checkpoints) is
@@ -15,7 +15,8 @@ each rank does this on its share of the B prompts (distributed.py), optionally w
 layers sharded (FSDP, fsdp.py). Shortcuts taken, on purpose: rollouts and update share one model (one step
 off-policy: a copy sharing the frozen weights; LoRA's reference is the same model with the adapter disabled), and the old log-probs come from
 the first update epoch instead of a separate forward pass (PPO's value pass gives them when the
-KL penalty is in the reward, which needs them before the advantages).
+KL penalty is in the reward, which needs them before the advantages; several optimizer steps per epoch
+need them before the first step, so the update computes them first).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
         value_model = session.value_model  # PPO's value head (and its own model); None for the group presets
         params = session.trainable_parameters()  # the policy's and the value model's; FSDP: the sharded ones
         optimizer = make_optimizer(params, config.optim)
-        scheduler = make_scheduler(optimizer, config.optim, train_cfg.iterations * algo.ppo_epochs)
+        scheduler = make_scheduler(optimizer, config.optim, train_cfg.iterations * config.steps_per_iteration)
         settings = SamplingSettings.for_task(rollout, task)  # the same for every iteration
         start, state = session.start(optimizer, scheduler, {OPTIMIZER_STEPS: 0, SKIPPED_NONFINITE_UPDATES: 0})
         if not session.resumed and train_cfg.eval_size > 0:
@@ -128,8 +129,8 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             batch = with_advantages(batch, collected.rewards, algo, dist,
                                     reward_baselines=reward_baselines)  # advantages [N] or [N, L-1]
             rows = gather_rollout(collected, batch, dist)  # every rank's rows, for the statistics
-            # 6. Update: ppo_epochs optimizer steps over the whole batch (moved to the model one minibatch at a
-            #    time); the first value_warmup_iterations train only the value model.
+            # 6. Update: ppo_epochs passes over the whole batch, each steps_per_epoch optimizer steps (moved to the
+            #    model one minibatch at a time); the first value_warmup_iterations train only the value model.
             started = time.perf_counter()
             update = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), config, params,
                                    dist=dist, value_model=value_model,

@@ -1,14 +1,17 @@
-"""The update stage of an RL iteration: `ppo_epochs` optimizer steps over one rollout batch, each
-accumulated over microbatches that together cover the whole batch (`rlvr.training.microbatching`:
-`grad_accum_steps` of `minibatch_size` rows, or packed by `optim.microbatch_tokens`), each cut to
-its own rows' columns so padding is not computed.
+"""The update stage of an RL iteration: `ppo_epochs` passes over one rollout batch, each pass
+`config.steps_per_epoch` (k) optimizer steps. A step takes the next `minibatch_size *
+grad_accum_steps` rows in batch order (all of them when k = 1), accumulated over microbatches
+(`rlvr.training.microbatching`: `grad_accum_steps` of `minibatch_size` rows, or packed by
+`optim.microbatch_tokens`), each cut to its own rows' columns so padding is not computed.
 
-Because every epoch is exactly one optimizer step, the first epoch runs at the sampling
-policy: its detached log-probs are the old log-probs (ratio exactly 1), and no separate
-old-log-prob forward pass is needed; they are kept here for the later epochs, and the batch is
-left as it was given (a batch that already holds old log-probs, from PPO's value stage, uses
-those). Microbatch losses use the global sequence / token counts of the batch, so their sum is
-the full-batch loss for every aggregation mode. With a value model (PPO) the loss adds
+With k = 1 the first epoch runs at the sampling policy: its detached log-probs are the old
+log-probs (ratio exactly 1), and no separate old-log-prob forward pass is needed; they are kept
+here for the later epochs, and the batch is left as it was given (a batch that already holds old
+log-probs, from PPO's value stage, uses those). With k > 1 the policy moves after the first step
+of the first epoch, so the old log-probs are computed once per rollout batch, before any step,
+by a no-grad pass over the whole batch in the update's own microbatches (`batch_logprobs`), and
+every step's ratio is against them. Microbatch losses use the global sequence / token counts of
+their step's rows, so their sum is that step's loss for every aggregation mode. With a value model (PPO) the loss adds
 `vf_coef` times the clipped value loss, aggregated the same way; during the value warm-up it is
 the value loss alone (with a shared backbone only the head learns, so the policy stays put).
 With `algorithm.entropy_top_fraction` < 1 only the highest-entropy share of each minibatch's
@@ -43,6 +46,7 @@ from rlvr.core import (
 from rlvr.observe.metric_names import (
     CLIP_FRAC_HIGH,
     CLIP_FRAC_LOW,
+    CLIP_FRAC_TRUST_REGION,
     ENTROPY,
     ENTROPY_SELECTED_FRAC,
     GRAD_NORM,
@@ -56,6 +60,7 @@ from rlvr.observe.metric_names import (
     MISMATCH_RATIO_OUT_FRAC,
     SAMPLER_LOGPROB_ABS_DIFF_MAX,
     SAMPLER_LOGPROB_ABS_DIFF_MEAN,
+    SURPRISAL,
     IS_CAPPED_FRAC,
     IS_DROPPED_FRAC,
     IS_WEIGHT_MEAN,
@@ -70,6 +75,7 @@ from rlvr.observe.metrics import MetricSums
 from rlvr.core.microbatches import scatter_per_token
 from rlvr.training.gradient_buffers import GradientBuffers
 from rlvr.training.microbatching import forward_group_size, training_microbatches
+from rlvr.training.reference import batch_logprobs
 from rlvr.training.values import score_minibatch, value_batch_metrics
 
 
@@ -98,20 +104,22 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
         raise ValueError("a value model needs the batch's old_values and returns (with_old_values, then with_advantages)")
     if value_warmup and value_model is None:
         raise ValueError("value_warmup trains the value model alone, and there is no value model")
-    num_sequences = len(batch)
-    num_tokens = batch.completion_mask.sum()
-    if dist.enabled:
-        num_sequences = int(dist.sum_scalar(num_sequences))
-        num_tokens = dist.all_reduce(num_tokens)
-    counts = dict(normalize_constant=rollout.max_new_tokens, num_sequences=num_sequences)
+    steps = config.steps_per_epoch  # optimizer steps per pass over the batch
+    if len(batch) % steps:
+        raise ValueError(f"this rank's {len(batch)} rows cannot be cut into optim.steps_per_epoch = {steps} equal "
+                         f"optimizer steps; make rollout.batch_size / world size * rollout.group_size a multiple of it")
+    step_rows = len(batch) // steps
+    counts = dict(normalize_constant=rollout.max_new_tokens)
     sums = MetricSums()
     optimizer_steps = skipped = 0
-    first_epoch_ratio_dev = 0.0  # max |ratio - 1| in the on-policy epoch: 0 unless something is off
+    first_step_ratio_dev = 0.0  # max |ratio - 1| in the first step, on-policy: 0 unless something is off
     sampler_gap_max = 0.0  # max |logp_sampler - logp_trainer| over the batch's tokens
-    epoch_batch = batch  # from the second epoch on: a copy that holds the first epoch's log-probs as old
     device = next(policy.parameters()).device
     generator = token_generator(algo)  # None unless the loss draws tokens at random
-    counts["num_tokens"] = num_tokens.to(device)
+    if steps > 1 and batch.old_logprobs is None and not value_warmup:
+        # The policy moves after the first step: every step's ratio is against the sampling policy's log-probs.
+        batch = batch.replace(old_logprobs=batch_logprobs(policy, batch, config, as_update=True))  # [N, L-1]
+    epoch_batch = batch  # k = 1, from the second epoch on: a copy that holds the first epoch's log-probs as old
     # Dropout is off (see rlvr.models), so train mode is deterministic; it is what gradient
     # checkpointing needs, and checkpointing cannot share one prompt's cache across the group.
     policy.train(True)
@@ -120,53 +128,58 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     buffers = GradientBuffers(trainable_params)
     try:
         for epoch in range(algo.ppo_epochs):
-            buffers.allocate()  # before the first forward (see rlvr.training.gradient_buffers)
             collected_old = []
-            epoch_loss = torch.zeros(())
-            for micro in training_microbatches(epoch_batch, config, device, group_size=forward_group_size(config)):
-                minibatch = micro.batch  # its rows, cut to their own columns
-                mask = minibatch.completion_mask  # [b, l-1]
-                scores = score_minibatch(policy, value_model, minibatch, config, with_logprobs=not value_warmup,
-                                         with_entropy=epoch == 0 or needs_entropy_every_epoch(algo),
-                                         detach_value_input=value_warmup)  # [b, L-1] each
-                loss = torch.zeros((), device=device)
-                if not value_warmup:
-                    if epoch_batch.old_logprobs is None:
-                        minibatch_old = scores.logprobs.detach()  # first epoch: exactly the sampling policy
-                        collected_old.append((micro, minibatch_old))
-                    else:
-                        minibatch_old = minibatch.old_logprobs
-                    per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums,
-                                                         generator, rollout)  # [b, L-1]
-                    first_epoch_ratio_dev = max(first_epoch_ratio_dev, ratio_dev)
-                    if epoch == 0 and minibatch.sampler_logprobs is not None:
-                        sampler_gap_max = max(sampler_gap_max, _log_sampler_gap(minibatch_old, minibatch, sums))
-                    loss = aggregate_loss(per_token, mask, algo.loss_aggregation, **counts)
-                if value_model is not None:
-                    value_part, value_metrics = value_loss(scores.values, minibatch.old_values, minibatch.returns, mask,
-                                                           algo.value_clip or None, algo.loss_aggregation, **counts)
-                    loss = loss + algo.vf_coef * value_part
-                    sums.add_masked(VALUE_LOSS_PER_TOKEN, value_metrics["per_token_loss"], mask)
-                    sums.add_masked(VALUE_CLIP_FRAC, value_metrics["clipped"], mask)
-                loss.backward()
-                epoch_loss = epoch_loss + loss.detach().cpu()
+            for step in range(steps):
+                part = epoch_batch if steps == 1 else epoch_batch.select(
+                    torch.arange(step * step_rows, (step + 1) * step_rows))  # this step's rows, in batch order
+                counts.update(_step_counts(part, dist, device))
+                buffers.allocate()  # before the first forward (see rlvr.training.gradient_buffers)
+                step_loss = torch.zeros(())
+                for micro in training_microbatches(part, config, device, group_size=forward_group_size(config)):
+                    minibatch = micro.batch  # its rows, cut to their own columns
+                    mask = minibatch.completion_mask  # [b, l-1]
+                    scores = score_minibatch(policy, value_model, minibatch, config, with_logprobs=not value_warmup,
+                                             with_entropy=epoch == 0 or needs_entropy_every_epoch(algo),
+                                             detach_value_input=value_warmup)  # [b, L-1] each
+                    loss = torch.zeros((), device=device)
+                    if not value_warmup:
+                        if part.old_logprobs is None:
+                            minibatch_old = scores.logprobs.detach()  # first epoch: exactly the sampling policy
+                            collected_old.append((micro, minibatch_old))
+                        else:
+                            minibatch_old = minibatch.old_logprobs
+                        per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums,
+                                                             generator, rollout, on_policy=epoch == 0 and step == 0)
+                        first_step_ratio_dev = max(first_step_ratio_dev, ratio_dev)  # [b, L-1] per_token
+                        if epoch == 0 and minibatch.sampler_logprobs is not None:
+                            sampler_gap_max = max(sampler_gap_max, _log_sampler_gap(minibatch_old, minibatch, sums))
+                        loss = aggregate_loss(per_token, mask, algo.loss_aggregation, **counts)
+                    if value_model is not None:
+                        value_part, value_metrics = value_loss(scores.values, minibatch.old_values, minibatch.returns,
+                                                               mask, algo.value_clip or None, algo.loss_aggregation,
+                                                               **counts)
+                        loss = loss + algo.vf_coef * value_part
+                        sums.add_masked(VALUE_LOSS_PER_TOKEN, value_metrics["per_token_loss"], mask)
+                        sums.add_masked(VALUE_CLIP_FRAC, value_metrics["clipped"], mask)
+                    loss.backward()
+                    step_loss = step_loss + loss.detach().cpu()
+                buffers.drop_unreached()  # grad None where no backward reached, as the optimizer and ranks expect
+                dist.sum_gradients(trainable_params)  # after this every rank holds the global gradient
+                # the global norm, FSDP shards too
+                grad_norm = clip_grad_norm(trainable_params, config.optim.max_grad_norm, dist)
+                loss_value = dist.sum_scalar(float(step_loss)) if dist.enabled else float(step_loss)
+                sums.add(LOSS, loss_value)
+                if dist.all_true(math.isfinite(loss_value) and math.isfinite(float(grad_norm))):
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer_steps += 1
+                    sums.add(GRAD_NORM, float(grad_norm))
+                else:
+                    skipped += 1
+                optimizer.zero_grad(set_to_none=True)
             if epoch_batch.old_logprobs is None and collected_old:
                 old = scatter_per_token(collected_old, len(batch), batch.completion_mask.shape[1])  # [N, L-1]
                 epoch_batch = batch.replace(old_logprobs=old.to(batch.completion_mask.device))  # for later epochs
-            buffers.drop_unreached()  # grad None where no backward reached, as the optimizer and ranks expect
-            dist.sum_gradients(trainable_params)  # after this every rank holds the global gradient
-            # the global norm, FSDP shards too
-            grad_norm = clip_grad_norm(trainable_params, config.optim.max_grad_norm, dist)
-            loss_value = dist.sum_scalar(float(epoch_loss)) if dist.enabled else float(epoch_loss)
-            sums.add(LOSS, loss_value)
-            if dist.all_true(math.isfinite(loss_value) and math.isfinite(float(grad_norm))):
-                optimizer.step()
-                scheduler.step()
-                optimizer_steps += 1
-                sums.add(GRAD_NORM, float(grad_norm))
-            else:
-                skipped += 1
-            optimizer.zero_grad(set_to_none=True)
     finally:
         buffers.close()
     policy.train(False)
@@ -177,16 +190,26 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
                         batch.completion_mask)
     reduce_metric_sums(dist, sums)
     if dist.enabled:
-        first_epoch_ratio_dev = dist.max_scalar(first_epoch_ratio_dev)
+        first_step_ratio_dev = dist.max_scalar(first_step_ratio_dev)
         sampler_gap_max = dist.max_scalar(sampler_gap_max)
     metrics = sums.reduce()
     if batch.sampler_logprobs is not None and not value_warmup:
         metrics[SAMPLER_LOGPROB_ABS_DIFF_MAX] = sampler_gap_max
     metrics[LR] = scheduler.get_last_lr()[0]
-    metrics[RATIO_FIRST_EPOCH_MAX_DEV] = first_epoch_ratio_dev
+    metrics[RATIO_FIRST_EPOCH_MAX_DEV] = first_step_ratio_dev
     if value_model is not None:
         metrics.update(value_batch_metrics(batch, dist))
     return UpdateResult(metrics=metrics, optimizer_steps=optimizer_steps, skipped_nonfinite_updates=skipped)
+
+
+def _step_counts(part: RolloutBatch, dist, device) -> dict:
+    """The loss denominators of one optimizer step: its sequences and completion tokens, over every rank."""
+    num_sequences = len(part)
+    num_tokens = part.completion_mask.sum()
+    if dist.enabled:
+        num_sequences = int(dist.sum_scalar(num_sequences))
+        num_tokens = dist.all_reduce(num_tokens)
+    return dict(num_sequences=num_sequences, num_tokens=num_tokens.to(device))
 
 
 # Loss metrics with a name of their own; any other metric a loss returns is `policy_loss/<its key>`.
@@ -232,11 +255,16 @@ def _log_sampler_gap(trainer_logprobs: torch.Tensor, minibatch: RolloutBatch, su
 
 def _policy_terms(scores, old_logprobs: torch.Tensor, minibatch: RolloutBatch, algo, epoch: int,
                   sums: MetricSums, generator: torch.Generator | None = None,
-                  rollout=None) -> tuple[torch.Tensor, float]:
+                  rollout=None, on_policy: bool | None = None) -> tuple[torch.Tensor, float]:
     """The per-token policy loss (weighted by `rollout.correction` when the sampler's log-probs are there and
-    rollout.tis_cap > 0) plus the KL and entropy terms, [b, L-1], and max |ratio - 1| in the first epoch; adds
-    the policy metrics to `sums`."""
+    rollout.tis_cap > 0) plus the KL and entropy terms, [b, L-1], and max |ratio - 1| when `on_policy` (the first
+    optimizer step; default: the first epoch); adds the policy metrics to `sums`. The once-per-row metrics
+    (entropy, surprisal, KL, correction weights) are logged in the first epoch; the ratio's on every epoch."""
+    on_policy = epoch == 0 if on_policy is None else on_policy
     mask = minibatch.completion_mask  # [b, L-1]
+    ratio = torch.exp(scores.logprobs.detach() - old_logprobs)  # [b, L-1]
+    outside = (ratio < 1 - algo.clip_low) | (ratio > 1 + algo.clip_high)  # [b, L-1], whichever branch the loss takes
+    sums.add_masked(CLIP_FRAC_TRUST_REGION, outside.to(mask.dtype), mask)
     loss_fn = POLICY_LOSSES.get(algo.policy_loss)
     options = loss_options(loss_fn, {name: getattr(algo, name) for name in LOSS_OPTIONS})
     if generator is not None:
@@ -259,17 +287,21 @@ def _policy_terms(scores, old_logprobs: torch.Tensor, minibatch: RolloutBatch, a
         if epoch == 0:
             sums.add_masked(ENTROPY_SELECTED_FRAC, selected.float(), mask)
     sums.add_masked(POLICY_LOSS_PER_TOKEN, per_token, mask)
-    if algo.kl_coef > 0:
+    # The KL to the reference: in the loss with kl_coef > 0; logged alone with log_kl (PPO's KL in the reward,
+    # without a KL term, is logged from the sampling-time log-probs instead: update_policy's end).
+    if algo.kl_coef > 0 or (algo.log_kl and algo.kl_in_reward == 0):
         kl = kl_per_token(scores.logprobs, minibatch.ref_logprobs, estimator=algo.kl_estimator)  # [b, L-1]
-        per_token = per_token + algo.kl_coef * kl
+        if algo.kl_coef > 0:
+            per_token = per_token + algo.kl_coef * kl
         if epoch == 0:
-            sums.add_masked(KL, kl, mask)
+            sums.add_masked(KL, kl.detach(), mask)
     if algo.entropy_coef > 0:
         per_token = per_token - algo.entropy_coef * scores.entropy
     if epoch == 0:
         sums.add_masked(ENTROPY, scores.entropy, mask)
+        sums.add_masked(SURPRISAL, -old_logprobs, mask)  # the sampling policy's, whatever step this is
     log_loss_metrics(sums, loss_metrics, mask)
     ratio_dev = 0.0
-    if "ratio" in loss_metrics and epoch == 0:
+    if "ratio" in loss_metrics and on_policy:
         ratio_dev = float(((loss_metrics["ratio"].detach() - 1).abs() * mask).max())
     return per_token, ratio_dev

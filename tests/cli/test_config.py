@@ -73,7 +73,7 @@ def test_every_preset_resolves():
         (["algorithm.name=grpo_passk", "rollout.group_size=1"], "algorithm.advantage_estimator='grpo_passk' compares"),
         (["algorithm.loss_aggregation=mean"], "valid choices: seq_mean_token_mean, seq_mean_token_sum_norm, token_mean"),
         (["task.name=chess"], "task.name: unknown task 'chess'; valid choices: "),
-        (["optim.minibatch_size=5", "optim.grad_accum_steps=2"], "must equal rollout.batch_size * rollout.group_size = 32"),
+        (["optim.minibatch_size=5", "optim.grad_accum_steps=2"], "must divide rollout.batch_size * rollout.group_size = 32"),
         (["optim.grad_accum_steps=3", "optim.minibatch_size=null"], "optim.grad_accum_steps=3 must divide"),
         (["algorithm.std=biased"], "algorithm.std: unknown choice 'biased'; valid choices: population, sample"),
         (["rollout.temperature=0"], "rollout.temperature must be a finite number in (0, 100], got 0.0"),

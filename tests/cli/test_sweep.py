@@ -34,16 +34,53 @@ def test_grid_items_names_and_the_cartesian_product():
         load_plan(None, [], ["optim.lr=1,2", "optim.lr+optim.eps=3"])
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "configs" / "sweeps").glob("*.yaml")), ids=lambda p: p.stem)
+def test_variants_are_one_more_grid_dimension_of_named_override_sets(tmp_path):
+    path = tmp_path / "ablations.yaml"
+    path.write_text("variants:\n  kl_up: {algorithm.kl_coef: 0.16}\n"
+                    "  clip: {algorithm.clip_low: 0.1, algorithm.clip_high: 0.1}\n"
+                    "grid:\n  train.seed: [0, 1]\n")
+    points = grid_points(load_plan(str(path), [], []))
+    assert points == [("variant=kl_up__seed=0", ["algorithm.kl_coef=0.16", "train.seed=0"]),
+                      ("variant=kl_up__seed=1", ["algorithm.kl_coef=0.16", "train.seed=1"]),
+                      ("variant=clip__seed=0", ["algorithm.clip_low=0.1", "algorithm.clip_high=0.1", "train.seed=0"]),
+                      ("variant=clip__seed=1", ["algorithm.clip_low=0.1", "algorithm.clip_high=0.1", "train.seed=1"])]
+    for text, message in (("variants: [a, b]\ngrid: {train.seed: [0]}\n", "variants must map each name"),
+                          ("variants: {a: 1}\ngrid: {train.seed: [0]}\n", "variants must map each name"),
+                          ("variants: {'a b': {optim.lr: 1}}\ngrid: {train.seed: [0]}\n", "may hold only")):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_plan(str(path), [], [])
+
+
+SHIPPED_SWEEPS = sorted([*(Path(__file__).parents[2] / "configs" / "sweeps").glob("*.yaml"),
+                         *(Path(__file__).parents[2] / "configs" / "studies").glob("*.yaml")])
+
+
+def test_the_hw4_pair_differs_only_in_the_presets_epochs_and_loss():
+    """The study's two conditions are the two shipped configs, and they differ in nothing but the epochs and
+    the loss (and the preset's name): the homework's controlled comparison."""
+    configs = Path(__file__).parents[2] / "configs"
+    plan = load_plan(str(configs / "studies" / "hw4_grpo_vs_gr_reinforce.yaml"), [], [])
+    points = {name: load_config(plan.base, plan.overrides + overrides).flat() for name, overrides in grid_points(plan)}
+    grpo, reinforce = (load_config(configs / f"hw4_{side}.yaml").flat() for side in ("grpo", "gr_reinforce"))
+    assert points["seed=0__name=grpo"] == grpo and points["seed=0__name=gr_reinforce"] == reinforce
+    differing = {key for key in grpo if grpo[key] != reinforce[key]}
+    assert differing == {"algorithm.name", "algorithm.ppo_epochs", "algorithm.policy_loss"}
+    assert (grpo["rollout.batch_size"], grpo["rollout.group_size"], grpo["optim.minibatch_size"],
+            grpo["optim.grad_accum_steps"], grpo["optim.max_grad_norm"], grpo["algorithm.advantage_clip"]) == (
+        8, 6, 12, 4, 0.5, 5.0)
+
+
+@pytest.mark.parametrize("path", SHIPPED_SWEEPS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_shipped_sweep_files_build_a_valid_config_per_point(path):
     plan = load_plan(str(path), [], [])
     points = grid_points(plan)
     assert len(points) >= 2
     configs = [load_config(plan.base, plan.overrides + overrides) for _, overrides in points]
-    # The swept keys really differ per run: each point's values of all grid keys (a cartesian grid
-    # of two keys repeats each one's values across the points).
-    keys = [key.split(".") for entry_keys, _ in plan.grid for key in entry_keys]
-    values = [tuple(repr(getattr(getattr(c, section), name)) for section, name in keys) for c in configs]
+    # The swept keys really differ per run: each point's values of all the keys it sets (a cartesian grid
+    # of two keys repeats each one's values across the points; a variant sets its own keys).
+    keys = sorted({item.split("=", 1)[0] for _, overrides in points for item in overrides})
+    values = [tuple(repr(c.flat()[key]) for key in keys) for c in configs]
     assert len(set(values)) == len(points)
     # Equal generation budget: the rollout shape and the iteration count never vary inside a sweep.
     assert len({(c.rollout.batch_size, c.rollout.group_size, c.rollout.max_new_tokens, c.train.iterations)

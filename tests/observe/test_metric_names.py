@@ -25,18 +25,22 @@ PRODUCERS = ("rlvr/observe/rollout_stats.py", "rlvr/training/update.py", "rlvr/t
              "rlvr/run/session.py", "rlvr/run/resume_policy.py")
 READERS = ("rlvr/observe/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py", "rlvr/check.py",
            "rlvr/check_mechanism.py", "rlvr/observe/sinks.py", "rlvr/observe/metrics.py", "rlvr/run/folder.py",
-           "rlvr/observe/console.py", "rlvr/report/health.py", "rlvr/run/numbers.py")
+           "rlvr/observe/console.py", "rlvr/report/health.py", "rlvr/run/numbers.py", "rlvr/report/study_spec.py",
+           "rlvr/report/study_numbers.py")
 # Family builders: a producer calling one writes names that start with its prefix.
 FAMILIES = {"reward_component": metric_names.REWARD_PREFIX, "status_count": metric_names.STATUS_PREFIX,
             "eval_reward_component": metric_names.EVAL_REWARD_PREFIX, "eval_metric": metric_names.EVAL_PREFIX,
             "policy_loss_metric": metric_names.POLICY_LOSS_PREFIX,
+            "eval_pass_at": metric_names.EVAL_PASS_AT_PREFIX, "eval_mean_at": metric_names.EVAL_MEAN_AT_PREFIX,
+            "eval_maj_at": metric_names.EVAL_MAJ_AT_PREFIX,
             "episode_tool_calls": metric_names.EPISODE_TOOL_CALLS_PREFIX,
             "episode_tool_errors": metric_names.EPISODE_TOOL_ERRORS_PREFIX,
             "episode_truncated": metric_names.EPISODE_TRUNCATED_PREFIX}
 PREFIXES = {metric_names.REWARD_PREFIX, metric_names.STATUS_PREFIX, metric_names.EVAL_REWARD_PREFIX,
             metric_names.EVAL_PREFIX, metric_names.TIME_PREFIX, metric_names.POLICY_LOSS_PREFIX,
             metric_names.EPISODE_TOOL_CALLS_PREFIX, metric_names.EPISODE_TOOL_ERRORS_PREFIX,
-            metric_names.EPISODE_TRUNCATED_PREFIX}
+            metric_names.EPISODE_TRUNCATED_PREFIX, metric_names.EVAL_PASS_AT_PREFIX, metric_names.EVAL_MEAN_AT_PREFIX,
+            metric_names.EVAL_MAJ_AT_PREFIX}
 # Literals equal to a metric name that are something else there.
 NOT_METRICS = {
     ("rlvr/report/figures.py", "kl"): "figure file stem",
@@ -52,6 +56,7 @@ NOT_METRICS = {
     ("rlvr/run/resume_policy.py", "iteration"): "the key restore_checkpoint returns",
     ("rlvr/run/folder.py", "iteration"): "the key restore_checkpoint returns",
     ("rlvr/cli.py", "iteration"): "a value of `rlvr report --x` (the x axis)",
+    ("rlvr/cli.py", "samples"): "the attribute of `rlvr eval --samples` (train.eval_samples)",
 }
 
 

@@ -13,7 +13,7 @@ import torch
 
 from rlvr.core import ADVANTAGE_ESTIMATORS, compute_group_advantages
 from rlvr.training.advantages import compute_advantages
-from rlvr.training.collect import has_contrast
+from rlvr.core.groups import reward_contrast
 from rlvr.observe.rollout_stats import no_contrast_fraction
 
 NAN = float("nan")
@@ -100,7 +100,7 @@ def test_dynamic_sampling_statistics_and_advantages_agree_on_borderline_groups()
     group_ids = torch.arange(rewards.numel()) // 4
     expected_contrast = [contrast for _, contrast in GROUPS]
     # Dynamic sampling keeps exactly the groups with contrast.
-    assert [has_contrast(rewards[4 * g : 4 * g + 4]) for g in range(len(GROUPS))] == expected_contrast
+    assert [reward_contrast(rewards[4 * g : 4 * g + 4], None) for g in range(len(GROUPS))] == expected_contrast
     # The statistics count the others.
     assert no_contrast_fraction(rewards, 4) == pytest.approx(expected_contrast.count(False) / len(GROUPS))
     # Every estimator gives exactly 0 to a group without contrast, and something else to the others.

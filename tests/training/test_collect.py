@@ -9,6 +9,7 @@ global one on every rank (rank 0 logs it), not the count of the rank that filled
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from types import SimpleNamespace
 
@@ -185,3 +186,35 @@ def test_greedy_baselines_keep_the_rollout_settings_otherwise():
     (used,) = seen
     assert (used.do_sample, used.max_new_tokens, used.stop_strings) == (False, 3, ("</a>",))
     assert settings.do_sample  # the rollout's own settings are left as they were
+
+
+class CorrectnessTask(ScriptedTask):
+    """ScriptedTask whose verdicts say a completion is correct when its value is at least 1."""
+
+    def score(self, completion, example):
+        verdict = super().score(completion, example)
+        return dataclasses.replace(verdict, correct=verdict.total >= 1)
+
+
+@pytest.mark.parametrize("rule, kept, rounds, sampled", [
+    ("reward", ["b r0 p0", "c r0 p1"], 1, 2),  # "b" groups (1.2 and 1, both correct) have reward contrast
+    ("correctness", ["c r0 p1", "c r1 p0"], 2, 4),  # ... but no correctness contrast: dropped, one more round
+])
+def test_the_correctness_filter_drops_groups_that_differ_only_in_a_bonus(monkeypatch, rule, kept, rounds, sampled):
+    import tests.training.test_collect as this
+
+    monkeypatch.setattr(this, "ROUNDS", ["bc", "cb"])  # two prompts a round
+    monkeypatch.setitem(COMPLETIONS, "b", ["1.2", "1"])
+    config = load_config(None, ["algorithm.name=dapo", "algorithm.overlong_buffer=0", "rollout.batch_size=2",
+                                f"rollout.group_size={GROUP}", "rollout.max_new_tokens=4", "train.seed=0",
+                                "task.use_chat_template=false", f"algorithm.dynamic_sampling_filter={rule}"])
+    collected = collect_groups(ScriptedBackend(), CorrectnessTask(), settings=None, config=config, iteration=0)
+    assert _prompts(collected) == kept
+    assert (collected.rounds, collected.sampled_groups, collected.filled_no_contrast) == (rounds, sampled, 0)
+
+
+def test_an_unknown_filter_names_the_valid_ones():
+    from rlvr.config import ConfigError
+
+    with pytest.raises(ConfigError, match="correctness.*reward|reward.*correctness"):
+        load_config(None, ["algorithm.dynamic_sampling_filter=total"])

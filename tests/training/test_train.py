@@ -73,6 +73,9 @@ RESUME_CASES = {
                      "algorithm.value_warmup_iterations": 1},
     # Clip-Cov draws the tokens it detaches with a generator seeded from the checkpointed RNG; a wide
     # covariance window and a 10% budget make the draw change the update.
+    # Two optimizer steps an epoch (8 rows, 4 a step): the scheduler counts them and a resume goes on from them.
+    "steps_per_epoch": {"algorithm.name": "grpo", "optim.minibatch_size": 2, "optim.grad_accum_steps": 2,
+                        "algorithm.log_kl": True},
     "clip_cov": {"algorithm.name": "clip_cov", "algorithm.clip_cov_ratio": 0.1, "algorithm.clip_cov_lb": -100,
                  "algorithm.clip_cov_ub": 100},
 }
@@ -120,6 +123,9 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, case):
             assert torch.equal(full_v[key], part_v[key]), key
         assert full_v["weight"].abs().max() > 0  # the head learned (it starts at zero)
         assert full_records[-1]["value/explained_variance"] == part_records[-1]["value/explained_variance"]
+    if case == "steps_per_epoch":
+        assert [r["optimizer_steps"] for r in full_records] == [4, 4, 4, 4]  # 2 epochs x 2 steps
+        assert full_records[-1]["optimizer_steps_total"] == 16 and full_records[-1]["kl"] > 0
     if case == "clip_cov":
         assert all(record["policy_loss/cov_clipped"] > 0 for record in full_records)
 

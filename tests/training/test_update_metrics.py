@@ -16,13 +16,17 @@ from rlvr.config import AlgorithmConfig
 from rlvr.observe.metric_names import (
     CLIP_FRAC_HIGH,
     CLIP_FRAC_LOW,
+    CLIP_FRAC_TRUST_REGION,
+    ENTROPY,
     ENTROPY_SELECTED_FRAC,
     KL,
     POLICY_LOSS_PER_TOKEN,
     RATIO_MEAN,
+    SURPRISAL,
     policy_loss_metric,
 )
 from rlvr.observe.metrics import MetricSums
+from rlvr.training.reference import needs_reference_logprobs
 from rlvr.training.update import _policy_terms, log_loss_metrics, token_generator
 
 
@@ -140,3 +144,72 @@ def test_consecutive_updates_draw_different_seeds():
     algo = _algo(policy_loss="clip_cov")
     first, second = token_generator(algo), token_generator(algo)
     assert not torch.equal(torch.randperm(50, generator=first), torch.randperm(50, generator=second))
+
+
+def test_trust_region_clip_fraction_counts_either_branch():
+    """The courses' clipfrac (ratio outside (1 - eps_low, 1 + eps_high), any branch) against rlvr's clip_frac/*
+    (the clipped branch is the active one). One token a row, eps 0.2:
+      A = -1, rho 1.5: min takes the unclipped branch: clip_frac 0, trust region 1
+      A = +1, rho 1.5: clipped high: both 1
+      A = +1, rho 1.1: inside: both 0
+      A = -1, rho 0.5: clipped low: both 1
+      A = +1, rho 0.5: unclipped branch: clip_frac 0, trust region 1
+    -> trust region 4/5; clip_frac/high 1/5, clip_frac/low 1/5 (their sum 2/5, not 4/5)."""
+    scores, old, minibatch = _five_ratios()
+    sums = MetricSums()
+    _policy_terms(scores, old, minibatch, _algo(), 0, sums)
+    logged = sums.reduce()
+    assert logged[CLIP_FRAC_TRUST_REGION] == pytest.approx(4 / 5)
+    assert (logged[CLIP_FRAC_HIGH], logged[CLIP_FRAC_LOW]) == (pytest.approx(1 / 5), pytest.approx(1 / 5))
+
+
+def _five_ratios():
+    ratios = torch.tensor([1.5, 1.5, 1.1, 0.5, 0.5], dtype=torch.float64)
+    old = -torch.ones(5, 1, dtype=torch.float64)
+    scores = SimpleNamespace(logprobs=old + ratios.log()[:, None], entropy=torch.zeros(5, 1, dtype=torch.float64))
+    minibatch = SimpleNamespace(completion_mask=torch.ones(5, 1, dtype=torch.float64), sampler_logprobs=None,
+                                advantages=torch.tensor([-1.0, 1.0, 1.0, -1.0, 1.0], dtype=torch.float64),
+                                ref_logprobs=None)
+    return scores, old, minibatch
+
+
+def test_trust_region_reads_each_sides_own_bound():
+    """clip_high 0.6 takes rho 1.5 inside, clip_low 0.2 keeps rho 0.5 outside: 2/5 (a symmetric range at
+    clip_low would say 4/5, one at clip_high 0/5; the upper side alone 0/5)."""
+    scores, old, minibatch = _five_ratios()
+    sums = MetricSums()
+    _policy_terms(scores, old, minibatch, _algo(clip_high=0.6), 0, sums)
+    assert sums.reduce()[CLIP_FRAC_TRUST_REGION] == pytest.approx(2 / 5)
+
+
+def test_surprisal_is_the_sampled_tokens_and_entropy_the_whole_distribution():
+    """Surprisal: mean -log pi_old of the sampled tokens under the mask (the courses' "entropy"); `entropy` is the
+    full-distribution entropy the scores carry. A masked-out position with a huge surprisal must not count."""
+    old = torch.tensor([[-0.1, -3.0, -50.0], [-2.0, -50.0, -50.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.float64)
+    entropy = torch.full((2, 3), 0.7, dtype=torch.float64)
+    scores = SimpleNamespace(logprobs=old.clone(), entropy=entropy)
+    minibatch = SimpleNamespace(completion_mask=mask, sampler_logprobs=None, ref_logprobs=None,
+                                advantages=torch.tensor([1.0, -1.0], dtype=torch.float64))
+    sums = MetricSums()
+    _policy_terms(scores, old, minibatch, _algo(), 0, sums)
+    logged = sums.reduce()
+    assert logged[SURPRISAL] == pytest.approx((0.1 + 3.0 + 2.0) / 3)
+    assert logged[ENTROPY] == pytest.approx(0.7)
+    sums = MetricSums()  # a later epoch does not log it again
+    _policy_terms(scores, old, minibatch, _algo(), 1, sums)
+    assert SURPRISAL not in sums.reduce()
+
+
+def test_log_kl_logs_the_kl_without_changing_the_loss():
+    scores, old, minibatch = _inputs()
+    plain, with_kl = MetricSums(), MetricSums()
+    loss, _ = _policy_terms(scores, old, minibatch, _algo(kl_coef=0.0, log_kl=False), 0, plain)
+    loss_logged, _ = _policy_terms(scores, old, minibatch, _algo(kl_coef=0.0, log_kl=True), 0, with_kl)
+    torch.testing.assert_close(loss_logged, loss, rtol=0, atol=0)
+    assert KL not in plain.reduce()
+    d = minibatch.ref_logprobs - scores.logprobs  # k3: exp(d) - d - 1, token mean under the mask
+    k3 = (torch.exp(d) - d - 1) * minibatch.completion_mask
+    assert with_kl.reduce()[KL] == pytest.approx(float(k3.sum() / minibatch.completion_mask.sum()))
+    assert needs_reference_logprobs(_algo(kl_coef=0.0, kl_in_reward=0.0, log_kl=True))
+    assert not needs_reference_logprobs(_algo(kl_coef=0.0, kl_in_reward=0.0, log_kl=False))

@@ -149,13 +149,15 @@ class Judgement:
 
 def judgement_verdict(judgement: Judgement, weights: dict[str, float], verifier: str, version: str,
                       extra: Optional[dict[str, float]] = None) -> Verdict:
-    """The verdict of a judgement: components `answer`, `format` (and `extra`), weighted total, the answer found."""
+    """The verdict of a judgement: components `answer`, `format` (and `extra`), weighted total, the answer found
+    (in `detail` and as `Verdict.answer`)."""
     components = {"answer": judgement.answer, "format": judgement.format, **(extra or {})}
     detail = judgement.detail
     if judgement.extracted is not None:
         detail = f"answer={judgement.extracted[:200]!r}" + (f"; {detail}" if detail else "")
     return Verdict(components=components, total=weighted_total(components, weights), status=judgement.status,
-                   verifier=verifier, version=version, correct=judgement.answer == 1.0, detail=detail)
+                   verifier=verifier, version=version, correct=judgement.answer == 1.0, detail=detail,
+                   answer=judgement.extracted)
 
 
 def r1_zero_formatted(response: str) -> bool:
