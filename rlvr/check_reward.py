@@ -46,6 +46,10 @@ EXAMPLE_CHARS = 60
 FORMAT_ALLOWANCES: dict[str, dict[str, str]] = {
     "format_copy": {"tag": "the task teaches the tag format itself: 0.2 for one integer in one tag pair, "
                            "against 1.3 for the right one"},
+    "code": {"passed": "partial credit: 0.5 x the share of unit tests a wrong program passes, against 1.5 for "
+                       "one that passes them all"},
+    "humaneval": {"passed": "partial credit: 0.5 x the share of unit tests a wrong program passes, against 1.5 "
+                            "for one that passes them all"},
     "reasoning_gym": {"format": "0.1 for an answer span of the model's own (R1-Zero style shaping), "
                                 "against 1.1 for a right answer"},
 }

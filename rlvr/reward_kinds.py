@@ -214,12 +214,78 @@ def prompt_numbers_together(item: AuditPrompt) -> list[str]:
 def tag_spam(item: AuditPrompt) -> list[str]:
     """Many answers with different values, the truth among them but neither first nor last: a verifier
     that pays when any answer matches pays it, one that reads one answer (first or last) does not."""
+    if _code_truth(item.truth) is not None:
+        return []  # a program among numbers is still the one program: code_cheat tries cheats instead
     values = [str(n) for n in range(20)] + item.prompt_numbers()
     values = [v for v in dict.fromkeys(values) if not item.equals_truth(v)]
     middle = len(values) // 2
     truth = [] if item.truth is None else [item.truth]
     spam = values[:middle] + truth + values[middle:]
     return [" ".join(item.form.wrap(v) for v in spam)]
+
+
+# Code tasks (a truth that is a fenced program or a function body): attacks on the sandbox that runs it.
+CODE_FENCE = "```python\n"
+# Each stops the program where the sandbox holds; the right program follows it, so one that got through
+# would earn the full reward.
+CODE_ESCAPES = (
+    "import sys; sys.exit(0)",
+    "import os; os._exit(0)",
+    "import os; os.kill(os.getppid(), 9)",
+    "import os; os.fork()",
+    "import subprocess; subprocess.run(['true'])",
+    "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)",
+    "open('/etc/hostname').read(); open('/tmp/rlvr-audit-escape', 'w').write('x')",
+    "x = bytearray(1 << 36)",
+    "import sys; sys.setrecursionlimit(10 ** 7); f = lambda n: f(n + 1) + 1; f(0)",
+    "while True: print('PASSED ' * 1000)",
+)
+# Each takes the place of the answer (a function body): all must earn nothing.
+CODE_CHEATS = (
+    "class Always(int):\n    def __eq__(self, other): return True\n    __hash__ = int.__hash__\nreturn Always()",
+    "import builtins; builtins.AssertionError = type('Never', (BaseException,), {}); return None",
+    "import os; os.write(1, b'{\"outcomes\": [[\"passed\", \"\"]]}'); print('all tests passed'); return None",
+)
+
+
+def _code_truth(truth: str | None) -> tuple[str, str] | None:
+    """`(prefix, indent)` for a truth that is code: a fenced program (hacks go after the fence, unindented)
+    or a function body (hacks go first, at its indentation); None for any other truth."""
+    if truth is None or not re.search(r"\breturn\b|\bdef\b", truth):
+        return None
+    if truth.startswith(CODE_FENCE):
+        return CODE_FENCE, ""
+    indent = re.match(r"[ \t]+", truth)
+    return ("", indent.group(0)) if indent else None
+
+
+def _indented(code: str, indent: str) -> str:
+    return "".join(indent + line + "\n" for line in code.splitlines())
+
+
+@KINDS.register("code_escape")
+def code_escape(item: AuditPrompt) -> list[str]:
+    """The right program behind an attack on the sandbox (exit, signals, processes, sockets, files, memory,
+    recursion, an endless loop printing fake results): it earns only if the attack gets through."""
+    shape = _code_truth(item.truth)
+    if shape is None:
+        return []
+    prefix, indent = shape
+    return [prefix + _indented(attack, indent) + item.truth[len(prefix):] for attack in CODE_ESCAPES]
+
+
+@KINDS.register("code_cheat")
+def code_cheat(item: AuditPrompt) -> list[str]:
+    """A function whose body cheats instead of answering: an always-equal result, a rebound
+    AssertionError, fake results printed."""
+    shape = _code_truth(item.truth)
+    if shape is None:
+        return []
+    prefix, indent = shape
+    if not prefix:
+        return [_indented(cheat, indent) for cheat in CODE_CHEATS]
+    header = re.search(r"^def [^\n]*:\n", item.truth, re.MULTILINE)
+    return [] if header is None else [f"{CODE_FENCE}{header.group(0)}{_indented(cheat, '    ')}```" for cheat in CODE_CHEATS]
 
 
 @KINDS.register("neighbour")

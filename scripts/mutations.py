@@ -2207,7 +2207,7 @@ STEPS_AND_COURSE_METRICS = [
         "correctness_filter_keeps_all_correct", "rlvr/core/groups.py",
         "the correctness filter keeps a group whose completions are all correct",
         ("    return bool(correct.any()) and not bool(correct.all())", "    return bool(correct.any())"),
-        tests=("tests/training/test_collect.py",),
+        tests=("tests/training/test_collect.py", "tests/core/test_groups.py"),
     ),
     mutation(
         "variant_overrides_dropped", "rlvr/sweep.py",
@@ -2246,8 +2246,36 @@ SAMPLED_EVAL = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- the `code` task (unit tests as reward)
+
+CODE_TASK_TESTS = ("tests/tasks/test_code_task.py",)
+CODE_TASK = [
+    mutation(
+        "assert_true_counts_as_test", "rlvr/tasks/code_problems.py",
+        "every step holding an assert is a test, HumanEval's `assert True` lines too (free passes for wrong code)",
+        ("any(isinstance(sub, ast.Assert) for sub in ast.walk(node)) and _calls(node, names))",
+         "any(isinstance(sub, ast.Assert) for sub in ast.walk(node)))"),
+        tests=CODE_TASK_TESTS,
+    ),
+    mutation(
+        "body_runs_past_the_function", "rlvr/tasks/code.py",
+        "a body continuing the prompt is not cut at the first unindented line (the prose after it breaks it)",
+        ('body = re.split(r"\\n(?=\\S)", completion, maxsplit=1)[0]', "body = completion"),
+        tests=CODE_TASK_TESTS,
+    ),
+    mutation(
+        "tests_call_the_prompt_stub", "rlvr/tasks/verification/code_runner.py",
+        "the candidate is bound before the setup runs, so the prompt's stub shadows it for tests that call it by name",
+        ('    try:\n        exec(compile(job["setup"], "<setup>", "exec"), namespace)',
+         '    namespace["candidate"] = namespace[job["entry_point"]] = lambda *a, **k: candidate.call(job["entry_point"], a, k)\n'
+         '    try:\n        exec(compile(job["setup"], "<setup>", "exec"), namespace)'),
+        ('    namespace["candidate"] = namespace[job["entry_point"]] = proxy\n', ""),
+        tests=CODE_TASK_TESTS,
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
              + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE
              + LORA_KERNEL + BASE_PRODUCT_DTYPE + LORA_MLP + SPEED_CHECK + MECHANISM_RECORD + STUDY
-             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL)
+             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL + CODE_TASK)

@@ -22,6 +22,7 @@ from typing import Callable
 from rlvr.registry import Registry, did_you_mean
 from rlvr.tasks.base import Example, Task, Verdict, resolve_weights, weighted_total
 from rlvr.tasks.calculator import CalculatorTask
+from rlvr.tasks.code import CodeTask, humaneval_task
 from rlvr.tasks.data_files import check_data_file
 from rlvr.tasks.dataset_task import DatasetTask
 from rlvr.tasks.external import (FORMS, ModuleMissing, accepts_keyword, check_call, load_reference,
@@ -46,6 +47,8 @@ TASKS.add("dataset", DatasetTask)
 TASKS.add("guess_number", GuessNumberTask)
 TASKS.add("calculator_arithmetic", CalculatorTask)
 TASKS.add("verifiers", verifiers_task)
+TASKS.add("code", CodeTask)
+TASKS.add("humaneval", humaneval_task)
 
 _OUTSIDE_FAMILIES: set[str] = set()  # registered with `register_task`: built like a task from a file
 _FAMILY_NAME = re.compile(r"[A-Za-z_][\w.-]*")
@@ -227,4 +230,4 @@ __all__ = ["TASKS", "VERIFIERS", "Example", "Task", "Verdict", "weighted_total",
            "register_task", "check_task_name", "check_data_files", "default_use_chat_template", "judge", "task_label",
            "FormatCopyTask", "GSM8KTask", "MathTask", "IntegerTask", "ReasoningGymTask", "DatasetTask",
            "GuessNumberTask",
-           "CalculatorTask"]
+           "CalculatorTask", "CodeTask"]

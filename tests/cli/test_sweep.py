@@ -53,7 +53,7 @@ def test_variants_are_one_more_grid_dimension_of_named_override_sets(tmp_path):
 
 
 SHIPPED_SWEEPS = sorted([*(Path(__file__).parents[2] / "configs" / "sweeps").glob("*.yaml"),
-                         *(Path(__file__).parents[2] / "configs" / "studies").glob("*.yaml")])
+                         *(Path(__file__).parents[2] / "configs" / "studies").glob("**/*.yaml")])
 
 
 def test_the_hw4_pair_differs_only_in_the_presets_epochs_and_loss():

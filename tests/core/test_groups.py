@@ -73,3 +73,21 @@ def test_rows_and_shuffled_group_ids_give_the_same_answer():
     group_index = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])
     assert no_contrast_groups(rewards, group_index, 4).tolist() == [True, False, True, False]
     assert no_contrast_rows(rows, eps=0.0).tolist() == [False, False, False, False]  # eps 0: any spread counts
+
+
+def test_the_dynamic_sampling_filters_read_rewards_or_correctness():
+    """`reward` keeps reward contrast whatever the verdicts say; `correctness` keeps a mix of right and wrong
+    whatever the rewards say (a group all right, 1.2 and 1.0, has reward contrast and no correctness contrast)."""
+    from rlvr.core import DYNAMIC_SAMPLING_FILTERS
+
+    reward, correctness = DYNAMIC_SAMPLING_FILTERS.get("reward"), DYNAMIC_SAMPLING_FILTERS.get("correctness")
+    cases = [  # rewards, correct, kept by reward, kept by correctness
+        ([1.2, 1.0], [True, True], True, False),
+        ([0.0, 0.0], [False, False], False, False),
+        ([1.0, 0.0], [True, False], True, True),
+        ([1.0, 1.0], [True, False], False, True),  # a verdict may be right without a reward of its own
+        ([float("nan"), 1.0], [False, True], False, True),  # one finite reward: no reward contrast
+    ]
+    for rewards, correct, by_reward, by_correctness in cases:
+        rewards, correct = torch.tensor(rewards), torch.tensor(correct)
+        assert reward(rewards, correct) is by_reward and correctness(rewards, correct) is by_correctness

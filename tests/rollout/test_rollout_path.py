@@ -137,6 +137,8 @@ def test_every_task_declares_its_stop_strings(tmp_path, monkeypatch):
         "guess_number": build_task("guess_number"),
         "calculator_arithmetic": build_task("calculator_arithmetic"),
         "verifiers": build_task("verifiers:rlvr_stops_taskset"),
+        "code": build_task("code", options={"train_size": 10, "eval_size": 2}),
+        "humaneval": build_task("humaneval", use_chat_template=False),
     }
     shipped = {name for name in TASKS.names() if TASKS.get(name).__module__.startswith("rlvr.")}  # not the tests' toys
     assert set(built) == shipped
@@ -147,6 +149,8 @@ def test_every_task_declares_its_stop_strings(tmp_path, monkeypatch):
     assert built["guess_number"].stop_strings == ("</guess>",)
     assert built["calculator_arithmetic"].stop_strings == ("</calculator>", "</answer>")  # a call's end, an answer's
     assert built["verifiers"].stop_strings == ()  # single turn, no tools
+    assert built["code"].stop_strings == ()  # a fenced block: the chat turn ends it
+    assert "\ndef " in built["humaneval"].stop_strings  # a raw continuation ends at the next top-level line
     # A task from outside rlvr that names no stop strings gets the protocol's default, ().
     outside = tmp_path / "outside_task.py"
     outside.write_text(
