@@ -10,11 +10,15 @@ import torch
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.models import LoraSettings, load_policy, load_trainable
+from rlvr.observe.metric_names import EVAL_MAJ_AT_PREFIX, EVAL_MEAN_AT_PREFIX, EVAL_PASS_AT_PREFIX
 from rlvr.rollout import SamplingSettings, hf_generate
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
 from tests.observe.test_metric_names import PREFIXES, REPO, names_used
 from tests.training.test_ppo import PPO_METRICS
+
+# Written only by a sampled eval (train.eval_samples > 1): tests/cli/test_eval_sampled.py runs one.
+SAMPLED_EVAL_PREFIXES = (EVAL_PASS_AT_PREFIX, EVAL_MEAN_AT_PREFIX, EVAL_MAJ_AT_PREFIX)
 
 REQUIRED_METRICS = [
     "reward/mean", "reward/std", "reward/share", "frac_no_contrast_groups", "frac_nonzero_advantages",
@@ -51,7 +55,8 @@ def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
     # tests/training/test_episode_training.py).
     written = {key for record in records + read_jsonl(run_dir / "eval.jsonl") for key in record}
     for reader in ("rlvr/observe/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py"):
-        used = {name for name in names_used((REPO / reader).read_text()) if not name.startswith("episode/")}
+        used = {name for name in names_used((REPO / reader).read_text())
+                if not name.startswith(("episode/", *SAMPLED_EVAL_PREFIXES))}
         for name in used - set(PPO_METRICS):
             assert name in written or (name in PREFIXES and any(key.startswith(name) for key in written)), (reader, name)
     assert records[0]["kl"] == 0.0  # the policy starts equal to the reference (LoRA B = 0)
