@@ -2210,6 +2210,12 @@ STEPS_AND_COURSE_METRICS = [
         tests=("tests/training/test_collect.py", "tests/core/test_groups.py"),
     ),
     mutation(
+        "python_tool_not_jailed", "rlvr/tools/builtin.py",
+        "the python tool's worker runs with the audit hook alone, which model code can switch off",
+        ("memory_mb=PYTHON_MEMORY_MB, jailed=True)", "memory_mb=PYTHON_MEMORY_MB, jailed=False)"),
+        tests=("tests/tools/test_python_tool_jail.py",),
+    ),
+    mutation(
         "variant_overrides_dropped", "rlvr/sweep.py",
         "a variant's overrides are replaced by variant=NAME (its runs all run the base config, or fail)",
         ("            overrides += plan.variants[value] if keys == (VARIANT_KEY,) else [f\"{k}={value}\" for k in keys]",

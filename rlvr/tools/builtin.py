@@ -97,7 +97,9 @@ def calculator(expression: str) -> str:
 
 
 # Its own worker, not the verifiers': code the model writes never shares a process with a scorer.
-PYTHON_WORKER = VerifierWorker(extra_functions="rlvr.tools.python_worker", memory_mb=PYTHON_MEMORY_MB)
+# Model code runs there on purpose: behind bubblewrap and seccomp where they run (the audit hook alone is not a
+# jail: code in the same process can patch what it reads).
+PYTHON_WORKER = VerifierWorker(extra_functions="rlvr.tools.python_worker", memory_mb=PYTHON_MEMORY_MB, jailed=True)
 
 
 def run_python(code: str, *, timeout: float = PYTHON_TIMEOUT_SECONDS, worker: VerifierWorker | None = None) -> str:

@@ -119,6 +119,33 @@ def jail_argv(jail: Jail) -> tuple[list[str], tuple[int, ...]]:
     return argv[:1] + ["--seccomp", str(read_end)] + argv[1:], (read_end,)
 
 
+def jailed_worker_command(command: list[str], env: dict[str, str], readable: str,
+                          ) -> tuple[list[str], tuple[int, ...], Jail]:
+    """`command` (a long-lived worker, e.g. the `python` tool's) behind bubblewrap where it runs here: `readable`
+    (the folder holding the rlvr package) and the Python environment (`sys.prefix`) mounted read-only, a private writable folder
+    (JAIL_FOLDER) as its RLVR_VERIFIER_TMPDIR, only the RLVR_*, PYTHON* and *_NUM_THREADS variables of `env`.
+    -> (the command line, the descriptors it must inherit, which the caller closes after the start, the jail);
+    where bubblewrap cannot run, `command` unchanged and a jail of kind "none" that says why."""
+    jail = detect_jail()
+    if jail.kind != "bwrap":
+        return command, (), jail
+    argv, fds = jail_argv(jail)
+    extra: list[str] = []
+    mounted: list[str] = []
+    for folder in (readable, sys.prefix):  # rlvr's folder, and the environment it runs in (a venv's site-packages)
+        folder = os.path.realpath(folder)
+        if not any(folder == m or folder.startswith(m + os.sep) for m in mounted):
+            extra += ["--ro-bind", folder, folder]
+            mounted.append(folder)
+    kept = {key: value for key, value in env.items()
+            if key.startswith(("RLVR_", "PYTHON")) or key.endswith("_NUM_THREADS")}
+    kept["RLVR_VERIFIER_TMPDIR"] = JAIL_FOLDER
+    for key, value in sorted(kept.items()):
+        extra += ["--setenv", key, value]
+    end = len(argv) - 1  # argv ends with "--": the mounts and variables go before it
+    return argv[:end] + extra + argv[end:] + command, fds, jail
+
+
 def choose_jail(mode: str) -> Jail:
     """The jail for `mode` (`auto`, `required`, `none`); raises when `required` cannot be met."""
     if mode not in JAILS:

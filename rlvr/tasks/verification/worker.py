@@ -181,7 +181,7 @@ class _WorkerProcess:
     """One worker process: spawned at once (its import runs on its own), ready after its first line."""
 
     def __init__(self, modules: frozenset[str], extra_functions: Optional[str],
-                 memory_mb: Optional[int] = None) -> None:
+                 memory_mb: Optional[int] = None, jailed: bool = False) -> None:
         env = dict(os.environ)
         if memory_mb is not None:
             env["RLVR_VERIFIER_MEMORY_MB"] = str(memory_mb)
@@ -196,14 +196,23 @@ class _WorkerProcess:
         self.temp_dir: str | None = tempfile.mkdtemp(prefix="rlvr-verifier-")
         env.update(RLVR_VERIFIER_TMPDIR=self.temp_dir, RLVR_VERIFIER_MODULES=",".join(sorted(modules)),
                    RLVR_VERIFIER_EXTRA_FUNCTIONS=extra_functions or "", PYTHONDONTWRITEBYTECODE="1")
+        command = [sys.executable, "-c", "from rlvr.tasks.verification.worker import worker_main; worker_main()"]
+        fds: tuple[int, ...] = ()
+        if jailed:  # model code runs here on purpose: bubblewrap in front where it runs (code_jail)
+            from rlvr.tasks.verification.code_jail import jailed_worker_command
+
+            command, fds, _ = jailed_worker_command(command, env, package_root)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", "from rlvr.tasks.verification.worker import worker_main; worker_main()"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=package_root,
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                cwd=package_root, pass_fds=fds,
             )
         except OSError:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
             raise
+        finally:
+            for fd in fds:
+                os.close(fd)
         self.ready_by = time.monotonic() + STARTUP_SECONDS  # its start-up allowance, from the spawn
         self.ready = False
         self._buffer = b""
@@ -270,12 +279,16 @@ class VerifierWorker:
     """A worker process with a warm spare behind it; `call` never raises and never waits past its limit.
 
     `extra_functions` names a module whose `FUNCTIONS` join the built-in ones (tests' probes, the
-    `python` tool); `memory_mb` replaces `RLVR_VERIFIER_MEMORY_MB` as its processes' address-space limit.
+    `python` tool); `memory_mb` replaces `RLVR_VERIFIER_MEMORY_MB` as its processes' address-space limit;
+    `jailed` starts its processes behind bubblewrap and the seccomp filter where they run here
+    (`code_jail.jailed_worker_command`: the `python` tool, whose model code the audit hook alone cannot hold).
     """
 
-    def __init__(self, extra_functions: Optional[str] = None, memory_mb: Optional[int] = None) -> None:
+    def __init__(self, extra_functions: Optional[str] = None, memory_mb: Optional[int] = None,
+                 jailed: bool = False) -> None:
         self.extra_functions = extra_functions
         self.memory_mb = memory_mb
+        self.jailed = jailed  # its processes behind bubblewrap where it runs (for model code run on purpose)
         self.functions = _functions(extra_functions)
         self._active: _WorkerProcess | None = None
         self._spare: _WorkerProcess | None = None  # same modules as the active one, importing or ready
@@ -290,7 +303,7 @@ class VerifierWorker:
     def _spawn_spare(self) -> None:
         if self._spare is None:
             try:
-                self._spare = _WorkerProcess(self._modules, self.extra_functions, self.memory_mb)
+                self._spare = _WorkerProcess(self._modules, self.extra_functions, self.memory_mb, self.jailed)
             except OSError:
                 self._spare = None  # no spare: the next replacement starts from scratch
 
@@ -318,7 +331,7 @@ class VerifierWorker:
             self._active, self._spare = self._spare, None
         try:
             if self._active is None:
-                self._active = _WorkerProcess(wanted, self.extra_functions, self.memory_mb)
+                self._active = _WorkerProcess(wanted, self.extra_functions, self.memory_mb, self.jailed)
             reason = self._active.wait_ready()
         except OSError as exc:
             reason = f"it could not be started: {exc}"
