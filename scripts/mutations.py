@@ -2059,7 +2059,7 @@ LORA_MLP = [
     mutation(
         "gradient_buffers_never_allocated", "rlvr/training/update.py",
         "the buffers are not made up front: autograd makes each in the first backward, between the activations",
-        ("            buffers.allocate()  # before the first forward (see rlvr.training.gradient_buffers)\n", ""),
+        ("                buffers.allocate()  # before the first forward (see rlvr.training.gradient_buffers)\n", ""),
         tests=("tests/training/test_gradient_buffers.py",),
     ),
 ]
