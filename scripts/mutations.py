@@ -2173,8 +2173,7 @@ STEPS_AND_COURSE_METRICS = [
     mutation(
         "steps_divide_by_whole_batch", "rlvr/training/update.py",
         "each of several steps divides its loss by the whole batch's counts instead of its own rows'",
-        ("                counts.update(_step_counts(part, dist, device))",
-         "                counts.update(_step_counts(epoch_batch, dist, device))"),
+        ("**_step_counts(_step_part(batch, step, steps), dist, device))", "**_step_counts(batch, dist, device))"),
         tests=STEPS_TESTS,
     ),
     mutation(

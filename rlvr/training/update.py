@@ -108,8 +108,6 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     if len(batch) % steps:
         raise ValueError(f"this rank's {len(batch)} rows cannot be cut into optim.steps_per_epoch = {steps} equal "
                          f"optimizer steps; make rollout.batch_size / world size * rollout.group_size a multiple of it")
-    step_rows = len(batch) // steps
-    counts = dict(normalize_constant=rollout.max_new_tokens)
     sums = MetricSums()
     optimizer_steps = skipped = 0
     first_step_ratio_dev = 0.0  # max |ratio - 1| in the first step, on-policy: 0 unless something is off
@@ -120,6 +118,9 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
         # The policy moves after the first step: every step's ratio is against the sampling policy's log-probs.
         batch = batch.replace(old_logprobs=batch_logprobs(policy, batch, config, as_update=True))  # [N, L-1]
     epoch_batch = batch  # k = 1, from the second epoch on: a copy that holds the first epoch's log-probs as old
+    # Each step's loss denominators (its sequences and completion tokens over every rank), the same every epoch.
+    step_counts = [dict(normalize_constant=rollout.max_new_tokens,
+                        **_step_counts(_step_part(batch, step, steps), dist, device)) for step in range(steps)]
     # Dropout is off (see rlvr.models), so train mode is deterministic; it is what gradient
     # checkpointing needs, and checkpointing cannot share one prompt's cache across the group.
     policy.train(True)
@@ -130,9 +131,7 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
         for epoch in range(algo.ppo_epochs):
             collected_old = []
             for step in range(steps):
-                part = epoch_batch if steps == 1 else epoch_batch.select(
-                    torch.arange(step * step_rows, (step + 1) * step_rows))  # this step's rows, in batch order
-                counts.update(_step_counts(part, dist, device))
+                part, counts = _step_part(epoch_batch, step, steps), step_counts[step]
                 buffers.allocate()  # before the first forward (see rlvr.training.gradient_buffers)
                 step_loss = torch.zeros(())
                 for micro in training_microbatches(part, config, device, group_size=forward_group_size(config)):
@@ -150,7 +149,7 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
                             minibatch_old = minibatch.old_logprobs
                         per_token, ratio_dev = _policy_terms(scores, minibatch_old, minibatch, algo, epoch, sums,
                                                              generator, rollout, on_policy=epoch == 0 and step == 0)
-                        first_step_ratio_dev = max(first_step_ratio_dev, ratio_dev)  # [b, L-1] per_token
+                        first_step_ratio_dev = max(first_step_ratio_dev, ratio_dev)
                         if epoch == 0 and minibatch.sampler_logprobs is not None:
                             sampler_gap_max = max(sampler_gap_max, _log_sampler_gap(minibatch_old, minibatch, sums))
                         loss = aggregate_loss(per_token, mask, algo.loss_aggregation, **counts)
@@ -200,6 +199,14 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     if value_model is not None:
         metrics.update(value_batch_metrics(batch, dist))
     return UpdateResult(metrics=metrics, optimizer_steps=optimizer_steps, skipped_nonfinite_updates=skipped)
+
+
+def _step_part(batch: RolloutBatch, step: int, steps: int) -> RolloutBatch:
+    """The rows of optimizer step `step` of `steps` in one pass: the next len(batch) / steps rows in batch order."""
+    if steps == 1:
+        return batch
+    rows = len(batch) // steps
+    return batch.select(torch.arange(step * rows, (step + 1) * rows))
 
 
 def _step_counts(part: RolloutBatch, dist, device) -> dict:
