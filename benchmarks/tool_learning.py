@@ -46,6 +46,7 @@ else:  # run as a script: its folder is on sys.path
     from vs_trl import matmul_gflops
 
 from rlvr.observe.metric_names import UNIX_TIME, reward_component
+from rlvr.training.sft_data import demonstration_rows, held_out_keys, task_for_seed
 
 
 @dataclass(frozen=True)
@@ -72,53 +73,6 @@ def sft_run_name(task_name: str) -> str:
     return f"bench-sft-{task_name}"
 
 
-def example_key(example) -> str:
-    return json.dumps([example.prompt, example.ground_truth], sort_keys=True)
-
-
-def task_for_seed(config, seed: int):
-    from rlvr.tasks import build_task
-
-    return build_task(config.task.name, reward_weights=config.task.reward_weights, options=config.task.options,
-                      use_chat_template=config.task.use_chat_template, seed=seed)
-
-
-def held_out_keys(config, seeds) -> set[str]:
-    """Every example the held-out eval of a run with one of `seeds` scores (the split moves with the seed)."""
-    return {example_key(example) for seed in seeds for example in task_for_seed(config, seed).iter_eval()}
-
-
-def sft_rows(task, tokenizer, count: int, seed: int, held_out: set[str] = frozenset(),
-             use_chat_template: bool = True) -> list[dict]:
-    """`count` distinct training examples outside `held_out`, their right episodes as SFT pairs.
-
-    Each row is a pair (prompt, response) and the example's ground_truth: one per assistant turn.
-    """
-    from rlvr.rollout import render_prompts
-    from rlvr.rollout.episodes import demonstration_pairs
-
-    chosen, seen = [], set()
-    for example in task.examples("train", 50 * count, seed):
-        key = example_key(example)
-        if key not in held_out and key not in seen:
-            chosen.append(example)
-            seen.add(key)
-        if len(chosen) == count:
-            break
-    if len(chosen) < count:
-        raise ValueError(f"only {len(chosen)} distinct training examples of {task.name!r} lie outside the held-out "
-                         f"splits; ask for --questions {len(chosen)} or fewer")
-    prompts = render_prompts(tokenizer, chosen, use_chat_template=use_chat_template)
-    rows = []
-    for example, prompt in zip(chosen, prompts):
-        pairs, verdict = demonstration_pairs(task, tokenizer, example, prompt, task.demonstration(example),
-                                             use_chat_template=use_chat_template)
-        if verdict.components[task.primary_component] != 1.0:
-            raise ValueError(f"the demonstration for {example.ground_truth!r} is not judged right: {verdict.detail}")
-        rows += [{**pair, "ground_truth": example.ground_truth} for pair in pairs]
-    return rows
-
-
 def write_sft_data(path: Path, task_run: TaskRun, questions: int, grpo_seeds=(0,), seed: int = 1) -> dict:
     """The SFT data file for `task_run`: `questions` examples, none held out for the SFT run or `grpo_seeds`."""
     from rlvr.config import load_config
@@ -129,8 +83,8 @@ def write_sft_data(path: Path, task_run: TaskRun, questions: int, grpo_seeds=(0,
     model_path, gguf_file = resolve_model_path(config.model.name)
     tokenizer = load_tokenizer(model_path, gguf_file=gguf_file)
     held_out = held_out_keys(config, {config.train.seed, *grpo_seeds})
-    rows = sft_rows(task_for_seed(config, config.train.seed), tokenizer, questions, seed, held_out,
-                    use_chat_template=config.task.use_chat_template)
+    rows = demonstration_rows(task_for_seed(config, config.train.seed), tokenizer, questions, seed, held_out,
+                              use_chat_template=config.task.use_chat_template)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
     print(f"wrote {len(rows)} pairs ({questions} examples, none of the {len(held_out)} held out) to {path}")

@@ -19,12 +19,13 @@ import yaml
 import rlvr.observe.console as console
 from rlvr.config import ConfigError, load_config
 from rlvr.observe.console import SweepSummary
+from rlvr.sweep_stages import Stage, grid_overrides, parse_stages, run_stages
 from rlvr.utils import atomic_write_text
 
 DONE_FILE = "sweep_done.json"  # written when a run of the sweep returns; holds its iteration budget
 # A sweep file's top-level keys. `study` (a study file's summary: what `rlvr study` tabulates and draws, see
 # rlvr/study.py) is accepted and ignored here, so `rlvr sweep` runs a study file as it is.
-SWEEP_FILE_KEYS = ("base", "overrides", "grid", "variants", "study")
+SWEEP_FILE_KEYS = ("base", "overrides", "grid", "variants", "before", "study")
 # `variants`: named sets of overrides, one more dimension of the grid (before the others), for
 # one-at-a-time ablations that no cartesian grid of keys expresses. Its points are named variant=NAME.
 VARIANT_KEY = "variant"
@@ -37,6 +38,7 @@ class SweepPlan:
     grid: list[tuple[tuple[str, ...], list[str]]] = field(default_factory=list)  # (keys, values)
     name: str = "sweep"
     variants: dict[str, list[str]] = field(default_factory=dict)  # variant name -> its overrides
+    before: list[Stage] = field(default_factory=list)  # runs trained once before the grid (rlvr/sweep_stages.py)
 
 
 def _split_values(text: str) -> list[str]:
@@ -94,6 +96,7 @@ def load_plan(config_path: str | None, overrides: list[str], grid_items: list[st
                 raise ConfigError(f"sweep file {config_path}: overrides and grid must be mappings of key: value(s)")
             plan.overrides = [f"{k}={_value_text(v)}" for k, v in given.items()]
             plan.variants = _variants(data.get("variants"), config_path)
+            plan.before = parse_stages(data.get("before"), config_path, _value_text)
             if plan.variants:
                 plan.grid.append(((VARIANT_KEY,), list(plan.variants)))
             for key, values in data["grid"].items():
@@ -171,11 +174,15 @@ def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
     if output_dir is None:
         output_dir = Path(load_config(plan.base, plan.overrides, check=False).train.output_dir) / f"sweep-{plan.name}"
     output_dir = Path(output_dir)
+    if plan.before:  # the grid's configs are checked first; their model.init_from exists only after the stages
+        for name, point in grid_points(plan):
+            load_config(plan.base, plan.overrides + point + [f"train.output_dir={output_dir}", f"train.run_name={name}"])
+        run_stages(plan.before, output_dir, run_status, DONE_FILE)
     # Every point's config, model source, task and data are checked before the first run starts: first what
     # needs no torch (a wrong model name or data path fails at once), then the rest.
     points = []
     for name, point in grid_points(plan):
-        fixed = [f"train.output_dir={output_dir}", f"train.run_name={name}"]
+        fixed = [f"train.output_dir={output_dir}", f"train.run_name={name}"] + grid_overrides(plan.before, output_dir)
         unchecked = load_config(plan.base, plan.overrides + point + fixed, check=False)
         check_sources(unchecked)
         points.append((name, point, plan.overrides + point + fixed))

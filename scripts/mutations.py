@@ -2279,8 +2279,40 @@ CODE_TASK = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- warm-ups the task writes, before: runs
+
+DEMONSTRATION_TESTS = ("tests/training/test_sft_demonstrations.py",)
+WARM_UPS = [
+    mutation(
+        "demonstrations_ignore_other_seeds", "rlvr/training/sft_data.py",
+        "the warm-up leaves out only its own held-out split: the RL seeds' held-out questions are trained on",
+        ("held_out_keys(config, {config.train.seed, *config.sft.exclude_eval_seeds})",
+         "held_out_keys(config, {config.train.seed})"),
+        tests=DEMONSTRATION_TESTS,
+    ),
+    mutation(
+        "spell_trace_read_forward", "rlvr/tasks/reasoning_gym_demos.py",
+        "the spell_backward working reads the letters forward again (the answer still right: no verifier sees it)",
+        ("{' '.join(reversed(word))}", "{' '.join(word)}"),
+        tests=DEMONSTRATION_TESTS,
+    ),
+    mutation(
+        "stage_init_from_dropped", "rlvr/sweep_stages.py",
+        "the grid runs do not start from the warm-up (model.init_from never added)",
+        ('    return [f"model.init_from={stage.run_dir(output_dir)}" for stage in stages if stage.init_from]',
+         "    return []"),
+        tests=("tests/cli/test_sweep_stages.py",),
+    ),
+    mutation(
+        "finished_stage_trained_again", "rlvr/sweep_stages.py",
+        "a finished warm-up is trained again on every rerun (its sweep_done.json not read)",
+        ('status = "finished" if done.exists() else status_of(run_dir, 10**9)', 'status = "new"'),
+        tests=("tests/cli/test_sweep_stages.py",),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
              + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE
              + LORA_KERNEL + BASE_PRODUCT_DTYPE + LORA_MLP + SPEED_CHECK + MECHANISM_RECORD + STUDY
-             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL + CODE_TASK)
+             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL + CODE_TASK + WARM_UPS)

@@ -76,7 +76,7 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any =
     """A config field: its default, its one line of help, its range and its names, declared once.
 
     `bounds=(lo, hi)` (both ends included) or a `Bounds`: the range of a number, or of each value of a
-    dict of numbers. `choices=`: the function that returns the valid names of a str (or of each item
+    dict or list of numbers. `choices=`: the function that returns the valid names of a str (or of each item
     of a list[str]) that come from a registry; fixed names are a `Literal[...]` type instead.
     """
     if isinstance(bounds, tuple):
@@ -161,9 +161,15 @@ def first_range_error(config: Any) -> str | None:
         if bounds is None:
             continue
         value = _value(config, key)
-        items = value.items() if isinstance(value, dict) else [(None, value)]
+        if isinstance(value, dict):
+            items = value.items()
+        elif isinstance(value, list):  # each value of a list of numbers, named by its position
+            items = [(f"[{index}]", item) for index, item in enumerate(value)]
+        else:
+            items = [(None, value)]
         for entry, item in items:
-            message = range_error(key if entry is None else f"{key}.{entry}", item, bounds)
+            where = key if entry is None else f"{key}{entry}" if entry.startswith("[") else f"{key}.{entry}"
+            message = range_error(where, item, bounds)
             if message:
                 return message
     return None

@@ -478,7 +478,15 @@ class SFTConfig:
 
     # Prompts are used verbatim (render chat templates beforehand); a response should end with the
     # tokenizer's EOS text so the model learns to stop.
-    data_path: str = option("", "a jsonl file of prompt / response pairs, one a line")
+    data_path: str = option("", "a jsonl file of prompt / response pairs, one a line (unused with demonstrations)")
+    # The task's own `demonstration` (a program-written right completion), for a warm-up on a task the model never
+    # solves zero-shot. The run folder keeps the pairs it trained on (sft_data.jsonl).
+    demonstrations: int = option(0, "0: read data_path; N: the data is the task's demonstrations of N distinct "
+                                 "training questions, none from a held-out split",
+                                 bounds=count(0, 10**6, "0 reads data_path"))
+    exclude_eval_seeds: list[int] = option(help="with demonstrations: also leave out the held-out questions of runs "
+                                           "with these train.seed values (the RL runs the warm-up starts)",
+                                           factory=list, bounds=count(0, 2**32 - 1))
     prompt_field: str = option("prompt", "the jsonl field holding the prompt (used verbatim)")
     response_field: str = option("response", "the jsonl field holding the response (end it with the EOS text)")
     ground_truth_field: str = option("ground_truth", "the jsonl field holding the ground truth (for filter_correct)")

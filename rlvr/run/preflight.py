@@ -42,7 +42,8 @@ def check_init_from(config: Config) -> None:
 def check_sft_data(config: Config) -> Path:
     """`sft.data_path`: a file that can be read (its rows are checked as `rlvr sft` reads them)."""
     if not config.sft.data_path:
-        raise FileNotFoundError("sft.data_path is empty: give a jsonl of prompt / response pairs")
+        raise FileNotFoundError("sft.data_path is empty: give a jsonl of prompt / response pairs (or set "
+                                "sft.demonstrations=N to train on N of the task's own demonstrations)")
     path = Path(config.sft.data_path)
     if not path.is_file():
         raise FileNotFoundError(f"sft.data_path {str(path)!r} does not exist")
@@ -59,7 +60,7 @@ def check_sources(config: Config, *, inference: bool = False, sft: bool = False)
     model may be a run folder; `sft`: the pairs file too)."""
     check_task_family(config)
     check_data_files(config.task.name, config.task.options)
-    if sft:
+    if sft and not config.sft.demonstrations:
         check_sft_data(config)
     check_model_source(config, inference=inference)
     check_init_from(config)

@@ -31,6 +31,7 @@ from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds
 from rlvr.tasks.verification.grading import DEFAULT_TIMEOUT_SECONDS, require_package
 from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
                                prompt_uses_chat_template, render_question)
+from rlvr.tasks.reasoning_gym_demos import demonstration_text
 from rlvr.tasks.reasoning_gym_answers import answer_credit, check_audited, reference_answer
 from rlvr.tasks.verification.worker import call_with_timeout
 
@@ -132,6 +133,12 @@ class ReasoningGymTask:
     def reference_answer(self, example: Example) -> Optional[str]:
         """An answer the scorer pays in full, where the entry holds none (`rlvr check --reward`'s control)."""
         return reference_answer(example.metadata["source_dataset"], example.metadata["entry"])
+
+    def demonstration(self, example: Example) -> list[str]:
+        """A right completion written by a program (`rlvr.tasks.reasoning_gym_demos`): the SFT warm-up's data."""
+        text = demonstration_text(example.metadata["source_dataset"], example.metadata["entry"],
+                                  opens_think=self.answer_after is not None)
+        return [text]
 
     def iter_eval(self) -> Iterator[Example]:
         return iter(self.examples("eval", len(self._held_out), 0))

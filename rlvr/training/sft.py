@@ -10,6 +10,7 @@ data holds rendered prompts), and an optional verifier filter runs once, before 
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -45,8 +46,8 @@ from rlvr.observe.metrics import MetricSums
 from rlvr.training.optim import make_optimizer, make_scheduler
 from rlvr.run.setup import expect_config
 from rlvr.run.session import SFT_RUN, open_run
-from rlvr.training.sft_data import read_pairs
-from rlvr.utils import peak_rss_bytes
+from rlvr.training.sft_data import DEMONSTRATIONS_FILE, read_pairs
+from rlvr.utils import atomic_write_text, peak_rss_bytes
 
 
 def sft_loss(log_probs: torch.Tensor, response_mask: torch.Tensor, normalization: str,
@@ -126,6 +127,8 @@ def train_sft(config: Config, resume_dir: str | Path | None = None, force_config
     s, train_cfg = config.sft, config.train
     pairs = read_pairs(config)  # before the run folder is created: a bad data path leaves nothing behind
     with open_run(config, SFT_RUN, resume_dir=resume_dir, force_config_change=force_config_change) as session:
+        if s.demonstrations:  # the data the run trained on, kept beside it
+            atomic_write_text(session.run_dir / DEMONSTRATIONS_FILE, "".join(json.dumps(p) + "\n" for p in pairs))
         size_before_filter = len(pairs)
         if s.filter_correct:
             pairs = filter_correct(pairs, session.task, session.tokenizer.eos_token)

@@ -1,18 +1,40 @@
-"""`sft.data_path`'s prompt / response pairs, read for `rlvr sft` and for its memory estimate.
+"""`rlvr sft`'s prompt / response pairs: read from `sft.data_path`, or written by the task (`sft.demonstrations`).
 
 Its own module because the memory check (`rlvr.run.memory_check`, which the run setup imports)
 sizes an SFT run by the data's longest pair, and `rlvr.training.sft` builds on that run setup.
+
+Demonstrations: a task with a `demonstration(example)` method (the assistant turns of a right
+answer, written by a program) gives its warm-up data itself. Each of N distinct training questions
+becomes one pair per assistant turn, rendered as the rollout renders its prompt (an environment's
+replies come from the environment, `rlvr.rollout.episodes.demonstration_pairs`), and a
+demonstration the task's own verifier does not judge right is an error. No question of the run's
+held-out split, nor of the splits of `sft.exclude_eval_seeds`, is used: the eval split moves with
+the seed, and the RL runs a warm-up starts keep theirs unseen.
 """
 
 from __future__ import annotations
 
+import json
+
 from rlvr.config import Config
 from rlvr.run.preflight import check_sft_data
+from rlvr.tasks import build_task
+from rlvr.tasks.environment import is_environment
+from rlvr.tasks.verification.judging import judge
 from rlvr.utils import read_jsonl_numbered
+
+DEMONSTRATIONS_FILE = "sft_data.jsonl"  # in the run folder: the demonstrations a run trained on
+DRAWS_PER_QUESTION = 50  # at most this many training questions drawn per demonstration wanted, to find distinct ones
 
 
 def read_pairs(config: Config) -> list[dict]:
-    """Rows of the jsonl as {'prompt', 'response', 'ground_truth'} (ground truth may be None)."""
+    """Rows as {'prompt', 'response', 'ground_truth'} (ground truth may be None), at most sft.max_examples."""
+    s = config.sft
+    pairs = demonstration_data(config) if s.demonstrations else _file_pairs(config)
+    return pairs[: s.max_examples] if s.max_examples else pairs
+
+
+def _file_pairs(config: Config) -> list[dict]:
     s = config.sft
     path = check_sft_data(config)
     pairs = []
@@ -22,4 +44,76 @@ def read_pairs(config: Config) -> list[dict]:
                 raise ValueError(f"{path} line {number}: no field {key!r} (fields: {', '.join(row)})")
         pairs.append({"prompt": row[s.prompt_field], "response": row[s.response_field],
                       "ground_truth": row.get(s.ground_truth_field)})
-    return pairs[: s.max_examples] if s.max_examples else pairs
+    return pairs
+
+
+def task_for_seed(config: Config, seed: int):
+    """The run's task as a run with train.seed=`seed` builds it (its held-out split is that seed's)."""
+    return build_task(config.task.name, reward_weights=config.task.reward_weights, options=config.task.options,
+                      use_chat_template=config.task.use_chat_template, seed=seed,
+                      max_abs_reward=config.task.max_abs_reward)
+
+
+def example_key(example) -> str:
+    return json.dumps([example.prompt, example.ground_truth], sort_keys=True)
+
+
+def held_out_keys(config: Config, seeds) -> set[str]:
+    """Every question the held-out eval of a run with one of `seeds` scores."""
+    return {example_key(example) for seed in seeds for example in task_for_seed(config, seed).iter_eval()}
+
+
+def demonstration_data(config: Config) -> list[dict]:
+    """`sft.demonstrations` pairs from the run's task (train.seed), outside every held-out split named."""
+    from rlvr.models import load_tokenizer, resolve_model_path
+
+    task = task_for_seed(config, config.train.seed)
+    if not callable(getattr(task, "demonstration", None)):
+        raise ValueError(f"sft.demonstrations: task {config.task.name!r} writes no demonstrations (it has no "
+                         "`demonstration` method); give sft.data_path instead")
+    model_path, gguf_file = resolve_model_path(config.model.name)
+    tokenizer = load_tokenizer(model_path, gguf_file=gguf_file)
+    held_out = held_out_keys(config, {config.train.seed, *config.sft.exclude_eval_seeds})
+    return demonstration_rows(task, tokenizer, config.sft.demonstrations, config.train.seed, held_out,
+                              use_chat_template=config.task.use_chat_template)
+
+
+def demonstration_rows(task, tokenizer, count: int, seed: int, held_out: set[str] = frozenset(),
+                       use_chat_template: bool = True) -> list[dict]:
+    """`count` distinct training questions outside `held_out`, their demonstrations as SFT pairs.
+
+    Each row is a pair (prompt, response) and the question's ground_truth: one per assistant turn.
+    """
+    from rlvr.rollout import render_prompts
+    from rlvr.rollout.episodes import demonstration_pairs
+
+    for draws in (2 * count, DRAWS_PER_QUESTION * count):  # most tasks have room: draw few first
+        chosen, seen = [], set()
+        for example in task.examples("train", draws, seed):
+            key = example_key(example)
+            if key not in held_out and key not in seen:
+                chosen.append(example)
+                seen.add(key)
+            if len(chosen) == count:
+                break
+        if len(chosen) == count:
+            break
+    if len(chosen) < count:
+        raise ValueError(f"only {len(chosen)} distinct training questions of {task.name!r} lie outside the held-out "
+                         f"splits; ask for {len(chosen)} demonstrations or fewer")
+    prompts = render_prompts(tokenizer, chosen, use_chat_template=use_chat_template)
+    rows = []
+    for example, prompt in zip(chosen, prompts):
+        turns = task.demonstration(example)
+        if is_environment(task):
+            pairs, verdict = demonstration_pairs(task, tokenizer, example, prompt, turns,
+                                                 use_chat_template=use_chat_template)
+        else:
+            if len(turns) != 1:
+                raise ValueError(f"task {task.name!r} is single-turn but its demonstration has {len(turns)} turns")
+            pairs = [{"prompt": prompt, "response": turns[0] + (tokenizer.eos_token or "")}]
+            verdict = judge(task, turns[0], example)
+        if verdict.components[task.primary_component] != 1.0:
+            raise ValueError(f"the demonstration for {example.ground_truth!r} is not judged right: {verdict.detail}")
+        rows += [{**pair, "ground_truth": example.ground_truth} for pair in pairs]
+    return rows

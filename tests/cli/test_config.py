@@ -533,3 +533,10 @@ def test_a_renamed_key_fails_naming_its_new_name_and_a_saved_run_reads_it_as_the
     resumed = load_run_config(tmp_path)
     assert resumed.health.no_contrast_frac == 0.3 and resumed.train.stop_on == ["no_contrast"]
     assert resumed.as_dict() == saved
+
+
+def test_each_value_of_a_list_of_numbers_is_range_checked_and_named_by_its_position():
+    assert load_config(None, ["sft.exclude_eval_seeds=[0, 7]"]).sft.exclude_eval_seeds == [0, 7]
+    with pytest.raises(ConfigError, match=r"sft.exclude_eval_seeds\[1\] must be an integer in \[0, 4294967295\], "
+                                          r"got -3"):
+        load_config(None, ["sft.exclude_eval_seeds=[0, -3]"])
