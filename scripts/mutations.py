@@ -2215,6 +2215,19 @@ STEPS_AND_COURSE_METRICS = [
         tests=("tests/tools/test_python_tool_jail.py",),
     ),
     mutation(
+        "hook_reads_the_modules_rules", "rlvr/tasks/verification/sandbox.py",
+        "the audit hook calls the module's `refusal`, whose rules model code can rebind to nothing",
+        ("    check, modules, refused_error = _private_refusal(), sys.modules, PermissionError",
+         "    check, modules, refused_error = refusal, sys.modules, PermissionError"),
+        tests=("tests/tasks/test_verifier_worker.py", "tests/tools/test_python_tool_jail.py"),
+    ),
+    mutation(
+        "tracing_allowed", "rlvr/tasks/verification/sandbox.py",
+        "sys.settrace and sys.setprofile are allowed (a tracer sees the hook's frame and can switch it off)",
+        ('    "sys.settrace", "sys.setprofile",\n', ""),
+        tests=("tests/tasks/test_verifier_worker.py",),
+    ),
+    mutation(
         "variant_overrides_dropped", "rlvr/sweep.py",
         "a variant's overrides are replaced by variant=NAME (its runs all run the base config, or fail)",
         ("            overrides += plan.variants[value] if keys == (VARIANT_KEY,) else [f\"{k}={value}\" for k in keys]",

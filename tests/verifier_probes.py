@@ -125,3 +125,46 @@ FUNCTIONS = {
     "raise_limits": (raise_limits, None),
     "limits": (limits, None),
 }
+
+
+def rebind_rules_then_write(path: str) -> str:
+    """Switch the hook's rules off by rebinding every name they read, then write outside the folder."""
+    import builtins
+    import sys
+    import tempfile
+
+    sandbox = sys.modules["rlvr.tasks.verification.sandbox"]
+    sandbox.REFUSED_PREFIXES, sandbox.REFUSED_EVENTS = (), frozenset()
+    sandbox.refusal = lambda *args, **kwargs: None
+    sandbox._inside = lambda *args, **kwargs: True
+    sandbox._opens_for_writing = lambda *args, **kwargs: False
+    sandbox.WRITE_EVENTS.clear()
+    realpath, isinstance_ = os.path.realpath, builtins.isinstance
+    inside = os.path.join(tempfile.gettempdir(), "x")
+    os.path.realpath = sandbox._realpath = lambda *args, **kwargs: inside  # every path "inside" the folder
+    builtins.isinstance = lambda *args: False  # `mode` no longer a str: "not opened for writing"
+    try:
+        return write_file(path)
+    finally:
+        os.path.realpath, builtins.isinstance = realpath, isinstance_
+
+
+def rebind_rules_then_run(path: str) -> str:
+    import sys
+
+    sandbox = sys.modules["rlvr.tasks.verification.sandbox"]
+    sandbox.REFUSED_PREFIXES, sandbox.REFUSED_EVENTS = (), frozenset()
+    sandbox.refusal = lambda *args, **kwargs: None
+    return os_system(path)
+
+
+def trace_the_hook() -> str:
+    import sys
+
+    sys.settrace(lambda *args: None)
+    return "tracing"
+
+
+FUNCTIONS.update({"rebind_rules_then_write": (rebind_rules_then_write, None),
+                  "rebind_rules_then_run": (rebind_rules_then_run, None),
+                  "trace_the_hook": (trace_the_hook, None)})

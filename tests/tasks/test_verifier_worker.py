@@ -129,6 +129,8 @@ def test_legitimate_checks_work_inside_the_sandbox(worker):
     ("os.system", (b"touch x",), False),
     ("import", ("ctypes", None, [], [], []), False),
     ("compile", ("1 + 1", "<string>"), True),  # scorers that evaluate canonical text must still work
+    ("sys.settrace", (None,), False),  # a tracer would see the hook's own frame and its closure
+    ("sys.setprofile", (None,), False),
 ])
 def test_refusal_policy(tmp_path, event, args, allowed):
     from rlvr.tasks.verification import sandbox
@@ -333,3 +335,21 @@ def test_no_worker_or_spare_outlives_the_process_that_started_them():
     assert done.returncode == 0, done.stderr
     pids = [int(pid) for pid in done.stdout.split()]
     assert len(pids) == 2 and _all_gone(pids, 5)
+
+
+def test_rebinding_the_sandbox_modules_rules_and_helpers_switches_nothing_off(tmp_path):
+    """The hook runs on a private copy of its rules: a scorer that rebinds the module's names, os.path.realpath
+    and builtins.isinstance (each of which the old hook read at every event) is still refused."""
+    probe_worker = VerifierWorker(extra_functions=PROBES)  # its own worker: the probe leaves the module rebound
+    try:
+        canary = tmp_path / "rebound.canary"
+        assert refused(probe_worker.call("rebind_rules_then_write", str(canary), timeout=30), "open for writing")
+        assert not canary.exists()
+        assert refused(probe_worker.call("rebind_rules_then_run", str(canary), timeout=30), "os.system")
+        assert not canary.exists()
+    finally:
+        probe_worker.close()
+
+
+def test_tracing_which_would_see_the_hooks_frame_is_refused(worker):
+    assert refused(worker.call("trace_the_hook", timeout=30), "sys.settrace")

@@ -1,14 +1,18 @@
-"""The `python` tool's own worker runs behind bubblewrap and the seccomp filter (`code_jail`), because model
-code in the worker's process can switch the audit hook off: it patches what the hook reads
-(`sandbox.REFUSED_PREFIXES`, `sandbox.refusal`). Each test first shows the patch is made, then that the
-escape it opens in the Python layers still earns nothing: no socket, no process, no write outside the
-worker's private folder, nothing of the host's files."""
+"""The `python` tool's worker runs behind bubblewrap and the seccomp filter (`code_jail`) as well as the audit
+hook. Two walls, each shown to hold alone: model code that rebinds what the old hook read
+(`sandbox.REFUSED_PREFIXES`, `sandbox.refusal`) is still refused by the hook, which reads only a private copy;
+and a process in the same jail with no hook at all (the same `jailed_worker_command`) opens no socket,
+starts no process, writes nothing outside its private folder and reads none of the host's files."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from rlvr.tasks.verification.code_jail import detect_jail
+import rlvr
+from rlvr.tasks.verification.code_jail import detect_jail, jailed_worker_command
 from rlvr.tools.builtin import PYTHON_WORKER, run_python
 from rlvr.tools.execution import ToolError
 
@@ -16,7 +20,8 @@ UNHOOK = ("import sys\n"
           "sandbox = sys.modules['rlvr.tasks.verification.sandbox']\n"
           "sandbox.REFUSED_PREFIXES, sandbox.REFUSED_EVENTS = (), frozenset()\n"
           "sandbox.refusal = lambda *args, **kwargs: None\n"
-          "print('unhooked')\n")
+          "print('rebound')\n")
+PACKAGE_ROOT = str(Path(rlvr.__file__).resolve().parents[1])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,22 +35,45 @@ def jail():
     return jail
 
 
-def test_an_unhooked_sandbox_still_opens_no_socket():
-    with pytest.raises(ToolError) as error:
+def test_rebinding_the_hooks_module_opens_no_socket_and_starts_no_process():
+    with pytest.raises(ToolError, match="sandbox refused: socket"):
         run_python(UNHOOK + "import socket\nsocket.socket()")
-    assert "unhooked" in str(error.value)  # the hook really was switched off
-    assert "PermissionError" in str(error.value)  # the kernel refused the socket (seccomp)
+    with pytest.raises(ToolError, match="sandbox refused: os.system"):
+        run_python(UNHOOK + "import os\nos.system('true')")
     assert run_python("print(6 * 7)") == "42"  # and the tool still works
 
 
-def test_an_unhooked_sandbox_starts_no_process_and_writes_nothing_outside(tmp_path):
+def _jailed_without_hook(script: str) -> subprocess.CompletedProcess:
+    command, fds, jail = jailed_worker_command([sys.executable, "-c", script], dict(os.environ), PACKAGE_ROOT)
+    assert jail.kind == "bwrap"
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, pass_fds=fds, cwd=PACKAGE_ROOT)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_the_jail_alone_refuses_sockets_processes_writes_outside_and_the_hosts_files(tmp_path):
     marker = tmp_path / "escaped"
     os.chmod(tmp_path, 0o777)
-    out = run_python(UNHOOK + f"import os\nprint(os.system('echo x > {marker}'))")
-    assert out.startswith("unhooked") and out.splitlines()[-1] != "0"  # the shell never ran
-    with pytest.raises(ToolError, match="Read-only file system|No such file|Permission"):
-        run_python(UNHOOK + f"open({str(marker)!r}, 'w').write('x')")
-    assert not marker.exists()
-    with pytest.raises(ToolError, match="No such file"):  # the host's files are not there to read
-        run_python(UNHOOK + "print(open('/etc/hostname').read())")
-    assert run_python("open('mine.txt', 'w').write('ok')\nprint(open('mine.txt').read())") == "ok"
+    script = f"""
+import os, socket
+def attempt(name, action):
+    try:
+        action()
+        print(name, "done")
+    except OSError as error:
+        print(name, "refused", type(error).__name__)
+attempt("socket", lambda: socket.socket())
+print("system", os.system("echo x > {marker}"))
+attempt("write", lambda: open({str(marker)!r}, "w").write("x"))
+attempt("read", lambda: open("/etc/hostname").read())
+open(os.path.join(os.environ["RLVR_VERIFIER_TMPDIR"], "mine.txt"), "w").write("ok")
+print("own folder ok")
+"""
+    lines = _jailed_without_hook(script).stdout.splitlines()
+    assert "socket refused PermissionError" in lines  # seccomp: the kernel refuses the socket
+    assert "system 0" not in lines and any(line.startswith("system ") for line in lines)  # no shell ran
+    assert any(line.startswith("write refused") for line in lines) and not marker.exists()
+    assert "read refused FileNotFoundError" in lines  # the host's files are not there
+    assert lines[-1] == "own folder ok"

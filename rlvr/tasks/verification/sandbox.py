@@ -11,13 +11,26 @@ Limits (per worker process): address space `RLVR_VERIFIER_MEMORY_MB` (default 40
 `CPU_SECONDS` over the worker's life (the parent replaces a worker that has used half of it),
 files written at most `FILE_BYTES`, `OPEN_FILES` descriptors, no core dumps, and no new processes
 (`RLIMIT_NPROC` 0; the kernel does not apply that one to root, the audit hook still does).
+
+The hook reads nothing code in the worker can rebind: it is a closure over a private copy of this
+module's rules and helpers (`_private_refusal`: its own globals and builtins, `os.path.realpath` and
+`os.fsdecode` bound when the sandbox is entered), its busy flag and folder live in that closure, and
+no reference to it is kept. A scorer that sets this module's `REFUSED_PREFIXES = ()`, replaces
+`refusal`, `os.path.realpath` or `builtins.isinstance`, empties `WRITE_EVENTS`, or finds the
+`Sandbox` object in a caller's frame changes nothing the hook reads. Tracing and profiling
+(`sys.settrace`, `sys.setprofile`), which would see the hook's own frame, are refused. One gap is
+left: `os.path.realpath` is Python code that calls `posixpath`'s own helpers through that module,
+which a scorer could rebind to make a path outside look inside. Where model code runs on purpose
+(the `python` tool, the `code` task) the bubblewrap jail stands in front (`code_jail.py`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Optional
+import builtins
+import types
+from typing import Any, Callable, Optional
 
 CPU_SECONDS = 600
 FILE_BYTES = 64 * 1024 * 1024
@@ -31,6 +44,7 @@ REFUSED_EVENTS = frozenset({
     "os.system", "os.forkpty", "os.kill", "os.killpg", "os.startfile", "os.putenv", "os.unsetenv",
     "pty.spawn", "signal.pthread_kill", "resource.setrlimit", "resource.prlimit", "sys.addaudithook",
     "gc.get_objects", "gc.get_referrers", "gc.get_referents", "code.__new__", "function.__new__",
+    "sys.settrace", "sys.setprofile",
 })  # not `marshal.loads`: importing a module from its .pyc file needs it
 # Modules that may not be loaded once the hook is in: with them, native code or a raw fork.
 REFUSED_IMPORTS = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "cffi", "_cffi_backend"})
@@ -44,6 +58,8 @@ WRITE_EVENTS = {
     "os.mknod": ((0,), (3,)),
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# What the rules call in `os`, by name: `_private_refusal` binds these names to the functions themselves.
+_realpath, _fsdecode, _SEP = os.path.realpath, os.fsdecode, os.sep
 
 
 def _inside(path: Any, folder: str) -> bool:
@@ -51,10 +67,10 @@ def _inside(path: Any, folder: str) -> bool:
     if isinstance(path, int) or path is None:
         return False
     try:
-        resolved = os.path.realpath(os.fsdecode(path))
+        resolved = _realpath(_fsdecode(path))
     except (TypeError, ValueError):
         return False
-    return resolved == folder or resolved.startswith(folder + os.sep)
+    return resolved == folder or resolved.startswith(folder + _SEP)
 
 
 def _opens_for_writing(mode: Any, flags: Any) -> bool:
@@ -85,29 +101,51 @@ def refusal(event: str, args: tuple, temp_dir: str, loaded_modules=frozenset()) 
     return None
 
 
+_RULES = ("refusal", "_inside", "_opens_for_writing")  # the functions the hook runs, rebuilt on private globals
+
+
+def _private_refusal() -> Callable[..., Optional[str]]:
+    """`refusal` on a private copy of this module's globals and of the builtins (made before the hook is in)."""
+    private = dict(globals())
+    private["__builtins__"] = dict(vars(builtins))
+    private["WRITE_EVENTS"] = types.MappingProxyType(dict(WRITE_EVENTS))  # the module's dict stays mutable
+    for name in _RULES:
+        function = globals()[name]
+        private[name] = types.FunctionType(function.__code__, private, function.__name__, function.__defaults__)
+    return private["refusal"]
+
+
+def _make_hook(temp_dir: str, record: Callable[[str], None]) -> Callable[[str, tuple], None]:
+    """The audit hook: refuse what `refusal` refuses, `record` it, and raise; its state only in its closure."""
+    check, modules, refused_error = _private_refusal(), sys.modules, PermissionError
+    busy = [False]
+
+    def hook(event: str, args: tuple) -> None:
+        if busy[0]:  # an event raised by the check itself (realpath); our own code, allowed
+            return
+        busy[0] = True
+        try:
+            reason = check(event, args, temp_dir, modules.keys())
+        finally:
+            busy[0] = False
+        if reason is not None:
+            record(reason)
+            raise refused_error(f"verifier sandbox refused {reason}")
+
+    return hook
+
+
 class Sandbox:
-    """The installed hook's state: what it refused during the current call (reported, then cleared)."""
+    """What the installed hook refused during the current call (reported, then cleared); not the hook itself."""
 
     def __init__(self, temp_dir: str) -> None:
         self.temp_dir = os.path.realpath(temp_dir)
         self.refused: list[str] = []
-        self._busy = False
-
-    def hook(self, event: str, args: tuple) -> None:
-        if self._busy:  # an event raised by the check itself (realpath); our own code, allowed
-            return
-        self._busy = True
-        try:
-            reason = refusal(event, args, self.temp_dir, sys.modules.keys())
-        finally:
-            self._busy = False
-        if reason is not None:
-            self.refused.append(reason)
-            raise PermissionError(f"verifier sandbox refused {reason}")
 
     def take_refusals(self) -> list[str]:
-        refused, self.refused = self.refused, []
-        return refused
+        taken = list(self.refused)
+        self.refused.clear()  # the same list: the hook appends to it
+        return taken
 
 
 def set_resource_limits(memory_mb: int) -> dict[str, int]:
@@ -159,5 +197,5 @@ def enter(temp_dir: str, memory_mb: int) -> Sandbox:
     sys.dont_write_bytecode = True
     set_resource_limits(memory_mb)
     sandbox = Sandbox(temp_dir)
-    sys.addaudithook(sandbox.hook)
+    sys.addaudithook(_make_hook(sandbox.temp_dir, sandbox.refused.append))  # no reference to it is kept
     return sandbox
