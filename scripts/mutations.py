@@ -2324,8 +2324,49 @@ WARM_UPS = [
     ),
 ]
 
+# ----------------------------------------------------------------------------- a model as the judge (issue 59)
+
+JUDGE = [
+    mutation(
+        "judge_retries_off_by_one", "rlvr/tasks/verification/judge_client.py",
+        "one retry more than max_retries: a failing judge is asked 1 + max_retries + 1 times",
+        ("or retries >= endpoint.max_retries:", "or retries > endpoint.max_retries:"),
+        tests=("tests/tasks/test_judge.py",),
+    ),
+    mutation(
+        "judge_retry_after_ignored", "rlvr/tasks/verification/judge_client.py",
+        "the server's Retry-After is ignored: a 429/503 is retried on the exponential backoff alone",
+        ("wait = retry_after if retry_after is not None else endpoint.backoff_seconds * 2 ** attempt",
+         "wait = endpoint.backoff_seconds * 2 ** attempt"),
+        tests=("tests/tasks/test_judge.py", "tests/tasks/test_judge_rubric.py"),
+    ),
+    mutation(
+        "judge_cache_key_without_reference", "rlvr/tasks/judge.py",
+        "the cache key leaves out the reference answer: a completion judged against one reference is "
+        "answered from the cache against another",
+        ("return (self.endpoint.model, self.rubric_hash, prompt_text(example.prompt), completion,\n"
+         "                _reference(example))",
+         "return (self.endpoint.model, self.rubric_hash, prompt_text(example.prompt), completion)"),
+        tests=("tests/tasks/test_judge.py",),
+    ),
+    mutation(
+        "judge_out_of_range_accepted", "rlvr/tasks/verification/judge_rubric.py",
+        "a score outside the declared range is accepted (Score: 11 on 0-10 becomes a reward of 1.1)",
+        ("if not (math.isfinite(number) and scale.low <= number <= scale.high):",
+         "if not math.isfinite(number):"),
+        tests=("tests/tasks/test_judge.py", "tests/tasks/test_judge_rubric.py"),
+    ),
+    mutation(
+        "judge_one_failure_stops_the_run", "rlvr/tasks/judge.py",
+        "the whole-batch-down check uses any() instead of all(): one failed request stops the run",
+        ("if all(reply.status in FAILED_STATUSES for reply in sent.values())",
+         "if any(reply.status in FAILED_STATUSES for reply in sent.values())"),
+        tests=("tests/tasks/test_judge.py",),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
              + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE
              + LORA_KERNEL + BASE_PRODUCT_DTYPE + LORA_MLP + SPEED_CHECK + MECHANISM_RECORD + STUDY
-             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL + CODE_TASK + WARM_UPS)
+             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL + CODE_TASK + WARM_UPS + JUDGE)

@@ -48,6 +48,11 @@ EPISODE_ENV_TOKEN_FRAC = "episode/env_token_frac"  # environment tokens (loss ma
 EPISODE_TOOL_CALLS_PREFIX = "episode/tool_calls/"  # + tool name: that tool's calls per episode
 EPISODE_TOOL_ERRORS_PREFIX = "episode/tool_errors/"  # + tool name: that tool's failed calls per episode
 EPISODE_TRUNCATED_PREFIX = "episode/truncated/"  # + limit (max_turns, turn_tokens, episode_tokens): share cut by it
+# a model judge (task judge:BASE), over the verdicts it gave; written only when a judge scored the batch
+JUDGE_LATENCY = "judge/latency"  # mean seconds per request sent (retries and waits included; cache hits not counted)
+JUDGE_RETRIES = "judge/retries"  # requests sent again after a failure or a 429/503, summed over the batch
+JUDGE_CACHE_HIT_FRAC = "judge/cache_hit_frac"  # share of judged completions answered without a request of their own
+JUDGE_UNPARSED_FRAC = "judge/unparsed_frac"  # share of judged completions whose reply held no strict score
 
 # ----------------------------------------------------------------------------- update
 POLICY_LOSS_PER_TOKEN = "policy_loss_per_token"

@@ -5,6 +5,8 @@ rank order (the order one process would have), so every rank computes the same s
 share of groups without reward contrast uses `rlvr.core.no_contrast_rows`, the rule dynamic
 sampling and the advantage estimators use. For an environment task the episodes add `episode/*`
 (`episode_stats`): turns, tool calls and errors, the environment's share of the tokens, truncation by limit.
+A model judge's verdicts carry what each request cost (`Verdict.judge_call`); `judge_stats` sums them
+into `judge/*`, so they are gathered with the verdicts like every other per-row number.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ from rlvr.observe.metric_names import (
     FRAC_NONZERO_ADVANTAGES,
     FRAC_NO_CONTRAST_GROUPS,
     GENERATED_TOKENS,
+    JUDGE_CACHE_HIT_FRAC,
+    JUDGE_LATENCY,
+    JUDGE_RETRIES,
+    JUDGE_UNPARSED_FRAC,
     NUM_SEQUENCES,
     REWARD_MAX,
     REWARD_MEAN,
@@ -106,6 +112,24 @@ def episode_stats(episodes: list[EpisodeCounts]) -> dict[str, float]:
     for limit in TRUNCATION_LIMITS:
         stats[episode_truncated(limit)] = sum(e.truncated_by == limit for e in episodes) / count
     return stats
+
+
+def judge_stats(verdicts: list[Verdict]) -> dict[str, float]:
+    """judge/* metrics over the verdicts a model judge gave (those with `judge_call`); {} when there are none.
+
+    latency: mean seconds per request sent (rows answered from the cache or by an identical row sent no
+    request); retries: summed; cache_hit_frac and unparsed_frac: shares of the judged rows.
+    """
+    calls = [v.judge_call for v in verdicts if v.judge_call is not None]
+    if not calls:
+        return {}
+    sent = [call for call in calls if not call.cached]
+    return {
+        JUDGE_LATENCY: sum(call.seconds for call in sent) / len(sent) if sent else 0.0,
+        JUDGE_RETRIES: sum(call.retries for call in calls),
+        JUDGE_CACHE_HIT_FRAC: sum(call.cached for call in calls) / len(calls),
+        JUDGE_UNPARSED_FRAC: sum(call.unparsed for call in calls) / len(calls),
+    }
 
 
 def advantage_per_row(batch: RolloutBatch) -> torch.Tensor:
@@ -199,6 +223,7 @@ def rollout_stats(rows: RolloutRows, dynamic_sampling: bool) -> dict[str, float]
     statuses = [v.status for v in verdicts]
     for status in NON_OK_STATUSES:
         stats[status_count(status)] = statuses.count(status)
+    stats.update(judge_stats(verdicts))
     if rows.episodes:
         stats.update(episode_stats(rows.episodes))
     if dynamic_sampling:

@@ -2,8 +2,9 @@
 
 `sample_and_score` renders B examples' prompts, samples G completions each through a rollout
 backend (inside its `sync`), and scores every completion with `score_completions`, the only
-place in rlvr that judges a completion (through `rlvr.tasks.verification.judging.judge`, which guards the
-task's `score` against exceptions, wrong types and unusable rewards). Training rollouts, expert
+place in rlvr that judges a completion (through `rlvr.tasks.verification.judging.judge_batch`, which guards the
+task's `score`, or its `score_batch` when it scores a batch at once, against exceptions, wrong types and
+unusable rewards). Training rollouts, expert
 iteration, evaluation (in training and `rlvr eval`), `rlvr check` and the SFT data filter all
 come through here, so they sample with the same settings and judge the same way. For an
 environment task (`is_environment`) each row is an episode instead (`episodes.run_episodes`),
@@ -21,7 +22,7 @@ from rlvr.rollout.base import Generation, SamplingSettings, render_prompts
 from rlvr.rollout.episodes import EpisodeRecord, run_episodes
 from rlvr.tasks.base import Example, Task, Verdict
 from rlvr.tasks.environment import is_environment
-from rlvr.tasks.verification.judging import judge
+from rlvr.tasks.verification.judging import judge_batch
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,12 @@ class ScoredRollout:
 
 
 def score_completions(task: Task, completions: Sequence[str], examples: Sequence[Example]) -> list[Verdict]:
-    """One verdict per (completion, example) pair: every completion rlvr judges is judged here."""
+    """One verdict per (completion, example) pair: every completion rlvr judges is judged here, all at once
+    when the task has `score_batch` (a model judge's concurrent requests), else one by one. Raises only
+    `ScorerUnavailable` (a judge down for the whole batch)."""
     if len(completions) != len(examples):
         raise ValueError(f"{len(completions)} completions but {len(examples)} examples to judge them against")
-    return [judge(task, completion, example) for completion, example in zip(completions, examples)]
+    return judge_batch(task, completions, examples)
 
 
 def sample_and_score(backend: RolloutBackend, task: Task, examples: Sequence[Example], *, group_size: int,

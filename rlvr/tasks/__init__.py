@@ -31,6 +31,7 @@ from rlvr.tasks.format_copy import FormatCopyTask
 from rlvr.tasks.gsm8k import GSM8KTask
 from rlvr.tasks.guess_number import GuessNumberTask
 from rlvr.tasks.integer import IntegerTask
+from rlvr.tasks.judge import JudgeTask, judge_factory
 from rlvr.tasks.verification.judging import DEFAULT_MAX_ABS_REWARD, judge
 from rlvr.tasks.math_problems import MathTask
 from rlvr.tasks.reasoning_gym_tasks import ReasoningGymTask
@@ -205,6 +206,9 @@ def build_task(name: str, *, reward_weights=None, options=None, use_chat_templat
     return task
 
 
+TASKS.add("judge", judge_factory(build_task))  # judge:BASE builds its base task through build_task
+
+
 def default_use_chat_template(name: str, options: dict | None = None) -> bool:
     """Whether a task's prompts go through the chat template when nobody says (`rlvr eval --chat-template auto`).
 
@@ -230,4 +234,4 @@ __all__ = ["TASKS", "VERIFIERS", "Example", "Task", "Verdict", "weighted_total",
            "register_task", "check_task_name", "check_data_files", "default_use_chat_template", "judge", "task_label",
            "FormatCopyTask", "GSM8KTask", "MathTask", "IntegerTask", "ReasoningGymTask", "DatasetTask",
            "GuessNumberTask",
-           "CalculatorTask", "CodeTask"]
+           "CalculatorTask", "CodeTask", "JudgeTask"]

@@ -27,6 +27,17 @@ class Example:
     metadata: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class JudgeCall:
+    """What judging one completion through a model endpoint cost (`rlvr.tasks.judge`): the `judge/*` metrics
+    are computed from these, so they survive the data-parallel gather with the verdicts."""
+
+    seconds: float  # wall time of the request(s), retries and waits included; 0 when cached
+    retries: int  # requests sent again after a failure or a 429/503
+    cached: bool  # answered from the cache (or by an identical request in the same batch)
+    unparsed: bool  # the judge replied but its reply held no score in the declared form
+
+
 @dataclass
 class Verdict:
     components: dict[str, float]
@@ -39,6 +50,8 @@ class Verdict:
     # The answer the verifier extracted and judged, as text (None: none found, or a verifier that
     # extracts none); the sampled eval's majority vote (maj@k) votes on it.
     answer: Optional[str] = None
+    # Set by a model judge only (`rlvr.tasks.judge`): the request's latency, retries, cache hit; None otherwise.
+    judge_call: Optional[JudgeCall] = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -20,7 +20,6 @@ from rlvr.config import Config
 from rlvr.run.preflight import check_sft_data
 from rlvr.tasks import build_task
 from rlvr.tasks.environment import is_environment
-from rlvr.tasks.verification.judging import judge
 from rlvr.utils import read_jsonl_numbered
 
 DEMONSTRATIONS_FILE = "sft_data.jsonl"  # in the run folder: the demonstrations a run trained on
@@ -84,7 +83,7 @@ def demonstration_rows(task, tokenizer, count: int, seed: int, held_out: set[str
 
     Each row is a pair (prompt, response) and the question's ground_truth: one per assistant turn.
     """
-    from rlvr.rollout import render_prompts
+    from rlvr.rollout import render_prompts, score_completions
     from rlvr.rollout.episodes import demonstration_pairs
 
     for draws in (2 * count, DRAWS_PER_QUESTION * count):  # most tasks have room: draw few first
@@ -112,7 +111,7 @@ def demonstration_rows(task, tokenizer, count: int, seed: int, held_out: set[str
             if len(turns) != 1:
                 raise ValueError(f"task {task.name!r} is single-turn but its demonstration has {len(turns)} turns")
             pairs = [{"prompt": prompt, "response": turns[0] + (tokenizer.eos_token or "")}]
-            verdict = judge(task, turns[0], example)
+            (verdict,) = score_completions(task, [turns[0]], [example])
         if verdict.components[task.primary_component] != 1.0:
             raise ValueError(f"the demonstration for {example.ground_truth!r} is not judged right: {verdict.detail}")
         rows += [{**pair, "ground_truth": example.ground_truth} for pair in pairs]

@@ -139,6 +139,9 @@ def test_every_task_declares_its_stop_strings(tmp_path, monkeypatch):
         "verifiers": build_task("verifiers:rlvr_stops_taskset"),
         "code": build_task("code", options={"train_size": 10, "eval_size": 2}),
         "humaneval": build_task("humaneval", use_chat_template=False),
+        # nothing is asked of the judge's endpoint until a completion is scored
+        "judge": build_task("judge:integer", options={"base_url": "http://127.0.0.1:9/v1", "model": "m",
+                                                      "base_options": {"prompt": "show_work"}}),
     }
     shipped = {name for name in TASKS.names() if TASKS.get(name).__module__.startswith("rlvr.")}  # not the tests' toys
     assert set(built) == shipped
@@ -151,6 +154,7 @@ def test_every_task_declares_its_stop_strings(tmp_path, monkeypatch):
     assert built["verifiers"].stop_strings == ()  # single turn, no tools
     assert built["code"].stop_strings == ()  # a fenced block: the chat turn ends it
     assert "\ndef " in built["humaneval"].stop_strings  # a raw continuation ends at the next top-level line
+    assert built["judge"].stop_strings == ("</answer>",)  # its base task's
     # A task from outside rlvr that names no stop strings gets the protocol's default, ().
     outside = tmp_path / "outside_task.py"
     outside.write_text(
@@ -172,7 +176,8 @@ def _calls(path: Path, name: str) -> list[int]:
 
 def test_completions_are_judged_in_exactly_one_place():
     outside_tasks = [path for path in sorted((REPO / "rlvr").rglob("*.py")) if "rlvr/tasks" not in path.as_posix()]
-    judged = {path.relative_to(REPO).as_posix(): lines for path in outside_tasks if (lines := _calls(path, "judge"))}
+    judged = {path.relative_to(REPO).as_posix(): lines for path in outside_tasks
+              if (lines := _calls(path, "judge") + _calls(path, "judge_batch"))}
     assert list(judged) == ["rlvr/rollout/sample.py"] and len(judged["rlvr/rollout/sample.py"]) == 1
     # Nothing outside the tasks calls a verifier directly, past judge's guards.
     assert [path for path in outside_tasks if _calls(path, "score")] == []

@@ -8,6 +8,12 @@ with status `error`, every component NaN and a detail saying why. A NaN total st
 is how a task says "could not be judged" (`unjudgeable`, `timeout`), and such a completion is left
 out of its group's advantage and counted (`unscorable`, `status/<status>` in the rollout metrics).
 
+A task that scores a whole batch at once (a model judge sending requests concurrently) defines
+`score_batch(completions, examples) -> list[Verdict]`; `judge_batch` calls it with the same guards, per
+verdict, and falls back to `judge` one by one when the task has none. One exception passes through on
+purpose: `ScorerUnavailable`, raised by a scorer whose service is down for the whole batch, stops the run
+with its message instead of training on a batch of errors.
+
 The limit is `task.max_abs_reward` in the config; `build_task` records it on the task it builds,
 so every caller applies the same limit without passing it around.
 
@@ -32,6 +38,11 @@ from typing import Optional
 from rlvr.tasks.base import Example, Verdict
 
 DEFAULT_MAX_ABS_REWARD = 1e6
+
+
+class ScorerUnavailable(RuntimeError):
+    """A scorer's service (a judge endpoint) failed for every completion of a batch: the run stops, naming
+    what to check. The only exception `judge_batch` lets through."""
 
 
 def _error(task, detail: str, names=None, verifier: str = "", version: str = "") -> Verdict:
@@ -112,6 +123,41 @@ def judge_episode(task, episode, max_abs_reward: Optional[float] = None) -> Verd
     return _guarded(task, "score_episode", (episode,), max_abs_reward)
 
 
+def judge_batch(task, completions, examples, max_abs_reward: Optional[float] = None) -> list[Verdict]:
+    """One guarded verdict per (completion, example): `task.score_batch` when the task has one, else `judge`
+    one by one. A `score_batch` that raises (but `ScorerUnavailable`) or returns the wrong number of
+    verdicts gives every row an `error` verdict; each verdict is checked as `judge` checks one."""
+    completions, examples = list(completions), list(examples)
+    if not callable(getattr(task, "score_batch", None)):
+        return [judge(task, completion, example, max_abs_reward) for completion, example in zip(completions, examples)]
+    limit = float(max_abs_reward if max_abs_reward is not None
+                  else getattr(task, "max_abs_reward", DEFAULT_MAX_ABS_REWARD))
+    sigints = _count_sigints()
+    try:
+        verdicts = task.score_batch(completions, examples)
+    except ScorerUnavailable:
+        raise
+    except KeyboardInterrupt as exc:
+        if sigints >= 0 and _SIGINTS != sigints:
+            raise
+        return [_error(task, _raised(task, exc, "score_batch")) for _ in completions]
+    except BaseException as exc:  # noqa: BLE001 - user code must not stop a run
+        return [_error(task, _raised(task, exc, "score_batch")) for _ in completions]
+    if not isinstance(verdicts, (list, tuple)) or len(verdicts) != len(completions):
+        got = f"{len(verdicts)} verdicts" if isinstance(verdicts, (list, tuple)) else type(verdicts).__name__
+        return [_error(task, f"score_batch returned {got} for {len(completions)} completions") for _ in completions]
+    return [_checked(task, verdict, "score_batch", limit) for verdict in verdicts]
+
+
+def _checked(task, verdict, method: str, limit: float) -> Verdict:
+    if not isinstance(verdict, Verdict):
+        return _error(task, f"{method} returned {type(verdict).__name__}, not a Verdict")
+    problem = reward_problem(verdict, limit)
+    if problem is not None:
+        return _error(task, f"unscorable: {problem}", verdict.components, verdict.verifier, verdict.version)
+    return verdict
+
+
 def _guarded(task, method: str, args: tuple, max_abs_reward: Optional[float]) -> Verdict:
     limit = float(max_abs_reward if max_abs_reward is not None
                   else getattr(task, "max_abs_reward", DEFAULT_MAX_ABS_REWARD))
@@ -124,9 +170,4 @@ def _guarded(task, method: str, args: tuple, max_abs_reward: Optional[float]) ->
         return _error(task, _raised(task, exc, method))
     except BaseException as exc:  # noqa: BLE001 - user code must not stop a run (SystemExit included)
         return _error(task, _raised(task, exc, method))
-    if not isinstance(verdict, Verdict):
-        return _error(task, f"{method} returned {type(verdict).__name__}, not a Verdict")
-    problem = reward_problem(verdict, limit)
-    if problem is not None:
-        return _error(task, f"unscorable: {problem}", verdict.components, verdict.verifier, verdict.version)
-    return verdict
+    return _checked(task, verdict, method, limit)

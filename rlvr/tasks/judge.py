@@ -1,0 +1,217 @@
+"""`judge:<base>`: a model grades each completion of a base task, through an OpenAI-compatible endpoint.
+
+`task.name=judge:BASE` (for example `judge:gsm8k`, `judge:dataset`) takes its examples, prompts and
+components from the task BASE (built with `task.options.base_options`) and adds one component, `judge`:
+the judge model's score of the completion against a rubric (`rubric` / `rubric_file`, placeholders
+`{question}`, `{completion}`, `{reference}`, `{scale}`), scaled to [0, 1]. Weights: `reward_weights.judge`
+(default 1) and the base task's own; `{answer: 0, format: 0, judge: 1}` makes the judge the only reward.
+
+The endpoint's URL, model and API key come from environment variables (`RLVR_JUDGE_BASE_URL`,
+`RLVR_JUDGE_MODEL`, `RLVR_JUDGE_API_KEY`; the options `*_env` rename them; `base_url` and `model` may also
+be given as options, the key never is), so the key is never in the config a run saves. A batch is
+judged at once (`score_batch`): identical requests are sent once, the rest come from a bounded cache,
+up to `concurrency` requests run at a time. A reply without a strict `Score: N` last line is
+`unjudgeable`; a request that failed is `error` or `timeout`; both have every component NaN and are
+left out of the advantages. When every request of a batch failed, the judge is down: the run stops
+(`ScorerUnavailable`, naming the URL) unless `on_judge_down: skip`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Optional
+
+from rlvr.tasks.base import Example, JudgeCall, Verdict, check_count_option, check_seconds_option, prompt_text, \
+    weighted_total
+from rlvr.tasks.verification.judge_client import Endpoint, Reply, ReplyCache, chat_completion
+from rlvr.tasks.verification.judge_rubric import DEFAULT_RUBRIC, Scale, check_template, parse_score, \
+    render_rubric, rubric_hash
+from rlvr.tasks.verification.judging import ScorerUnavailable, judge
+
+NAME = "judge"
+COMPONENT = "judge"
+ON_JUDGE_DOWN = ("stop", "skip")
+FAILED_STATUSES = ("error", "timeout")  # no reply to read: the request itself failed
+
+
+def _environment(variable: str, what: str, given: Optional[str]) -> str:
+    if given:
+        return str(given)
+    value = os.environ.get(str(variable), "").strip()
+    if not value:
+        raise ValueError(f"{NAME}: no judge {what}: set the environment variable {variable} "
+                         f"(or task.options.{what})")
+    return value
+
+
+def _scale(score_range, pass_fail) -> Scale:
+    if not isinstance(pass_fail, bool):
+        raise ValueError(f"{NAME}: task.options.pass_fail={pass_fail!r} must be true or false")
+    if (not isinstance(score_range, (list, tuple)) or len(score_range) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in score_range)
+            or not score_range[0] < score_range[1]):
+        raise ValueError(f"{NAME}: task.options.score_range={score_range!r} must be [low, high] with low < high")
+    return Scale(float(score_range[0]), float(score_range[1]), pass_fail)
+
+
+class JudgeTask:
+    """A base task's examples and components, plus `judge`: a model's score of each completion."""
+
+    name = NAME
+
+    def __init__(self, base: Optional[str] = None, *, build_base: Callable, reward_weights=None, use_chat_template=True, seed=0,
+                 base_options: Optional[dict] = None, rubric: Optional[str] = None, rubric_file: Optional[str] = None,
+                 score_range=(0, 10), pass_fail: bool = False, base_url: Optional[str] = None,
+                 model: Optional[str] = None, base_url_env: str = "RLVR_JUDGE_BASE_URL",
+                 model_env: str = "RLVR_JUDGE_MODEL", api_key_env: str = "RLVR_JUDGE_API_KEY",
+                 concurrency: int = 8, timeout_seconds: float = 60.0, max_retries: int = 3,
+                 backoff_seconds: float = 0.5, max_backoff_seconds: float = 30.0, max_tokens: int = 512,
+                 cache_size: int = 10_000, on_judge_down: str = "stop", correct_at: float = 1.0):
+        if not base:
+            raise ValueError(f"{NAME}: name the task that gives the examples, as task.name=judge:BASE "
+                             "(judge:gsm8k, judge:dataset with task.options.base_options.path=...)")
+        if base.partition(":")[0] == NAME:
+            raise ValueError(f"{NAME}: the base task cannot be a judge itself")
+        weights = dict(reward_weights or {})
+        self.judge_weight = float(weights.pop(COMPONENT, 1.0))
+        self.base = build_base(base, reward_weights=weights, options=dict(base_options or {}),
+                               use_chat_template=use_chat_template, seed=seed)
+        if COMPONENT in self.base.component_names:
+            raise ValueError(f"{NAME}: the base task {base!r} already has a component named {COMPONENT!r}")
+        if rubric is not None and rubric_file is not None:
+            raise ValueError(f"{NAME}: give task.options.rubric or rubric_file, not both")
+        template = Path(rubric_file).read_text() if rubric_file is not None else (rubric or DEFAULT_RUBRIC)
+        self.template = check_template(template)
+        self.scale = _scale(score_range, pass_fail)
+        self.rubric_hash = rubric_hash(self.template, self.scale)
+        if on_judge_down not in ON_JUDGE_DOWN:
+            raise ValueError(f"{NAME}: task.options.on_judge_down={on_judge_down!r}; valid choices: "
+                             f"{', '.join(ON_JUDGE_DOWN)}")
+        self.on_judge_down = on_judge_down
+        if isinstance(correct_at, bool) or not isinstance(correct_at, (int, float)) or not 0 <= correct_at <= 1:
+            raise ValueError(f"{NAME}: task.options.correct_at={correct_at!r} must be in [0, 1] (the scaled score)")
+        self.correct_at = float(correct_at)
+        url = _environment(base_url_env, "base_url", base_url)
+        if "@" in url.partition("://")[2].partition("/")[0]:
+            raise ValueError(f"{NAME}: the judge URL must not hold credentials; put the key in ${api_key_env}")
+        self.endpoint = Endpoint(
+            base_url=url, model=_environment(model_env, "model", model),
+            api_key=os.environ.get(str(api_key_env), "").strip(),
+            timeout_seconds=check_seconds_option(NAME, "timeout_seconds", timeout_seconds),
+            max_retries=check_count_option(NAME, "max_retries", max_retries),
+            backoff_seconds=check_seconds_option(NAME, "backoff_seconds", backoff_seconds),
+            max_backoff_seconds=check_seconds_option(NAME, "max_backoff_seconds", max_backoff_seconds),
+            max_tokens=check_count_option(NAME, "max_tokens", max_tokens, minimum=1))
+        self.api_key_env, self.base_url_env = api_key_env, base_url_env
+        self.concurrency = check_count_option(NAME, "concurrency", concurrency, minimum=1)
+        self.cache = ReplyCache(check_count_option(NAME, "cache_size", cache_size))
+        self.component_names = (*self.base.component_names, COMPONENT)
+        self.weights = {**getattr(self.base, "weights", dict.fromkeys(self.base.component_names, 1.0)),
+                        COMPONENT: self.judge_weight}
+        self.primary_component = getattr(self.base, "primary_component", None) or (
+            "answer" if "answer" in self.base.component_names else self.base.component_names[0])
+        self.stop_strings = tuple(getattr(self.base, "stop_strings", ()))
+        self.extracts_answers = bool(getattr(self.base, "extracts_answers", False))
+        self.verifier = f"judge:{self.endpoint.model}"
+        self.version = f"rubric-{self.rubric_hash}"
+
+    def __repr__(self) -> str:  # no endpoint fields beyond URL and model: the key stays out of every log
+        return f"JudgeTask(base={self.base.name!r}, url={self.endpoint.base_url!r}, model={self.endpoint.model!r})"
+
+    # -- examples come from the base task
+    def examples(self, split: str, count: int, seed: int) -> list[Example]:
+        return self.base.examples(split, count, seed)
+
+    def iter_eval(self):
+        return self.base.iter_eval()
+
+    # -- scoring
+    def request_key(self, completion: str, example: Example) -> tuple:
+        """What makes two requests identical: the judge model, the rubric (and scale), question,
+        completion and reference."""
+        return (self.endpoint.model, self.rubric_hash, prompt_text(example.prompt), completion,
+                _reference(example))
+
+    def rendered(self, completion: str, example: Example) -> str:
+        return render_rubric(self.template, self.scale, prompt_text(example.prompt), completion, _reference(example))
+
+    def score(self, completion: str, example: Example) -> Verdict:
+        return self.score_batch([completion], [example])[0]
+
+    def score_batch(self, completions, examples) -> list[Verdict]:
+        """Judge every completion: each distinct request once (cache first), up to `concurrency` at a time."""
+        keys = [self.request_key(c, e) for c, e in zip(completions, examples)]
+        replies: dict = {}  # key -> Reply, from the cache or sent now
+        to_send: dict = {}  # key -> the rendered rubric, each distinct request once
+        for key, completion, example in zip(keys, completions, examples):
+            if key in replies or key in to_send:
+                continue
+            hit = self.cache.get(key)
+            if hit is not None:
+                replies[key] = hit
+            else:
+                to_send[key] = self.rendered(completion, example)
+        if to_send:
+            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(to_send)),
+                                    thread_name_prefix="rlvr-judge") as pool:
+                sent = dict(zip(to_send, pool.map(lambda content: chat_completion(self.endpoint, content),
+                                                  to_send.values())))
+            for key, reply in sent.items():
+                if reply.status == "ok":  # replies to read are kept; failures are asked again next time
+                    self.cache.put(key, reply)
+            replies.update(sent)
+            if all(reply.status in FAILED_STATUSES for reply in sent.values()) and self.on_judge_down == "stop":
+                raise ScorerUnavailable(self._down_message(next(iter(sent.values()))))
+        first_use: set = set()
+        verdicts = []
+        for key, completion, example in zip(keys, completions, examples):
+            fresh = key in to_send and key not in first_use
+            first_use.add(key)
+            verdicts.append(self._verdict(judge(self.base, completion, example), replies[key], fresh))
+        return verdicts
+
+    def _down_message(self, reply: Reply) -> str:
+        return (f"{NAME}: the judge at {self.endpoint.url} (model {self.endpoint.model!r}) failed every request of "
+                f"this batch ({reply.detail}). Check that the server is up and serves that model, the URL "
+                f"(${self.base_url_env} or task.options.base_url) and the key in ${self.api_key_env}; "
+                "or set task.options.on_judge_down=skip to leave such batches out of training")
+
+    def _verdict(self, base: Verdict, reply: Reply, fresh: bool) -> Verdict:
+        """The base verdict plus the `judge` component read from `reply` (fresh: this row sent the request)."""
+        if reply.status == "ok":
+            parsed = parse_score(reply.text, self.scale)
+            status, detail = ("ok", "") if parsed.value is not None else ("unjudgeable", f"judge: {parsed.reason}")
+        else:
+            parsed, status, detail = None, reply.status, f"judge: {reply.detail}"
+        call = JudgeCall(seconds=reply.seconds if fresh else 0.0, retries=reply.retries if fresh else 0,
+                         cached=not fresh, unparsed=reply.status == "ok" and parsed.value is None)
+        score = parsed.value if parsed is not None and parsed.value is not None else math.nan
+        components = {**base.components, COMPONENT: score}
+        if status != "ok":  # never a judgment passed off as 0: the row is left out, whatever the base said
+            components = dict.fromkeys(components, math.nan)
+            return Verdict(components=components, total=math.nan, status=status, verifier=self.verifier,
+                           version=self.version, detail=detail[:500], judge_call=call)
+        total = weighted_total(components, self.weights)
+        correct = base.correct if self.base_has_weight() else score >= self.correct_at
+        return dataclasses.replace(base, components=components, total=total, correct=correct,
+                                   verifier=f"{base.verifier}+{self.verifier}", version=f"{base.version}+{self.version}",
+                                   judge_call=call)
+
+    def base_has_weight(self) -> bool:
+        return any(self.weights.get(name, 0.0) != 0.0 for name in self.base.component_names)
+
+
+def judge_factory(build_base: Callable) -> Callable:
+    """The `judge` family's factory: `judge:BASE` builds BASE with `build_base` (rlvr.tasks.build_task, passed
+    in by the registry, which imports this module)."""
+    def judge_task(base: Optional[str] = None, **options) -> JudgeTask:
+        return JudgeTask(base, build_base=build_base, **options)
+    return judge_task
+
+
+def _reference(example: Example) -> Optional[str]:
+    return None if example.ground_truth is None else str(example.ground_truth)
