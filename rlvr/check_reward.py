@@ -18,6 +18,13 @@ ground truth in the asked format) does not earn the full correctness reward on e
 the audit is not testing the format the task asks for. An example without a ground truth (a puzzle
 with many solutions, which the verifier checks itself) has no control unless the task names a
 `reference_answer(example)`; that is reported, not failed.
+
+A model judge (`judge:BASE`): its `judge` component is the correctness component where BASE's own
+weigh 0 (else a component earned without correctness, like a format bonus), the `JUDGE_KINDS` are
+built from its rubric, and a kind whose completions leave the judge's reply without a score (the
+judge obeyed the completion instead of the rubric: `unjudgeable`) on more than `max_hack_rate` of
+the prompts fails too: such a row earns no reward but is left out of training, so a policy that has
+learnt to write it escapes the judgment a wrong answer would get.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from rlvr.reward_kinds import CONTROL, KINDS, NO_ANSWER_KINDS, VARIANT_KINDS, Au
 from rlvr.rollout.sample import score_completions
 from rlvr.tasks import task_factory
 from rlvr.tasks.base import Verdict, primary_component, prompt_text
+from rlvr.tasks.judge import JudgeTask
 from rlvr.run.setup import prepare_task
 from rlvr.utils import atomic_write_text
 
@@ -71,6 +79,7 @@ class KindResult:
     scorable: int = 0
     slowest_seconds: float = 0.0
     statuses: dict[str, int] = field(default_factory=dict)
+    judge_unscored: int = 0  # a model judge replied, but without a score: it followed the completion, not the rubric
     example: str = ""
     example_verdict: str = ""
     example_total: float = -math.inf
@@ -117,7 +126,7 @@ def score_kind(result: KindResult, task, completions: list[str], example, main: 
     if not completions:
         return
     result.prompts += 1
-    earned_any = earned_main = earned_full = earned_partial = False
+    earned_any = earned_main = earned_full = earned_partial = unscored = False
     formats: set[str] = set()
     for completion in completions:
         started = time.perf_counter()
@@ -125,6 +134,7 @@ def score_kind(result: KindResult, task, completions: list[str], example, main: 
         result.slowest_seconds = max(result.slowest_seconds, time.perf_counter() - started)
         result.completions += 1
         result.statuses[verdict.status] = result.statuses.get(verdict.status, 0) + 1
+        unscored |= verdict.judge_call is not None and verdict.judge_call.unparsed
         total = verdict.total if math.isfinite(verdict.total) else 0.0
         if math.isfinite(verdict.total):
             result.total_sum += verdict.total
@@ -140,6 +150,7 @@ def score_kind(result: KindResult, task, completions: list[str], example, main: 
             result.example_total = total
             result.example, result.example_verdict = repr(completion[:EXAMPLE_CHARS]), describe(verdict)
     result.any_reward += earned_any
+    result.judge_unscored += unscored
     result.main += earned_main
     result.main_full += earned_full
     result.main_partial += earned_partial
@@ -175,6 +186,10 @@ def judge_results(results: dict[str, KindResult], family: str, max_hack_rate: fl
                                f"more digits or a stray word after it, equal to it; e.g. {result.example})")
         elif result.share(result.main) > max_hack_rate:
             failures.append(f"{kind}: earns correctness on {result.share(result.main):.0%} of prompts")
+        if result.share(result.judge_unscored) > max_hack_rate:
+            failures.append(f"{kind}: the judge's reply has no score on {result.share(result.judge_unscored):.0%} "
+                            f"of prompts (it followed the completion, not the rubric; such rows are left out of "
+                            f"training, escaping the judgment)")
         for component, count in sorted(result.formats.items()):
             if result.share(count) <= max_hack_rate:
                 continue
@@ -201,6 +216,22 @@ def without_held_out_split(config):
     return replace(config, task=replace(config.task, options={**options, "eval_size": 0}))
 
 
+def audited_component(task, weights: dict[str, float]) -> str:
+    """The correctness component: the task's primary one, or, where that weighs 0 and exactly one component
+    weighs something (`judge:BASE` with BASE's weights 0: `judge`), that one."""
+    main = primary_component(task)
+    weighted = [name for name in task.component_names if weights.get(name, 0.0) > 0]
+    return weighted[0] if weights.get(main, 0.0) <= 0 and len(weighted) == 1 else main
+
+
+def judge_rubric(task) -> tuple[str | None, str]:
+    """(rubric template, the top score its last line names) of a model judge; (None, "10") for a task judged
+    by a program, which gets no `JUDGE_KINDS`."""
+    if not isinstance(task, JudgeTask):
+        return None, "10"
+    return task.template, "PASS" if task.scale.pass_fail else f"{task.scale.high:g}"
+
+
 def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: float = DEFAULT_MAX_HACK_RATE,
                      max_verdict_seconds: float = DEFAULT_MAX_VERDICT_SECONDS, kinds=None) -> RewardAudit:
     """Build `config`'s task (no model), score every kind on `prompts` training prompts, apply the exit rule."""
@@ -212,8 +243,9 @@ def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: f
     for kind in kinds:
         KINDS.get(kind)  # an unknown kind fails here, naming the valid ones
     task = prepare_task(without_held_out_split(config), inference=True)  # no model loads: no memory estimate
-    main = primary_component(task)
     weights = dict(getattr(task, "weights", None) or {c: 1.0 for c in task.component_names})
+    main = audited_component(task, weights)
+    rubric, top_score = judge_rubric(task)
     examples = task.examples("train", prompts, config.train.seed)
     results = {kind: KindResult(kind) for kind in kinds}
     # a task may name the format its answers take where the prompt asks for none (math: `\boxed{}`)
@@ -225,7 +257,8 @@ def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: f
         truth = reference(example)
         truth = truth[0] if isinstance(truth, (list, tuple)) else truth
         without_truth += truth is None
-        item = AuditPrompt(prompt=prompt_text(example.prompt), truth=None if truth is None else str(truth), form=form)
+        item = AuditPrompt(prompt=prompt_text(example.prompt), truth=None if truth is None else str(truth), form=form,
+                           rubric=rubric, top_score=top_score)
         for kind in kinds:
             score_kind(results[kind], task, KINDS.get(kind)(item), example, main, weights)
     family = config.task.name.partition(":")[0]
@@ -244,6 +277,8 @@ def audit_rows(audit: RewardAudit) -> list[CheckRow]:
     for kind, result in audit.kinds.items():
         shares = [f"any {result.share(result.any_reward):.0%}", f"{audit.main_component} {result.share(result.main):.0%}"]
         shares += [f"{c} {result.share(result.formats.get(c, 0)):.0%}" for c in formats]
+        if result.judge_unscored:
+            shares.append(f"judge unscored {result.share(result.judge_unscored):.0%}")
         verdict = "FAIL" if kind in failing else "PASS"
         rows.append(CheckRow(kind, " ".join(shares), f"{result.mean_total:.3f} {result.slowest_seconds:.2f}s", verdict,
                              f"{result.example} -> {result.example_verdict}"))
@@ -260,7 +295,7 @@ def audit_json(audit: RewardAudit) -> dict:
         entry = data["kinds"][kind]
         entry.pop("example_total")
         entry.update(mean_total=None if math.isnan(result.mean_total) else result.mean_total, any_reward_rate=result.share(result.any_reward),
-                     main_rate=result.share(result.main),
+                     main_rate=result.share(result.main), judge_unscored_rate=result.share(result.judge_unscored),
                      format_rates={c: result.share(n) for c, n in result.formats.items()})
     data["passed"] = audit.passed
     return data

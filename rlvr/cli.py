@@ -380,7 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "both are accepted")
     check.add_argument("--reward", action="store_true",
                        help="reward audit, no model: score degenerate completions (empty, echoed prompt, empty tags, "
-                            "guesses, tag spam, hostile payloads) with the task's verifier; exit 1 when one earns reward")
+                            "guesses, tag spam, hostile payloads; prompt injections for a model judge) with the task's "
+                            "verifier; exit 1 when one earns reward")
     check.add_argument("--prompts", type=int, default=32, help="--reward: prompts to build completions from (default 32)")
     check.add_argument("--max-hack-rate", type=float, default=0.05,
                        help="--reward: fail when a kind earns correctness, or format without correctness, on more "

@@ -1,4 +1,4 @@
-"""Tiny offline stand-ins for a real policy: a random Llama model, a character-level tokenizer.
+"""Tiny offline stand-ins for a real policy: a random Llama model (and a reward model), a character-level tokenizer.
 
 Tests across rlvr need a causal LM whose logits depend on its input, a real fast tokenizer with
 a chat template, and (for the GGUF path) a GGUF file, all built in milliseconds with no network.
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification, PreTrainedTokenizerFast
 
 # Special tokens, spelled and numbered as in SmolLM2 (whose id 0 is `<|endoftext|>`).
 UNK_TOKEN = "<unk>"
@@ -120,6 +120,22 @@ def save_tiny_model(folder: str | Path, *, seed: int = 0, dtype: torch.dtype = t
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     build_tiny_model(seed=seed, dtype=dtype).save_pretrained(folder)
+    build_tiny_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def save_tiny_reward_model(folder: str | Path, *, seed: int = 0, num_labels: int = 1) -> Path:
+    """Write a tiny random `LlamaForSequenceClassification` (one output logit unless `num_labels` says otherwise,
+    pad token = EOS as in the policy) and its tokenizer to `folder`: a reward model for `rm:BASE`."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = build_tiny_model().config
+    config.num_labels = num_labels
+    config.tie_word_embeddings = False
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForSequenceClassification(config)
+    model.save_pretrained(folder)
     build_tiny_tokenizer().save_pretrained(folder)
     return folder
 

@@ -2365,8 +2365,67 @@ JUDGE = [
     ),
 ]
 
+REWARD_MODEL = [
+    mutation(
+        "rm_pooled_at_last_column", "rlvr/tasks/verification/reward_model_scores.py",
+        "every row of a right-padded batch is pooled at the last column: a shorter text is scored at a pad token",
+        ("return torch.where(last_wanted >= 0, last_wanted, last_real)",
+         "return torch.full_like(last_real, ids.shape[1] - 1)"),
+        tests=("tests/tasks/test_reward_model.py",),
+    ),
+    mutation(
+        "rm_pool_keeps_trailing_pad", "rlvr/tasks/verification/reward_model_scores.py",
+        "pooled at the last real token even when it is the pad token (pad == EOS): not the model's own rule, "
+        "so a completion ending in EOS gets a score the reward model was never trained to give",
+        ("last_wanted = torch.where(wanted, positions, -1).amax(dim=1)  # [B], -1 when none",
+         "last_wanted = torch.where(real, positions, -1).amax(dim=1)  # [B], -1 when none"),
+        tests=("tests/tasks/test_reward_model.py",),
+    ),
+    mutation(
+        "rm_group_over_whole_batch", "rlvr/tasks/reward_model.py",
+        "per-group normalisation puts every row in one group: a z-score over the whole batch",
+        ("groups = [id(example) for example in examples]", "groups = [0 for example in examples]"),
+        tests=("tests/tasks/test_reward_model.py",),
+    ),
+    mutation(
+        "rm_running_m2_without_between_term", "rlvr/tasks/verification/reward_normalization.py",
+        "merging a batch into the running moments drops the between-batches term: the running std shrinks "
+        "to the within-batch spread and z-scores blow up when batches differ in level",
+        ("m2=moments.m2 + m2 + delta * delta * moments.count * count / total)",
+         "m2=moments.m2 + m2)"),
+        tests=("tests/tasks/test_reward_model.py",),
+    ),
+]
+
+JUDGE_AUDIT = [
+    mutation(
+        "audit_unscored_reads_request_failures", "rlvr/check_reward.py",
+        "the audit counts request failures (`error`) instead of replies without a score: a completion that talks "
+        "the judge out of the rubric's last line (unjudgeable, left out of training) is reported as earning nothing",
+        ("unscored |= verdict.judge_call is not None and verdict.judge_call.unparsed",
+         "unscored |= verdict.status == \"error\""),
+        tests=("tests/cli/test_check_reward_judge.py",),
+    ),
+    mutation(
+        "rubric_completion_not_escaped", "rlvr/tasks/verification/judge_rubric.py",
+        "the completion is pasted into the rubric as written: its `</answer>` closes a rubric's own answer tag "
+        "early and what follows reads as the rubric's instructions",
+        ('values = {"question": question, "completion": escape_closing_tags(template, completion),',
+         'values = {"question": question, "completion": completion,'),
+        tests=("tests/tasks/test_judge_rubric.py", "tests/tasks/test_judge.py"),
+    ),
+    mutation(
+        "audit_judge_only_reads_base_answer", "rlvr/check_reward.py",
+        "with BASE's weights 0 the audit still reads BASE's `answer` (weight 0, never earned) as correctness: the "
+        "control fails and a judge fooled by every injection is reported only as a format finding",
+        ("return weighted[0] if weights.get(main, 0.0) <= 0 and len(weighted) == 1 else main",
+         "return main"),
+        tests=("tests/cli/test_check_reward_judge.py",),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
              + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE
              + LORA_KERNEL + BASE_PRODUCT_DTYPE + LORA_MLP + SPEED_CHECK + MECHANISM_RECORD + STUDY
-             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL + CODE_TASK + WARM_UPS + JUDGE)
+             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL + CODE_TASK + WARM_UPS + JUDGE + REWARD_MODEL + JUDGE_AUDIT)

@@ -35,6 +35,7 @@ from rlvr.tasks.judge import JudgeTask, judge_factory
 from rlvr.tasks.verification.judging import DEFAULT_MAX_ABS_REWARD, judge
 from rlvr.tasks.math_problems import MathTask
 from rlvr.tasks.reasoning_gym_tasks import ReasoningGymTask
+from rlvr.tasks.reward_model import RewardModelTask, reward_model_factory
 from rlvr.tasks.verification.verifiers import VERIFIERS
 from rlvr.tasks.verifiers_env import verifiers_task
 
@@ -207,6 +208,7 @@ def build_task(name: str, *, reward_weights=None, options=None, use_chat_templat
 
 
 TASKS.add("judge", judge_factory(build_task))  # judge:BASE builds its base task through build_task
+TASKS.add("rm", reward_model_factory(build_task))  # rm:BASE: a reward model's score added to BASE's components
 
 
 def default_use_chat_template(name: str, options: dict | None = None) -> bool:
@@ -234,4 +236,4 @@ __all__ = ["TASKS", "VERIFIERS", "Example", "Task", "Verdict", "weighted_total",
            "register_task", "check_task_name", "check_data_files", "default_use_chat_template", "judge", "task_label",
            "FormatCopyTask", "GSM8KTask", "MathTask", "IntegerTask", "ReasoningGymTask", "DatasetTask",
            "GuessNumberTask",
-           "CalculatorTask", "CodeTask", "JudgeTask"]
+           "CalculatorTask", "CodeTask", "JudgeTask", "RewardModelTask"]

@@ -23,7 +23,7 @@ from rlvr.rollout import (
 )
 from rlvr.tasks import TASKS, build_task
 from rlvr.tasks.base import Verdict
-from rlvr.testing import random_lora_b
+from rlvr.testing import random_lora_b, save_tiny_reward_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -142,6 +142,7 @@ def test_every_task_declares_its_stop_strings(tmp_path, monkeypatch):
         # nothing is asked of the judge's endpoint until a completion is scored
         "judge": build_task("judge:integer", options={"base_url": "http://127.0.0.1:9/v1", "model": "m",
                                                       "base_options": {"prompt": "show_work"}}),
+        "rm": build_task("rm:integer", options={"path": str(save_tiny_reward_model(tmp_path / "rm")), "device": "cpu"}),
     }
     shipped = {name for name in TASKS.names() if TASKS.get(name).__module__.startswith("rlvr.")}  # not the tests' toys
     assert set(built) == shipped

@@ -1,8 +1,9 @@
 """A loopback stand-in for an OpenAI-compatible chat-completions server that injects faults on purpose.
 
 `StubJudge(plan)` serves on 127.0.0.1 at a free port in a thread. For each request, `plan(answer, count)`
-(the text between <answer> and </answer> in the user message, and how many requests this answer has had
-before, 0 first) returns what to do: `Reply(text)`, `Status(code, retry_after)`, `Slow(seconds, text)`,
+(the text between the rubric's answer tags in the user message, `<answer>` or the default rubric's
+`<answer-NONCE>`, and how many requests this answer has had before, 0 first; with `whole_prompt=True` the
+whole user message instead, for a judge that reads all of it) returns what to do: `Reply(text)`, `Status(code, retry_after)`, `Slow(seconds, text)`,
 `Raw(body)` (a 200 whose body is not the expected JSON), `Drop()` (close the connection unanswered) or
 `StopServer()` (drop, then stop serving: later connections are refused). It counts requests, requests per
 answer, the most running at once, and the Authorization headers it saw.
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Optional
 
-ANSWER_RE = re.compile(r"<answer>\n(.*?)\n</answer>", re.DOTALL)
+ANSWER_RE = re.compile(r"<answer(-[0-9a-f]+|)>\n(?P<answer>.*?)\n</answer\1>", re.DOTALL)  # the nonce closes its own fence
 
 
 @dataclass
@@ -59,8 +60,9 @@ def grade_by_integer(answer: str, count: int):
 
 
 class StubJudge:
-    def __init__(self, plan: Callable = grade_by_integer):
+    def __init__(self, plan: Callable = grade_by_integer, whole_prompt: bool = False):
         self.plan = plan
+        self.whole_prompt = whole_prompt
         self.lock = threading.Lock()
         self.requests = 0
         self.per_answer: dict[str, int] = {}
@@ -101,7 +103,7 @@ class StubJudge:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 content = body["messages"][0]["content"]
                 match = ANSWER_RE.search(content)
-                answer = match.group(1) if match else content
+                answer = content if stub.whole_prompt or not match else match.group("answer")
                 with stub.lock:
                     stub.requests += 1
                     count = stub.per_answer.get(answer, 0)
