@@ -467,14 +467,14 @@ VERIFIER = [
     mutation(
         "judge_contains_only_exceptions", "rlvr/tasks/verification/judging.py",
         "judge catches Exception only: a score raising SystemExit or another BaseException ends the run",
-        ("except BaseException as exc:  # noqa: BLE001 - user code must not stop a run",
-         "except Exception as exc:  # noqa: BLE001 - user code must not stop a run"),
+        ("except BaseException as exc:  # noqa: BLE001 - user code must not stop a run (SystemExit included)",
+         "except Exception as exc:  # noqa: BLE001 - user code must not stop a run (SystemExit included)"),
         tests=("tests/tasks/test_judging.py",),
     ),
     mutation(
         "judge_swallows_a_real_ctrl_c", "rlvr/tasks/verification/judging.py",
         "every KeyboardInterrupt from score becomes a verdict: a real Ctrl-C no longer stops the run",
-        ("if sigints >= 0 and _SIGINTS != sigints:", "if False:"),
+        ("if sigints >= 0 and _SIGINTS != sigints:  # a real Ctrl-C", "if False:  # a real Ctrl-C"),
         tests=("tests/tasks/test_judging.py",),
     ),
     mutation(
@@ -1326,13 +1326,13 @@ EPISODES = [
         "an SFT demonstration's next prompt leaves out the environment's reply to the turn before",
         ("            context += text + renderer.text(reply.role, reply.content, None)",
          "            context += text"),
-        tests=EPISODE_TESTS + ("tests/benchmarks/test_tool_learning.py",),
+        tests=EPISODE_TESTS + ("tests/training/test_sft_demonstrations.py",),
     ),
     mutation(
         "demonstration_eos_on_every_turn", "rlvr/rollout/episodes.py",
         "every turn of an SFT demonstration is trained to end with EOS, not only the episode's last",
         ('(tokenizer.eos_token or "") if last else ""', '(tokenizer.eos_token or "")'),
-        tests=EPISODE_TESTS + ("tests/benchmarks/test_tool_learning.py",),
+        tests=EPISODE_TESTS + ("tests/training/test_sft_demonstrations.py",),
     ),
     mutation(
         "eval_episode_tokens_policy_only", "rlvr/training/evaluation.py",
@@ -1344,13 +1344,13 @@ EPISODES = [
         "guess_demonstration_rounds_up", "rlvr/tasks/guess_number.py",
         "the binary-search demonstration guesses the upper midpoint (51 first)",
         ("guess = (low + high) // 2", "guess = (low + high + 1) // 2"),
-        tests=("tests/tasks/test_guess_number.py", "tests/benchmarks/test_tool_learning.py"),
+        tests=("tests/tasks/test_guess_number.py", "tests/training/test_sft_demonstrations.py"),
     ),
     mutation(
         "calculator_demonstration_adds", "rlvr/tasks/calculator.py",
         "the calculator demonstration's call adds the operands (its reply is not the product)",
         ("""{"expression": f"{meta['a']}*{meta['b']}"}""", """{"expression": f"{meta['a']}+{meta['b']}"}"""),
-        tests=EPISODE_TESTS + ("tests/benchmarks/test_tool_learning.py",),
+        tests=EPISODE_TESTS + ("tests/training/test_sft_demonstrations.py",),
     ),
     mutation(
         "env_token_frac_mean_of_shares", "rlvr/observe/rollout_stats.py",
@@ -2344,9 +2344,9 @@ JUDGE = [
         "judge_cache_key_without_reference", "rlvr/tasks/judge.py",
         "the cache key leaves out the reference answer: a completion judged against one reference is "
         "answered from the cache against another",
-        ("return (self.endpoint.model, self.rubric_hash, prompt_text(example.prompt), completion,\n"
+        ("return (self.judge_backend.model, self.rubric_hash, prompt_text(example.prompt), completion,\n"
          "                _reference(example))",
-         "return (self.endpoint.model, self.rubric_hash, prompt_text(example.prompt), completion)"),
+         "return (self.judge_backend.model, self.rubric_hash, prompt_text(example.prompt), completion)"),
         tests=("tests/tasks/test_judge.py",),
     ),
     mutation(
@@ -2424,8 +2424,48 @@ JUDGE_AUDIT = [
     ),
 ]
 
+LOCAL_JUDGE = [
+    mutation(
+        "local_judge_without_attention_mask", "rlvr/tasks/verification/judge_local.py",
+        "the left-padded batch is generated without its attention mask: a shorter prompt attends to the pad "
+        "tokens before it, so a reply depends on which prompts share its batch",
+        ("output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),",
+         "output = model.generate(input_ids=input_ids.to(device),"),
+        tests=("tests/tasks/test_judge_local.py::test_a_batch_replies_as_each_prompt_does_alone",
+               "tests/tasks/test_judge_local.py::test_batched_replies_are_the_models_greedy_continuations"),
+    ),
+    mutation(
+        "local_judge_replies_left_in_length_order", "rlvr/tasks/verification/judge_local.py",
+        "replies are put back in the order the prompts were batched (shortest first), not the order they came "
+        "in: a completion gets another completion's grade",
+        ("for row, text in zip(rows, texts):",
+         "for row, text in zip(range(start, start + len(rows)), texts):"),
+        tests=("tests/tasks/test_judge_local.py::test_a_batch_replies_as_each_prompt_does_alone",
+               "tests/tasks/test_judge_local.py::test_batched_replies_are_the_models_greedy_continuations"),
+    ),
+]
+
+# ----------------------------------------------------------------------------- bf16 that keeps its promises (issue 61)
+
+BF16 = [
+    mutation(
+        "no_grad_head_in_model_dtype", "rlvr/core/head_logprobs.py",
+        "old/reference (no-grad) LM head multiplied in bf16 and upcast after, the policy's in fp32: KL != 0 at equal weights",
+        ("    logits = _head_logits(head, hidden, weight_c, bias_c)  # [r, V] fp32",
+         "    logits = _upcast(head(hidden))  # [r, V] fp32"),
+        tests=("tests/core/test_bf16_head_precision.py",),
+    ),
+    mutation(
+        "kernel_check_fp32_tolerance_in_bf16", "rlvr/models/kernel_check.py",
+        "fused-kernel install check at fp32 tolerance whatever the dtype: bf16 kernels refused (one ulp apart)",
+        ("        tolerance = check_tolerance(theirs.dtype)",
+         "        tolerance = check_tolerance(torch.float32)"),
+        tests=("tests/models/test_kernel_check_dtypes.py",),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
              + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE
              + LORA_KERNEL + BASE_PRODUCT_DTYPE + LORA_MLP + SPEED_CHECK + MECHANISM_RECORD + STUDY
-             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL + CODE_TASK + WARM_UPS + JUDGE + REWARD_MODEL + JUDGE_AUDIT)
+             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL + CODE_TASK + WARM_UPS + JUDGE + REWARD_MODEL + JUDGE_AUDIT + LOCAL_JUDGE + BF16)

@@ -24,12 +24,17 @@ count (see the constant), so prefill and 16-row decoding steps go weight-major, 
 from __future__ import annotations
 
 import contextlib
+import logging
 import types
 from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from rlvr.models.kernel_check import compare
+
+logger = logging.getLogger(__name__)
 
 GQA_ATTENTION = "sdpa_gqa"
 # Weight-major products only above this many rows: from 2 to 8 rows MKL runs (W x^T)^T as slowly as
@@ -137,14 +142,15 @@ def _is_swiglu_mlp(module: nn.Module) -> bool:
 
 
 @torch.no_grad()
-def _same_output(module: nn.Module, fused_forward) -> bool:
+def _same_output(module: nn.Module, fused_forward):
+    """The fused output equals the module's on a random input, to its dtype's rounding (`kernel_check`)."""
     weight = module.gate_proj.weight
     x = torch.randn(2, 3, weight.shape[1], dtype=weight.dtype, device=weight.device)
     expected = module(x)
-    return torch.allclose(fused_forward(x), expected, rtol=1e-4, atol=1e-5)
+    return compare([("output", fused_forward(x), expected)])
 
 
-def _checked_without_consuming_randomness(same_as_before, module: nn.Module, bound) -> bool:
+def _checked_without_consuming_randomness(same_as_before, module: nn.Module, bound):
     """`same_as_before(module, bound)` with torch's random state restored afterwards: the check draws random
     inputs, and a run must sample the same completions whether or not a fused forward was installed."""
     device = next(module.parameters()).device
@@ -162,14 +168,19 @@ def install_forward(model: nn.Module, applies, forward, same_as_before, replaces
     """Give every module of `model` for which `applies(module)` holds (and that has no forward of its own
     yet, or with `replaces` one bound from that function) `forward` as its own bound forward; returns how many.
     `same_as_before(module, bound)` checks the first one against the module's forward until then: when it
-    fails, nothing is installed."""
+    fails, nothing is installed and one line says so (which forward, where, the check's `detail`)."""
     count = 0
     for module in model.modules():
         if not applies(module) or ("forward" in vars(module) and own_forward(module) is not replaces):
             continue
         bound = types.MethodType(forward, module)
-        if count == 0 and not _checked_without_consuming_randomness(same_as_before, module, bound):
-            return 0  # not the forward we expect: leave the model alone
+        if count == 0:
+            check = _checked_without_consuming_randomness(same_as_before, module, bound)
+            if not check:  # not the forward we expect: leave the model alone
+                detail = getattr(check, "detail", "its check against the module's own forward failed")
+                logger.warning("fused forward %s not installed on %s: %s", forward.__name__, type(module).__name__,
+                               detail)
+                return 0
         module.forward = bound
         count += 1
     return count

@@ -13,7 +13,8 @@ takes this path when the layer is in its plain state (one active adapter, not me
 disabled, no dropout, no DoRA or other variant, no LoRA bias, a frozen `nn.Linear` base, input
 in the adapter's dtype, no autocast) and PEFT's own forward otherwise, so merging the adapter for sampling and
 disabling it for the reference work as before. It checks the first layer's output and gradients
-against PEFT's on a random input before keeping anything.
+against PEFT's on a random input, to a few ulps of the dtype (`rlvr.models.kernel_check`), before
+keeping anything, and logs why when it keeps nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlvr.models.kernel_check import KernelCheck, compare
 from rlvr.models.kernels import install_forward, own_forward
 
 # Where a layer (and the model, for `base_product_dtype`) holds its base-product dtype, and a layer its copy.
@@ -177,9 +179,9 @@ def _is_lora_linear(module: nn.Module) -> bool:
     return isinstance(module, PeftLoraLinear) and type(module.base_layer) is nn.Linear
 
 
-def _same_as_peft(layer: nn.Module, fused_forward) -> bool:
+def _same_as_peft(layer: nn.Module, fused_forward) -> KernelCheck | bool:
     """On a random input with a random B: the fused output, input gradient and adapter gradients equal
-    PEFT's forward's (to fp32 rounding)."""
+    PEFT's forward's (to the dtype's rounding, `rlvr.models.kernel_check`)."""
     name = layer.active_adapters[0] if layer.active_adapters else None
     weight = layer.base_layer.weight
     x = torch.randn(3, 5, weight.shape[1], dtype=weight.dtype, device=weight.device)
@@ -206,15 +208,16 @@ def random_lora_b(layer: nn.Module, name: str) -> Iterator[None]:
             lora_b.copy_(saved_b)
 
 
-def same_outputs_and_gradients(reference, candidate, x: torch.Tensor, params: list[torch.Tensor]) -> bool:
-    """`candidate(x)` and its gradients (of the output's squares' sum, for x and `params`) equal `reference`'s to
-    fp32 rounding."""
+def same_outputs_and_gradients(reference, candidate, x: torch.Tensor, params: list[torch.Tensor]) -> KernelCheck:
+    """`candidate(x)` and its gradients (of the output's squares' sum, for x and `params`) against `reference`'s,
+    each to its dtype's rounding (`rlvr.models.kernel_check.compare`)."""
     results = []
     for forward in (reference, candidate):
         inp = x.clone().requires_grad_(True)
         grads = torch.autograd.grad(forward(inp).square().sum(), [inp] + list(params))
         results.append((forward(x).detach(), *grads))
-    return all(torch.allclose(ours, theirs, rtol=1e-4, atol=1e-5) for ours, theirs in zip(results[1], results[0]))
+    names = ["output", "input gradient"] + [f"parameter gradient {index}" for index in range(len(params))]
+    return compare([(name, ours, theirs) for name, ours, theirs in zip(names, results[1], results[0])])
 
 
 def set_base_product_dtype(model: nn.Module, dtype: torch.dtype | None) -> int:
@@ -239,5 +242,5 @@ def base_product_dtype(model: nn.Module) -> torch.dtype | None:
 
 def install_fused_lora(model: nn.Module) -> int:
     """Give every PEFT LoRA projection over an `nn.Linear` in `model` the fused forward; returns how many.
-    Nothing is installed when the first one's check against PEFT fails."""
+    Nothing is installed when the first one's check against PEFT fails (logged, with the largest difference)."""
     return install_forward(model, _is_lora_linear, _fused_forward, _same_as_peft)

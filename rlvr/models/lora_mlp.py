@@ -13,7 +13,7 @@ expression of the same tensors.
 projection with the fused LoRA forward (install both first) a forward that takes this path when
 the down projection is in its plain state (`plain_adapter`) and the two functions apart
 otherwise (merged or disabled adapter). It checks the first MLP's output and gradients against
-the separate functions' on a random input before keeping anything.
+the separate functions' on a random input (to the dtype's rounding) before keeping anything.
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ def _fused_swiglu_with_fused_lora_down(module: nn.Module) -> bool:
     return own_forward(module) is _swiglu_forward and down is not None and own_forward(down) is _fused_forward
 
 
-def _same_as_separate(mlp: nn.Module, fused_forward) -> bool:
+def _same_as_separate(mlp: nn.Module, fused_forward):
     """On a random input with a random B in the down projection: the fused output and gradients (input, every
-    trainable parameter of the MLP) equal the separate functions' (to fp32 rounding)."""
+    trainable parameter of the MLP) equal the separate functions' (to the dtype's rounding, `kernel_check`)."""
     down = mlp.down_proj
     weight = down.base_layer.weight
     x = torch.randn(3, 5, weight.shape[0], dtype=weight.dtype, device=weight.device)
@@ -95,6 +95,6 @@ def _same_as_separate(mlp: nn.Module, fused_forward) -> bool:
 
 def install_fused_lora_mlp(model: nn.Module) -> int:
     """Give every fused SwiGLU MLP of `model` with a fused LoRA down projection the forward above; returns how
-    many. Nothing is installed when the first one's check fails."""
+    many. Nothing is installed when the first one's check fails (logged, with the largest difference)."""
     return install_forward(model, _fused_swiglu_with_fused_lora_down, _swiglu_lora_forward, _same_as_separate,
                            replaces=_swiglu_forward)

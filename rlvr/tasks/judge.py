@@ -1,4 +1,4 @@
-"""`judge:<base>`: a model grades each completion of a base task, through an OpenAI-compatible endpoint.
+"""`judge:<base>`: a model grades each completion of a base task, over an endpoint or loaded in this process.
 
 `task.name=judge:BASE` (for example `judge:gsm8k`, `judge:dataset`) takes its examples, prompts and
 components from the task BASE (built with `task.options.base_options`) and adds one component, `judge`:
@@ -6,11 +6,13 @@ the judge model's score of the completion against a rubric (`rubric` / `rubric_f
 `{question}`, `{completion}`, `{reference}`, `{scale}`), scaled to [0, 1]. Weights: `reward_weights.judge`
 (default 1) and the base task's own; `{answer: 0, format: 0, judge: 1}` makes the judge the only reward.
 
-The endpoint's URL, model and API key come from environment variables (`RLVR_JUDGE_BASE_URL`,
+Where the replies come from is `backend` (`rlvr.tasks.verification.judge_backends`): `http` (default), an
+OpenAI-compatible endpoint whose URL, model and API key come from environment variables (`RLVR_JUDGE_BASE_URL`,
 `RLVR_JUDGE_MODEL`, `RLVR_JUDGE_API_KEY`; the options `*_env` rename them; `base_url` and `model` may also
-be given as options, the key never is), so the key is never in the config a run saves. A batch is
-judged at once (`score_batch`): identical requests are sent once, the rest come from a bounded cache,
-up to `concurrency` requests run at a time. A reply without a strict `Score: N` last line is
+be given as options, the key never is), so the key is never in the config a run saves; or `local`, the causal
+LM `model` (a folder, a `.gguf`, an embedded name) loaded in this process, replying greedily in batches of
+`batch_size`. A batch is judged at once (`score_batch`): identical requests are asked once, the rest come from
+a bounded cache. A reply without a strict `Score: N` last line is
 `unjudgeable`; a request that failed is `error` or `timeout`; both have every component NaN and are
 left out of the advantages. When every request of a batch failed, the judge is down: the run stops
 (`ScorerUnavailable`, naming the URL) unless `on_judge_down: skip`.
@@ -20,14 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
 
-from rlvr.tasks.base import Example, JudgeCall, Verdict, check_count_option, check_seconds_option, prompt_text, \
-    weighted_total
-from rlvr.tasks.verification.judge_client import Endpoint, Reply, ReplyCache, chat_completion
+from rlvr.tasks.base import Example, JudgeCall, Verdict, check_count_option, prompt_text, weighted_total
+from rlvr.tasks.verification.judge_backends import build_judge_backend
+from rlvr.tasks.verification.judge_client import Reply, ReplyCache
 from rlvr.tasks.verification.judge_rubric import DEFAULT_RUBRIC, Scale, check_template, parse_score, \
     render_rubric, rubric_hash
 from rlvr.tasks.verification.judging import ScorerUnavailable, judge
@@ -36,16 +36,6 @@ NAME = "judge"
 COMPONENT = "judge"
 ON_JUDGE_DOWN = ("stop", "skip")
 FAILED_STATUSES = ("error", "timeout")  # no reply to read: the request itself failed
-
-
-def _environment(variable: str, what: str, given: Optional[str]) -> str:
-    if given:
-        return str(given)
-    value = os.environ.get(str(variable), "").strip()
-    if not value:
-        raise ValueError(f"{NAME}: no judge {what}: set the environment variable {variable} "
-                         f"(or task.options.{what})")
-    return value
 
 
 def _scale(score_range, pass_fail) -> Scale:
@@ -65,11 +55,12 @@ class JudgeTask:
 
     def __init__(self, base: Optional[str] = None, *, build_base: Callable, reward_weights=None, use_chat_template=True, seed=0,
                  base_options: Optional[dict] = None, rubric: Optional[str] = None, rubric_file: Optional[str] = None,
-                 score_range=(0, 10), pass_fail: bool = False, base_url: Optional[str] = None,
-                 model: Optional[str] = None, base_url_env: str = "RLVR_JUDGE_BASE_URL",
-                 model_env: str = "RLVR_JUDGE_MODEL", api_key_env: str = "RLVR_JUDGE_API_KEY",
-                 concurrency: int = 8, timeout_seconds: float = 60.0, max_retries: int = 3,
-                 backoff_seconds: float = 0.5, max_backoff_seconds: float = 30.0, max_tokens: int = 512,
+                 score_range=(0, 10), pass_fail: bool = False, backend: str = "http", model: Optional[str] = None,
+                 max_tokens: Optional[int] = None, base_url: Optional[str] = None, base_url_env: Optional[str] = None,
+                 model_env: Optional[str] = None, api_key_env: Optional[str] = None, concurrency: Optional[int] = None,
+                 timeout_seconds: Optional[float] = None, max_retries: Optional[int] = None,
+                 backoff_seconds: Optional[float] = None, max_backoff_seconds: Optional[float] = None,
+                 batch_size: Optional[int] = None, device: Optional[str] = None, dtype: Optional[str] = None,
                  cache_size: int = 10_000, on_judge_down: str = "stop", correct_at: float = 1.0):
         if not base:
             raise ValueError(f"{NAME}: name the task that gives the examples, as task.name=judge:BASE "
@@ -95,19 +86,13 @@ class JudgeTask:
         if isinstance(correct_at, bool) or not isinstance(correct_at, (int, float)) or not 0 <= correct_at <= 1:
             raise ValueError(f"{NAME}: task.options.correct_at={correct_at!r} must be in [0, 1] (the scaled score)")
         self.correct_at = float(correct_at)
-        url = _environment(base_url_env, "base_url", base_url)
-        if "@" in url.partition("://")[2].partition("/")[0]:
-            raise ValueError(f"{NAME}: the judge URL must not hold credentials; put the key in ${api_key_env}")
-        self.endpoint = Endpoint(
-            base_url=url, model=_environment(model_env, "model", model),
-            api_key=os.environ.get(str(api_key_env), "").strip(),
-            timeout_seconds=check_seconds_option(NAME, "timeout_seconds", timeout_seconds),
-            max_retries=check_count_option(NAME, "max_retries", max_retries),
-            backoff_seconds=check_seconds_option(NAME, "backoff_seconds", backoff_seconds),
-            max_backoff_seconds=check_seconds_option(NAME, "max_backoff_seconds", max_backoff_seconds),
-            max_tokens=check_count_option(NAME, "max_tokens", max_tokens, minimum=1))
-        self.api_key_env, self.base_url_env = api_key_env, base_url_env
-        self.concurrency = check_count_option(NAME, "concurrency", concurrency, minimum=1)
+        # the backend's own options, those given (None: not given, the backend's default)
+        backend_options = dict(model=model, max_tokens=max_tokens, base_url=base_url, base_url_env=base_url_env,
+                               model_env=model_env, api_key_env=api_key_env, concurrency=concurrency,
+                               timeout_seconds=timeout_seconds, max_retries=max_retries, backoff_seconds=backoff_seconds,
+                               max_backoff_seconds=max_backoff_seconds, batch_size=batch_size, device=device, dtype=dtype)
+        self.backend_name = backend
+        self.judge_backend = build_judge_backend(backend, {k: v for k, v in backend_options.items() if v is not None})
         self.cache = ReplyCache(check_count_option(NAME, "cache_size", cache_size))
         self.component_names = (*self.base.component_names, COMPONENT)
         self.weights = {**getattr(self.base, "weights", dict.fromkeys(self.base.component_names, 1.0)),
@@ -116,11 +101,16 @@ class JudgeTask:
             "answer" if "answer" in self.base.component_names else self.base.component_names[0])
         self.stop_strings = tuple(getattr(self.base, "stop_strings", ()))
         self.extracts_answers = bool(getattr(self.base, "extracts_answers", False))
-        self.verifier = f"judge:{self.endpoint.model}"
+        self.verifier = f"judge:{self.judge_backend.model}"
         self.version = f"rubric-{self.rubric_hash}"
 
-    def __repr__(self) -> str:  # no endpoint fields beyond URL and model: the key stays out of every log
-        return f"JudgeTask(base={self.base.name!r}, url={self.endpoint.base_url!r}, model={self.endpoint.model!r})"
+    def __repr__(self) -> str:  # the backend shows no endpoint field beyond URL and model: the key stays out of every log
+        return f"JudgeTask(base={self.base.name!r}, judge={self.judge_backend!r})"
+
+    @property
+    def endpoint(self):
+        """The `http` backend's endpoint (None for another backend)."""
+        return getattr(self.judge_backend, "endpoint", None)
 
     # -- examples come from the base task
     def examples(self, split: str, count: int, seed: int) -> list[Example]:
@@ -133,7 +123,7 @@ class JudgeTask:
     def request_key(self, completion: str, example: Example) -> tuple:
         """What makes two requests identical: the judge model, the rubric (and scale), question,
         completion and reference."""
-        return (self.endpoint.model, self.rubric_hash, prompt_text(example.prompt), completion,
+        return (self.judge_backend.model, self.rubric_hash, prompt_text(example.prompt), completion,
                 _reference(example))
 
     def rendered(self, completion: str, example: Example) -> str:
@@ -143,7 +133,7 @@ class JudgeTask:
         return self.score_batch([completion], [example])[0]
 
     def score_batch(self, completions, examples) -> list[Verdict]:
-        """Judge every completion: each distinct request once (cache first), up to `concurrency` at a time."""
+        """Judge every completion: each distinct request once (cache first), asked of the backend together."""
         keys = [self.request_key(c, e) for c, e in zip(completions, examples)]
         replies: dict = {}  # key -> Reply, from the cache or sent now
         to_send: dict = {}  # key -> the rendered rubric, each distinct request once
@@ -156,16 +146,13 @@ class JudgeTask:
             else:
                 to_send[key] = self.rendered(completion, example)
         if to_send:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(to_send)),
-                                    thread_name_prefix="rlvr-judge") as pool:
-                sent = dict(zip(to_send, pool.map(lambda content: chat_completion(self.endpoint, content),
-                                                  to_send.values())))
+            sent = dict(zip(to_send, self.judge_backend.reply(list(to_send.values()))))
             for key, reply in sent.items():
                 if reply.status == "ok":  # replies to read are kept; failures are asked again next time
                     self.cache.put(key, reply)
             replies.update(sent)
             if all(reply.status in FAILED_STATUSES for reply in sent.values()) and self.on_judge_down == "stop":
-                raise ScorerUnavailable(self._down_message(next(iter(sent.values()))))
+                raise ScorerUnavailable(self.judge_backend.down_message(next(iter(sent.values()))))
         first_use: set = set()
         verdicts = []
         for key, completion, example in zip(keys, completions, examples):
@@ -173,12 +160,6 @@ class JudgeTask:
             first_use.add(key)
             verdicts.append(self._verdict(judge(self.base, completion, example), replies[key], fresh))
         return verdicts
-
-    def _down_message(self, reply: Reply) -> str:
-        return (f"{NAME}: the judge at {self.endpoint.url} (model {self.endpoint.model!r}) failed every request of "
-                f"this batch ({reply.detail}). Check that the server is up and serves that model, the URL "
-                f"(${self.base_url_env} or task.options.base_url) and the key in ${self.api_key_env}; "
-                "or set task.options.on_judge_down=skip to leave such batches out of training")
 
     def _verdict(self, base: Verdict, reply: Reply, fresh: bool) -> Verdict:
         """The base verdict plus the `judge` component read from `reply` (fresh: this row sent the request)."""
