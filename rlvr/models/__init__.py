@@ -23,7 +23,7 @@ _SOURCES = {
                      "is_complete_conversion"), "model_spec"),
     **dict.fromkeys(("EMBEDDED_MODELS", "EmbeddedModel", "EmbeddedModelMissingError", "embedded_gguf_location"),
                     "embedded"),
-    **dict.fromkeys(("DTYPES", "LoadedModel", "LoraSettings", "count_parameters", "disable_dropout", "load_policy",
+    **dict.fromkeys(("DTYPES", "LoadedModel", "LoraSettings", "count_parameters", "disable_dropout", "eos_token_ids", "load_policy",
                      "load_tokenizer", "reference_context", "resolve_dtype", "trainable_parameters",
                      "verify_parameter_dtype"), "policy"),
     "merged_adapter": "merge",

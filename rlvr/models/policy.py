@@ -104,6 +104,19 @@ def load_tokenizer(path: str | os.PathLike, *, gguf_file: str | None = None):
     return tokenizer
 
 
+def eos_token_ids(tokenizer, model=None) -> set[int]:
+    """Every id that ends a completion: the tokenizer's EOS and the model's generation config's (one or a list)."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(config_eos, int):
+        ids.add(config_eos)
+    elif isinstance(config_eos, (list, tuple)):
+        ids.update(int(i) for i in config_eos)
+    return ids
+
+
 def load_causal_lm(path: str, gguf_file: str | None, dtype: torch.dtype) -> PreTrainedModel:
     """`AutoModelForCausalLM.from_pretrained` in `dtype`. Its result's dtype is checked by the caller."""
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import torch
 
+from rlvr.models.policy import eos_token_ids  # noqa: F401 - the rollout's name for it (backends import it here)
 from rlvr.tasks.base import Example
 
 
@@ -128,16 +129,6 @@ def fill_token_id(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
-def eos_token_ids(tokenizer, model=None) -> set[int]:
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(config_eos, int):
-        ids.add(config_eos)
-    elif isinstance(config_eos, (list, tuple)):
-        ids.update(int(i) for i in config_eos)
-    return ids
 
 
 def completion_lengths_from_tokens(

@@ -25,6 +25,7 @@ import math
 from pathlib import Path
 from typing import Callable, Optional
 
+from rlvr.tasks.wrapped_base import wrap_base
 from rlvr.tasks.base import Example, JudgeCall, Verdict, check_count_option, prompt_text, weighted_total
 from rlvr.tasks.verification.judge_backends import build_judge_backend
 from rlvr.tasks.verification.judge_client import Reply, ReplyCache
@@ -62,17 +63,10 @@ class JudgeTask:
                  backoff_seconds: Optional[float] = None, max_backoff_seconds: Optional[float] = None,
                  batch_size: Optional[int] = None, device: Optional[str] = None, dtype: Optional[str] = None,
                  cache_size: int = 10_000, on_judge_down: str = "stop", correct_at: float = 1.0):
-        if not base:
-            raise ValueError(f"{NAME}: name the task that gives the examples, as task.name=judge:BASE "
-                             "(judge:gsm8k, judge:dataset with task.options.base_options.path=...)")
-        if base.partition(":")[0] == NAME:
-            raise ValueError(f"{NAME}: the base task cannot be a judge itself")
-        weights = dict(reward_weights or {})
-        self.judge_weight = float(weights.pop(COMPONENT, 1.0))
-        self.base = build_base(base, reward_weights=weights, options=dict(base_options or {}),
-                               use_chat_template=use_chat_template, seed=seed)
-        if COMPONENT in self.base.component_names:
-            raise ValueError(f"{NAME}: the base task {base!r} already has a component named {COMPONENT!r}")
+        self.base, self.judge_weight = wrap_base(
+            NAME, COMPONENT, base, reward_weights=reward_weights, base_options=base_options,
+            use_chat_template=use_chat_template, seed=seed, build_base=build_base,
+            example="judge:gsm8k, judge:dataset with task.options.base_options.path=...")
         if rubric is not None and rubric_file is not None:
             raise ValueError(f"{NAME}: give task.options.rubric or rubric_file, not both")
         template = Path(rubric_file).read_text() if rubric_file is not None else (rubric or DEFAULT_RUBRIC)

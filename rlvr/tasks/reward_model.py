@@ -25,6 +25,7 @@ import dataclasses
 import math
 from typing import Callable, Optional
 
+from rlvr.tasks.wrapped_base import wrap_base
 from rlvr.tasks.base import Example, Verdict, check_count_option, prompt_text, weighted_total
 from rlvr.tasks.verification.judging import judge
 from rlvr.tasks.verification.reward_model_scores import encode, load_reward_model, score_rows
@@ -51,19 +52,12 @@ class RewardModelTask:
                  use_chat_template=True, seed=0, base_options: Optional[dict] = None, path: Optional[str] = None,
                  batch_size: int = 8, max_length: int = 1024, normalize: str = "none", clip=None,
                  device: str = "auto", dtype: str = "float32"):
-        if not base:
-            raise ValueError(f"{NAME}: name the task that gives the examples, as task.name=rm:BASE "
-                             "(rm:gsm8k, rm:dataset with task.options.base_options.path=...)")
-        if base.partition(":")[0] == NAME:
-            raise ValueError(f"{NAME}: the base task cannot be a reward model task itself")
+        self.base, self.reward_model_weight = wrap_base(
+            NAME, COMPONENT, base, reward_weights=reward_weights, base_options=base_options,
+            use_chat_template=use_chat_template, seed=seed, build_base=build_base,
+            example="rm:gsm8k, rm:dataset with task.options.base_options.path=...")
         if not path:
             raise ValueError(f"{NAME}: task.options.path must name the reward model's folder")
-        weights = dict(reward_weights or {})
-        self.reward_model_weight = float(weights.pop(COMPONENT, 1.0))
-        self.base = build_base(base, reward_weights=weights, options=dict(base_options or {}),
-                               use_chat_template=use_chat_template, seed=seed)
-        if COMPONENT in self.base.component_names:
-            raise ValueError(f"{NAME}: the base task {base!r} already has a component named {COMPONENT!r}")
         try:
             self.normalization = NORMALIZATIONS.get(normalize)
         except KeyError as exc:
@@ -78,7 +72,8 @@ class RewardModelTask:
         self.pad_id = pad if pad is not None else (getattr(self.model.config, "pad_token_id", None) or 0)
         self.moments = RunningMoments()  # the `running` normalisation's state, over every batch scored
         self.component_names = (*self.base.component_names, COMPONENT)
-        given = {name: float(value) for name, value in weights.items() if name in self.base.component_names}
+        given = {name: float(value) for name, value in (reward_weights or {}).items()
+                 if name in self.base.component_names}
         self.weights = {**dict.fromkeys(self.base.component_names, 1.0), **getattr(self.base, "weights", {}),
                         **given, COMPONENT: self.reward_model_weight}
         self.primary_component = getattr(self.base, "primary_component", None) or (

@@ -50,17 +50,6 @@ def load_judge_model(spec: str, dtype: torch.dtype, device: torch.device):
     return model, tokenizer
 
 
-def eos_ids_of(tokenizer, model) -> set[int]:
-    """Every id that ends a reply: the tokenizer's EOS and the model's generation config's."""
-    ids = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(configured, int):
-        ids.add(configured)
-    elif isinstance(configured, (list, tuple)):
-        ids.update(int(i) for i in configured)
-    return ids
-
-
 def greedy_replies(model, tokenizer, prompt_ids: Sequence[Sequence[int]], max_tokens: int,
                    eos_ids: set[int]) -> list[str]:
     """One greedy reply per token-id prompt, generated as one left-padded batch; each cut at its first EOS."""
@@ -103,9 +92,11 @@ class LocalJudge:
             raise ValueError(f"{NAME}: task.options.{exc}") from None
         self.spec = os.fspath(model)
         self.model = model_label(self.spec)
+        from rlvr.models.policy import eos_token_ids
+
         self.lm, self.tokenizer = load_judge_model(self.spec, DTYPES[dtype], self.device)
         self.templated = getattr(self.tokenizer, "chat_template", None) is not None
-        self.eos_ids = eos_ids_of(self.tokenizer, self.lm)
+        self.eos_ids = eos_token_ids(self.tokenizer, self.lm)
 
     def __repr__(self) -> str:
         return f"LocalJudge(model={self.spec!r}, device={str(self.device)!r})"
