@@ -28,7 +28,6 @@ from typing import Callable, Optional
 from rlvr.tasks.wrapped_base import wrap_base
 from rlvr.tasks.base import Example, Verdict, check_count_option, prompt_text, weighted_total
 from rlvr.tasks.verification.judging import judge
-from rlvr.tasks.verification.reward_model_scores import encode, load_reward_model, score_rows
 from rlvr.tasks.verification.reward_normalization import NORMALIZATIONS, RunningMoments, clip_scores
 
 NAME = "rm"
@@ -66,6 +65,8 @@ class RewardModelTask:
         self.clip = _clip(clip)
         self.batch_size = check_count_option(NAME, "batch_size", batch_size, minimum=1)
         self.max_length = check_count_option(NAME, "max_length", max_length, minimum=1)
+        from rlvr.tasks.verification.reward_model_scores import load_reward_model  # torch: only when one is built
+
         self.model, self.tokenizer = load_reward_model(str(path), str(dtype), str(device), who=NAME)
         self.templated = bool(use_chat_template) and getattr(self.tokenizer, "chat_template", None) is not None
         pad = self.tokenizer.pad_token_id
@@ -107,6 +108,8 @@ class RewardModelTask:
     def raw_scores(self, completions, examples) -> tuple[list[float], list[int]]:
         """The model's logit for each (completion, example), unnormalised (NaN for a text with no tokens), and
         how many tokens each text lost from its left to fit `max_length`."""
+        from rlvr.tasks.verification.reward_model_scores import encode, score_rows
+
         encoded = [encode(self.tokenizer, self.text(c, e), templated=self.templated, max_length=self.max_length)
                    for c, e in zip(completions, examples)]
         rows = [item.ids for item in encoded if item.ids]

@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-import torch
-
 from rlvr.tasks.base import check_count_option
 from rlvr.tasks.verification.judge_client import Reply
-from rlvr.tasks.verification.reward_model_scores import DTYPES, resolve_device
+
+# torch (and the model loaders) are imported when a local judge is built: `rlvr.tasks` is imported by the
+# verifier worker and the command line's start-up checks, which must not pay for torch.
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 NAME = "judge"
 ERROR_DETAIL_CHARS = 300
@@ -33,7 +34,7 @@ def model_label(spec: str) -> str:
     return path.resolve().name if path.exists() else spec
 
 
-def load_judge_model(spec: str, dtype: torch.dtype, device: torch.device):
+def load_judge_model(spec: str, dtype: "torch.dtype", device: "torch.device"):
     """(causal LM, tokenizer) for `spec`, frozen, in eval mode on `device`; the tokenizer pads on the left."""
     from rlvr.models.conversion import resolve_model_path
     from rlvr.models.model_spec import valid_specs
@@ -53,6 +54,8 @@ def load_judge_model(spec: str, dtype: torch.dtype, device: torch.device):
 def greedy_replies(model, tokenizer, prompt_ids: Sequence[Sequence[int]], max_tokens: int,
                    eos_ids: set[int]) -> list[str]:
     """One greedy reply per token-id prompt, generated as one left-padded batch; each cut at its first EOS."""
+    import torch
+
     fill = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     width = max(len(ids) for ids in prompt_ids)
     input_ids = torch.full((len(prompt_ids), width), int(fill), dtype=torch.long)  # [B, P]
@@ -84,16 +87,17 @@ class LocalJudge:
                              "folder, a .gguf file or an embedded name (smollm2-135m-instruct)")
         self.max_tokens = check_count_option(NAME, "max_tokens", max_tokens, minimum=1)
         self.batch_size = check_count_option(NAME, "batch_size", batch_size, minimum=1)
-        if dtype not in DTYPES:
-            raise ValueError(f"{NAME}: task.options.dtype={dtype!r}; valid choices: {', '.join(DTYPES)}")
+        if dtype not in DTYPE_NAMES:
+            raise ValueError(f"{NAME}: task.options.dtype={dtype!r}; valid choices: {', '.join(DTYPE_NAMES)}")
+        from rlvr.models.policy import eos_token_ids
+        from rlvr.tasks.verification.reward_model_scores import DTYPES, resolve_device
+
         try:
             self.device = resolve_device(str(device))
         except ValueError as exc:
             raise ValueError(f"{NAME}: task.options.{exc}") from None
         self.spec = os.fspath(model)
         self.model = model_label(self.spec)
-        from rlvr.models.policy import eos_token_ids
-
         self.lm, self.tokenizer = load_judge_model(self.spec, DTYPES[dtype], self.device)
         self.templated = getattr(self.tokenizer, "chat_template", None) is not None
         self.eos_ids = eos_token_ids(self.tokenizer, self.lm)
