@@ -62,7 +62,7 @@ def test_a_good_reply_is_read_from_its_last_line_and_scaled(judge_env):
     assert verdicts[0].verifier.endswith("+judge:stub-model") and verdicts[0].version.endswith(task.version)
     assert task.version == f"rubric-{task.rubric_hash}" and len(task.rubric_hash) == 12
     assert [v.judge_call.retries for v in verdicts] == [0, 0, 0] and not any(v.judge_call.cached for v in verdicts)
-    assert stub.requests == 3 and seconds < 2
+    assert stub.requests == 3 and seconds < 10  # bounded (a loaded machine is slow; a hang is not)
 
 
 def test_the_judge_is_a_weighted_component_beside_the_base_tasks_own(judge_env):
@@ -108,7 +108,7 @@ def test_a_slow_judge_times_out_within_the_bound(judge_env):
         assert stub.per_answer["slow"] == 2  # one try and one retry, no more
     assert_no_judgment(slow, "timeout")
     assert slow.judge_call.retries == 1 and good.status == "ok" and good.components["judge"] == 0.7
-    assert seconds < 1.5  # 2 x 0.2 s and a 0.01 s backoff, not the server's 2 s per request
+    assert seconds < 3.5  # 2 x 0.2 s and a 0.01 s backoff, not the server's 2 s per request (4 s)
 
 
 @pytest.mark.parametrize("code", [429, 503])
@@ -119,7 +119,7 @@ def test_retry_after_is_honoured(judge_env, code):
         (verdict,), seconds = scored(task, ["7"])
     assert verdict.status == "ok" and verdict.components["judge"] == 0.7
     assert verdict.judge_call.retries == 1 and stub.requests == 2
-    assert 0.4 <= seconds < 1.5 and verdict.judge_call.seconds >= 0.4
+    assert 0.4 <= seconds < 10 and verdict.judge_call.seconds >= 0.4
 
 
 def test_retry_after_beyond_the_cap_waits_only_the_cap(judge_env):
@@ -127,7 +127,7 @@ def test_retry_after_beyond_the_cap_waits_only_the_cap(judge_env):
     with StubJudge(plan) as stub:
         task = judge_env(stub, max_backoff_seconds=0.2)
         (verdict,), seconds = scored(task, ["7"])
-    assert verdict.status == "ok" and 0.2 <= seconds < 1.0
+    assert verdict.status == "ok" and 0.2 <= seconds < 10  # the cap, not the hour asked for
 
 
 def test_500_without_retry_after_backs_off_exponentially_and_gives_up(judge_env):
@@ -138,7 +138,7 @@ def test_500_without_retry_after_backs_off_exponentially_and_gives_up(judge_env)
         assert stub.per_answer["bad"] == 4  # 1 + max_retries
     assert_no_judgment(bad, "error")
     assert "HTTP 500" in bad.detail and bad.judge_call.retries == 3 and good.status == "ok"
-    assert 0.05 + 0.1 + 0.2 <= seconds < 2.0  # waits 0.05, 0.1, 0.2: exponential, not constant
+    assert 0.05 + 0.1 + 0.2 <= seconds < 10  # waits 0.05, 0.1, 0.2: exponential, not constant
 
 
 def test_500_then_success_is_ok_with_its_retries_counted(judge_env):
@@ -178,7 +178,7 @@ def test_a_dropped_connection_is_retried_then_an_error(judge_env):
         (dropped, good), seconds = scored(task, ["drop", "7"])
         assert stub.per_answer["drop"] == 3
     assert_no_judgment(dropped, "error")
-    assert dropped.judge_call.retries == 2 and good.components["judge"] == 0.7 and seconds < 2
+    assert dropped.judge_call.retries == 2 and good.components["judge"] == 0.7 and seconds < 10
 
 
 def test_a_server_that_stops_mid_batch_then_stops_the_run(judge_env):
@@ -188,7 +188,7 @@ def test_a_server_that_stops_mid_batch_then_stops_the_run(judge_env):
         verdicts, seconds = scored(task, ["1", "2", "3", "4"])  # concurrency 1: sent in order
         assert [v.status for v in verdicts] == ["ok", "ok", "error", "error"]
         assert [v.components["judge"] for v in verdicts[:2]] == [0.1, 0.2]
-        assert seconds < 2
+        assert seconds < 10
         with pytest.raises(ScorerUnavailable) as raised:  # the next batch: every request fails
             scored(task, ["5", "6"])
     message = str(raised.value)
@@ -264,13 +264,14 @@ def test_the_cache_is_bounded(judge_env):
 
 
 def test_concurrent_requests_stay_within_the_limit(judge_env):
-    plan = lambda answer, count: Slow(0.15, f"Score: {answer}")
+    # Each reply takes 0.5 s, long enough for three requests to overlap on a loaded machine; no wall-clock
+    # assertion (the stub's own count of requests in flight is the evidence of concurrency).
+    plan = lambda answer, count: Slow(0.5, f"Score: {answer}")
     with StubJudge(plan) as stub:
-        task = judge_env(stub, concurrency=3, timeout_seconds=2)
-        verdicts, seconds = scored(task, [str(i) for i in range(9)])
+        task = judge_env(stub, concurrency=3, timeout_seconds=5)
+        verdicts, _ = scored(task, [str(i) for i in range(9)])
     assert stub.max_running == 3  # concurrent (not 1) and never above the limit (not 9)
     assert [v.components["judge"] for v in verdicts] == [i / 10 for i in range(9)]  # rows kept in order
-    assert seconds < 9 * 0.15  # three waves of 0.15 s, not nine in a row
 
 
 def test_the_api_key_is_sent_but_never_shown(judge_env):
