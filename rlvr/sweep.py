@@ -19,10 +19,9 @@ import yaml
 import rlvr.observe.console as console
 from rlvr.config import ConfigError, load_config
 from rlvr.observe.console import SweepSummary
+from rlvr.sweep_runs import DONE_FILE, run_status, train_to_done
 from rlvr.sweep_stages import Stage, grid_overrides, parse_stages, run_stages
-from rlvr.utils import atomic_write_text
 
-DONE_FILE = "sweep_done.json"  # written when a run of the sweep returns; holds its iteration budget
 # A sweep file's top-level keys. `study` (a study file's summary: what `rlvr study` tabulates and draws, see
 # rlvr/study.py) is accepted and ignored here, so `rlvr sweep` runs a study file as it is.
 SWEEP_FILE_KEYS = ("base", "overrides", "grid", "variants", "before", "study")
@@ -146,48 +145,32 @@ def grid_points(plan: SweepPlan) -> list[tuple[str, list[str]]]:
     return points
 
 
-def _checkpoint_iteration(run_dir: Path) -> int | None:
-    from rlvr.run.checkpoint import latest_checkpoint
-
-    checkpoint = latest_checkpoint(run_dir)
-    return int(checkpoint.name.split("_")[-1]) if checkpoint is not None else None
-
-
-def run_status(run_dir: Path, iterations: int) -> str:
-    """"new", "finished", "resume" (has a checkpoint) or "restart" (logged, but no checkpoint)."""
-    done = run_dir / DONE_FILE
-    if done.exists() and json.loads(done.read_text()).get("iterations", 0) >= iterations:
-        return "finished"
-    checkpoint_iteration = _checkpoint_iteration(run_dir)
-    if checkpoint_iteration is not None:
-        return "finished" if checkpoint_iteration >= iterations else "resume"
-    return "restart" if (run_dir / "metrics.jsonl").exists() else "new"
-
-
 def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
           output_dir: str | Path | None = None) -> SweepSummary:
     """Run (or resume, or skip) every grid point, then write OUTPUT/report.html; returns the end summary
     (each run's status and final and best eval, the report)."""
-    from rlvr.run.preflight import check_sources
+    from rlvr.run.preflight import check_init_from, check_sources
 
     plan = load_plan(config_path, overrides, grid_items)
     if output_dir is None:
         output_dir = Path(load_config(plan.base, plan.overrides, check=False).train.output_dir) / f"sweep-{plan.name}"
     output_dir = Path(output_dir)
-    if plan.before:  # the grid's configs are checked first; their model.init_from exists only after the stages
-        for name, point in grid_points(plan):
-            load_config(plan.base, plan.overrides + point + [f"train.output_dir={output_dir}", f"train.run_name={name}"])
-        run_stages(plan.before, output_dir, run_status, DONE_FILE)
-    # Every point's config, model source, task and data are checked before the first run starts: first what
-    # needs no torch (a wrong model name or data path fails at once), then the rest.
+    # Every point's config, model source, task and data are checked before the first run (and before the
+    # `before:` stages): first what needs no torch (a wrong model name or data path fails at once), then the
+    # rest. A model.init_from that a stage writes is checked once the stages have run.
+    from_stage = any(stage.init_from for stage in plan.before)
     points = []
     for name, point in grid_points(plan):
         fixed = [f"train.output_dir={output_dir}", f"train.run_name={name}"] + grid_overrides(plan.before, output_dir)
         unchecked = load_config(plan.base, plan.overrides + point + fixed, check=False)
-        check_sources(unchecked)
+        check_sources(unchecked, init_from=not from_stage)
         points.append((name, point, plan.overrides + point + fixed))
     console.show_banner(unchecked, console.sweep_banner_lines(plan.grid, len(points), output_dir))
     configs = [(name, point, load_config(plan.base, items)) for name, point, items in points]
+    run_stages(plan.before, output_dir)
+    if from_stage:
+        for _, _, config in configs:
+            check_init_from(config)
     from rlvr.report import build_report
     from rlvr.training.rl import resume, train
     from rlvr.run.setup import prepare_task
@@ -205,15 +188,9 @@ def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
         run_dir = output_dir / name
         status = run_status(run_dir, config.train.iterations)
         console.say(config, f"sweep [{number}/{len(configs)}] {name}: {status}")
-        if status == "resume":
-            resume(run_dir, [f"train.iterations={config.train.iterations}"])
-        elif status in ("new", "restart"):
-            for stale in ("metrics.jsonl", "samples.jsonl", "eval.jsonl"):  # crashed before a checkpoint
-                (run_dir / stale).unlink(missing_ok=True)
-            train(config)
-        if status != "finished":
-            atomic_write_text(run_dir / DONE_FILE, json.dumps({"iterations": config.train.iterations,
-                                                               "grid": point}) + "\n")
+        train_to_done(run_dir, status, lambda: train(config),
+                      lambda: resume(run_dir, [f"train.iterations={config.train.iterations}"]),
+                      {"iterations": config.train.iterations, "grid": point})
         done.append((name, status, run_dir))
         gc.collect()
     report = build_report([run_dir for _, _, run_dir in done], output_dir / "report.html")

@@ -18,7 +18,6 @@ trained from the start, as the grid's runs are.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Callable
 
 import rlvr.observe.console as console
 from rlvr.config import ConfigError
+from rlvr.sweep_runs import run_status, train_to_done
 
 STAGE_KEYS = ("command", "config", "overrides", "init_from", "folder")
 
@@ -113,24 +113,16 @@ def grid_overrides(stages: list[Stage], output_dir: Path) -> list[str]:
     return [f"model.init_from={stage.run_dir(output_dir)}" for stage in stages if stage.init_from]
 
 
-def run_stages(stages: list[Stage], output_dir: Path, status_of: Callable[[Path, int], str], done_file: str) -> None:
+def run_stages(stages: list[Stage], output_dir: Path) -> None:
     """Train each stage that is not finished (resume it where it has a checkpoint), then mark it done."""
     from rlvr.config import load_config
-    from rlvr.utils import atomic_write_text
 
     for stage in stages:
         run_dir = stage.run_dir(output_dir)
         config = load_config(stage.config, stage.overrides + [f"train.output_dir={run_dir.parent}",
                                                              f"train.run_name={stage.name}"])
-        done = run_dir / done_file
-        status = "finished" if done.exists() else status_of(run_dir, 10**9)
+        status = run_status(run_dir, None)
         console.say(config, f"sweep before: {stage.name} ({stage.command} {stage.config}): {status}")
         start, resume = STAGE_COMMANDS[stage.command]
-        if status == "resume":
-            resume(run_dir)
-        elif status in ("new", "restart"):
-            for stale in ("metrics.jsonl", "samples.jsonl", "eval.jsonl", "generations.jsonl"):
-                (run_dir / stale).unlink(missing_ok=True)
-            start(config)
-        if status != "finished":
-            atomic_write_text(done, json.dumps({"before": stage.name, "command": stage.command}) + "\n")
+        train_to_done(run_dir, status, lambda: start(config), lambda: resume(run_dir),
+                      {"before": stage.name, "command": stage.command})

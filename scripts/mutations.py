@@ -859,8 +859,8 @@ FIRST_MINUTES = [
     mutation(
         "model_not_checked_before_torch", "rlvr/run/preflight.py",
         "a bad model.name is found only after the full config check has imported torch and transformers",
-        ("    check_model_source(config, inference=inference)\n    check_init_from(config)\n",
-         "    check_init_from(config)\n"),
+        ("    check_model_source(config, inference=inference)\n    if init_from:\n",
+         "    if init_from:\n"),
         tests=("tests/run/test_preflight.py",),
     ),
 ]
@@ -2319,8 +2319,21 @@ WARM_UPS = [
     mutation(
         "finished_stage_trained_again", "rlvr/sweep_stages.py",
         "a finished warm-up is trained again on every rerun (its sweep_done.json not read)",
-        ('status = "finished" if done.exists() else status_of(run_dir, 10**9)', 'status = "new"'),
+        ("status = run_status(run_dir, None)", 'status = "new"'),
         tests=("tests/cli/test_sweep_stages.py",),
+    ),
+    mutation(
+        "restart_appends_to_stale_logs", "rlvr/sweep_runs.py",
+        "a run that crashed before its first checkpoint starts over on top of its old metrics, samples and evals",
+        ("            (run_dir / stale).unlink(missing_ok=True)", "            pass"),
+        tests=("tests/cli/test_sweep.py", "tests/cli/test_sweep_stages.py"),
+    ),
+    mutation(
+        "stage_finished_by_its_checkpoint", "rlvr/sweep_runs.py",
+        "a before: stage with any checkpoint counts as finished: a warm-up stopped half-way is never resumed",
+        ('return "finished" if iterations is not None and checkpoint_iteration >= iterations else "resume"',
+         'return "finished" if iterations is None or checkpoint_iteration >= iterations else "resume"'),
+        tests=("tests/cli/test_sweep.py", "tests/cli/test_sweep_stages.py"),
     ),
 ]
 

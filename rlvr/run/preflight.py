@@ -55,15 +55,17 @@ def check_sft_data(config: Config) -> Path:
     return path
 
 
-def check_sources(config: Config, *, inference: bool = False, sft: bool = False) -> None:
+def check_sources(config: Config, *, inference: bool = False, sft: bool = False, init_from: bool = True) -> None:
     """Every check that needs no torch, in the order a user meets them: task, data, model (`inference`: the
-    model may be a run folder; `sft`: the pairs file too)."""
+    model may be a run folder; `sft`: the pairs file too; `init_from`: model.init_from too, off where a run
+    before this one writes it)."""
     check_task_family(config)
     check_data_files(config.task.name, config.task.options)
     if sft and not config.sft.demonstrations:
         check_sft_data(config)
     check_model_source(config, inference=inference)
-    check_init_from(config)
+    if init_from:
+        check_init_from(config)
 
 
 def load_checked_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (), *,

@@ -178,3 +178,40 @@ def test_the_sweep_end_table_shows_each_runs_final_and_best_eval(tmp_path):
     assert sweep_banner_lines(grid + [(("algorithm.clip_low", "algorithm.clip_high"), ["0.1", "0.2"])], 4, out) == [
         "sweep: 4 runs, one after another", "  grid: optim.lr = 1e-3, 1e-4",
         "  grid: algorithm.clip_low+algorithm.clip_high = 0.1, 0.2", f"  sweep folder: {out}"]
+
+
+def test_a_stage_is_finished_by_its_done_file_alone_and_a_grid_run_by_its_budget(tmp_path):
+    from rlvr.sweep_runs import DONE_FILE
+
+    run = tmp_path / "warm"
+    (run / "checkpoints" / "iter_000009").mkdir(parents=True)
+    assert run_status(run, None) == "resume"  # a stage's checkpoint never finishes it: it runs its own budget
+    assert run_status(run, 9) == "finished"
+    (run / DONE_FILE).write_text("{}")  # a stage's done file names no iterations
+    assert run_status(run, None) == "finished"
+    assert run_status(run, 10) == "resume"
+
+
+def test_a_restarted_run_starts_without_its_stale_logs_and_a_finished_one_is_left_alone(tmp_path):
+    import json
+
+    from rlvr.sweep_runs import DONE_FILE, STALE_LOGS, train_to_done
+
+    calls = []
+    run = tmp_path / "point"
+    run.mkdir()
+    for name in STALE_LOGS:
+        (run / name).write_text('{"iteration": 1}\n')
+    (run / "config.yaml").write_text("kept: true\n")
+
+    def start():  # what train() would see: no log of the crashed attempt to append to
+        calls.append(("start", sorted(p.name for p in run.iterdir())))
+
+    train_to_done(run, "restart", start, lambda: calls.append("resume"), {"iterations": 3, "grid": ["a=1"]})
+    assert calls == [("start", ["config.yaml"])]
+    assert json.loads((run / DONE_FILE).read_text()) == {"iterations": 3, "grid": ["a=1"]}
+    (run / "metrics.jsonl").write_text('{"iteration": 3}\n')
+    train_to_done(run, "finished", start, lambda: calls.append("resume"), {"iterations": 9})
+    train_to_done(run, "resume", start, lambda: calls.append("resume"), {"iterations": 4})
+    assert calls[1:] == ["resume"] and (run / "metrics.jsonl").exists()
+    assert json.loads((run / DONE_FILE).read_text()) == {"iterations": 4}

@@ -95,7 +95,13 @@ def test_run_stages_skips_a_finished_run_resumes_a_checkpointed_one_and_starts_a
     calls = []
     monkeypatch.setitem(stages.STAGE_COMMANDS, "sft", (lambda config: calls.append(("start", config.train.run_name)),
                                                       lambda run_dir: calls.append(("resume", run_dir.name))))
-    statuses = {"half": "resume", "new": "new", "done": "resume"}  # a done file outranks a checkpoint
-    stages.run_stages(plan.before, out, lambda run_dir, _: statuses[run_dir.name], DONE_FILE)
+    (out / "half" / "checkpoints" / "iter_2").mkdir(parents=True)  # the stage's own checkpoint layout
+    (out / "done" / "checkpoints" / "iter_2").mkdir(parents=True)  # a done file outranks a checkpoint
+    (out / "new").mkdir()
+    (out / "new" / "metrics.jsonl").write_text("{}\n")  # crashed before its first checkpoint: starts over
+    monkeypatch.setattr("rlvr.sweep_runs._checkpoint_iteration",
+                        lambda run_dir: 2 if (run_dir / "checkpoints").exists() else None)
+    stages.run_stages(plan.before, out)
     assert calls == [("resume", "half"), ("start", "new")]
     assert all((out / name / DONE_FILE).exists() for name in ("half", "new"))
+    assert not (out / "new" / "metrics.jsonl").exists()
