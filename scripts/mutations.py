@@ -2304,6 +2304,25 @@ WARM_UPS = [
         tests=DEMONSTRATION_TESTS,
     ),
     mutation(
+        "demonstrations_built_twice", "rlvr/training/sft_data.py",
+        "the memory check and the training each write the task's demonstrations (twice the start-up time)",
+        ("        if _last_demonstrations is None or _last_demonstrations[0] != key:", "        if True:"),
+        tests=DEMONSTRATION_TESTS,
+    ),
+    mutation(
+        "demonstrations_cache_ignores_config", "rlvr/training/sft_data.py",
+        "the demonstrations of the first config read are given to every later config (another seed, count, task)",
+        ("        if _last_demonstrations is None or _last_demonstrations[0] != key:",
+         "        if _last_demonstrations is None:"),
+        tests=DEMONSTRATION_TESTS,
+    ),
+    mutation(
+        "demonstrations_list_shared", "rlvr/training/sft_data.py",
+        "read_pairs hands out the cached list itself: a caller that trims or filters it changes the next run's data",
+        ("        pairs = list(_last_demonstrations[1])", "        pairs = _last_demonstrations[1]"),
+        tests=DEMONSTRATION_TESTS,
+    ),
+    mutation(
         "spell_trace_read_forward", "rlvr/tasks/reasoning_gym_demos.py",
         "the spell_backward working reads the letters forward again (the answer still right: no verifier sees it)",
         ("{' '.join(reversed(word))}", "{' '.join(word)}"),

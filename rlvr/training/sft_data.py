@@ -26,10 +26,22 @@ DEMONSTRATIONS_FILE = "sft_data.jsonl"  # in the run folder: the demonstrations 
 DRAWS_PER_QUESTION = 50  # at most this many training questions drawn per demonstration wanted, to find distinct ones
 
 
+# The last demonstrations built, by the config that asked for them: the memory check sizes the run by its
+# longest pair and the run then trains on the same pairs, so the task's demonstrations are written once.
+_last_demonstrations: tuple[str, list[dict]] | None = None
+
+
 def read_pairs(config: Config) -> list[dict]:
     """Rows as {'prompt', 'response', 'ground_truth'} (ground truth may be None), at most sft.max_examples."""
+    global _last_demonstrations
     s = config.sft
-    pairs = demonstration_data(config) if s.demonstrations else _file_pairs(config)
+    if s.demonstrations:
+        key = json.dumps(config.as_dict(), sort_keys=True, default=str)
+        if _last_demonstrations is None or _last_demonstrations[0] != key:
+            _last_demonstrations = (key, demonstration_data(config))
+        pairs = list(_last_demonstrations[1])
+    else:
+        pairs = _file_pairs(config)
     return pairs[: s.max_examples] if s.max_examples else pairs
 
 

@@ -138,3 +138,36 @@ def test_sft_demonstrations_of_a_task_that_writes_none_is_refused(tmp_path):
     config = _tiny_config(tmp_path, {"name": "format_copy"}, demonstrations=4)
     with pytest.raises(ValueError, match="writes no demonstrations"):
         read_pairs(config)
+
+
+def test_a_warm_up_writes_its_demonstrations_once_for_the_memory_check_and_the_training(tmp_path, monkeypatch):
+    from rlvr.training.sft import train_sft
+
+    calls = []
+    build = sft_data.demonstration_data
+    monkeypatch.setattr(sft_data, "demonstration_data", lambda config: calls.append(1) or build(config))
+    config = Config(model={"name": str(save_tiny_model(tmp_path / "tiny")), "lora": False},
+                    task={"name": "guess_number", "options": {"eval_size": 4}},
+                    sft={"demonstrations": 6, "batch_size": 6, "microbatch_size": 3, "epochs": 1},
+                    train={"seed": 0, "eval_size": 0, "output_dir": str(tmp_path / "runs"), "run_name": "warm",
+                           "progress": False})
+    run_dir = train_sft(config)
+    assert len(calls) == 1
+    kept = (run_dir / sft_data.DEMONSTRATIONS_FILE).read_text().splitlines()
+    assert len(kept) == len(read_pairs(config)) and len(calls) == 1  # the same config reads the same pairs
+    read_pairs(config).clear()
+    assert len(read_pairs(config)) == len(kept)
+    other = Config.from_dict({**config.as_dict(), "sft": {**config.as_dict()["sft"], "demonstrations": 5}})
+    questions = {pair["ground_truth"] for pair in read_pairs(other)}  # one pair per turn: count the questions
+    assert len(questions) == 5 and len(calls) == 2  # another config builds its own
+
+
+def test_reading_the_same_configs_demonstrations_again_builds_nothing_and_gives_equal_pairs(tmp_path, monkeypatch):
+    calls = []
+    build = sft_data.demonstration_data
+    monkeypatch.setattr(sft_data, "demonstration_data", lambda config: calls.append(1) or build(config))
+    config = _tiny_config(tmp_path, {"name": "guess_number", "options": {"eval_size": 4}}, demonstrations=5)
+    first = read_pairs(config)
+    first.clear()  # a caller's list is its own
+    again = read_pairs(Config.from_dict(config.as_dict()))
+    assert len(calls) == 1 and len({pair["ground_truth"] for pair in again}) == 5
