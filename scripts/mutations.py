@@ -2360,6 +2360,18 @@ WARM_UPS = [
 
 JUDGE = [
     mutation(
+        "wrapped_base_weight_order", "rlvr/tasks/wrapped_base.py",
+        "a base task's own weight wins over the one the user gave (a base that ignores given weights keeps its own)",
+        ("float(weights.get(c, own.get(c, 1.0)))", "float(own.get(c, weights.get(c, 1.0)))"),
+        tests=("tests/tasks/test_wrapped_base.py",),
+    ),
+    mutation(
+        "wrapped_base_unknown_weight_accepted", "rlvr/tasks/wrapped_base.py",
+        "a misspelt reward weight of judge:/rm: is silently ignored",
+        ("    unknown = sorted(set(weights) - set(built.component_names))", "    unknown = []"),
+        tests=("tests/tasks/test_wrapped_base.py",),
+    ),
+    mutation(
         "judge_retries_off_by_one", "rlvr/tasks/verification/judge_client.py",
         "one retry more than max_retries: a failing judge is asked 1 + max_retries + 1 times",
         ("or retries >= endpoint.max_retries:", "or retries > endpoint.max_retries:"),

@@ -63,7 +63,7 @@ class JudgeTask:
                  backoff_seconds: Optional[float] = None, max_backoff_seconds: Optional[float] = None,
                  batch_size: Optional[int] = None, device: Optional[str] = None, dtype: Optional[str] = None,
                  cache_size: int = 10_000, on_judge_down: str = "stop", correct_at: float = 1.0):
-        self.base, self.judge_weight = wrap_base(
+        self.base, self.weights = wrap_base(
             NAME, COMPONENT, base, reward_weights=reward_weights, base_options=base_options,
             use_chat_template=use_chat_template, seed=seed, build_base=build_base,
             example="judge:gsm8k, judge:dataset with task.options.base_options.path=...")
@@ -89,8 +89,6 @@ class JudgeTask:
         self.judge_backend = build_judge_backend(backend, {k: v for k, v in backend_options.items() if v is not None})
         self.cache = ReplyCache(check_count_option(NAME, "cache_size", cache_size))
         self.component_names = (*self.base.component_names, COMPONENT)
-        self.weights = {**getattr(self.base, "weights", dict.fromkeys(self.base.component_names, 1.0)),
-                        COMPONENT: self.judge_weight}
         self.primary_component = getattr(self.base, "primary_component", None) or (
             "answer" if "answer" in self.base.component_names else self.base.component_names[0])
         self.stop_strings = tuple(getattr(self.base, "stop_strings", ()))

@@ -51,7 +51,7 @@ class RewardModelTask:
                  use_chat_template=True, seed=0, base_options: Optional[dict] = None, path: Optional[str] = None,
                  batch_size: int = 8, max_length: int = 1024, normalize: str = "none", clip=None,
                  device: str = "auto", dtype: str = "float32"):
-        self.base, self.reward_model_weight = wrap_base(
+        self.base, self.weights = wrap_base(
             NAME, COMPONENT, base, reward_weights=reward_weights, base_options=base_options,
             use_chat_template=use_chat_template, seed=seed, build_base=build_base,
             example="rm:gsm8k, rm:dataset with task.options.base_options.path=...")
@@ -73,10 +73,6 @@ class RewardModelTask:
         self.pad_id = pad if pad is not None else (getattr(self.model.config, "pad_token_id", None) or 0)
         self.moments = RunningMoments()  # the `running` normalisation's state, over every batch scored
         self.component_names = (*self.base.component_names, COMPONENT)
-        given = {name: float(value) for name, value in (reward_weights or {}).items()
-                 if name in self.base.component_names}
-        self.weights = {**dict.fromkeys(self.base.component_names, 1.0), **getattr(self.base, "weights", {}),
-                        **given, COMPONENT: self.reward_model_weight}
         self.primary_component = getattr(self.base, "primary_component", None) or (
             "answer" if "answer" in self.base.component_names else self.base.component_names[0])
         self.stop_strings = tuple(getattr(self.base, "stop_strings", ()))
