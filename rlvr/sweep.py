@@ -2,7 +2,8 @@
 
 Runs go one after another in this process, each in OUTPUT/<name from its grid values>. A rerun
 is resumable: a finished run is skipped, a run with a checkpoint is resumed from it, and a run
-that crashed before its first checkpoint starts over. A sweep file is a base config plus a grid.
+that crashed before its first checkpoint starts over. A sweep file is a base config plus a grid, and
+`command:` what makes each run (`train`, the default, or `sft`, `expert-iter`, `eval`: rlvr/sweep_runs.py).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ import yaml
 import rlvr.observe.console as console
 from rlvr.config import ConfigError, load_config
 from rlvr.observe.console import SweepSummary
-from rlvr.sweep_runs import DONE_FILE, run_status, train_to_done
+from rlvr.sweep_runs import DONE_FILE, RUN_COMMANDS, run_status, status_of, train_to_done  # noqa: F401 (run_status: the sweep's API)
 from rlvr.sweep_stages import Stage, grid_overrides, parse_stages, run_stages
 
 # A sweep file's top-level keys. `study` (a study file's summary: what `rlvr study` tabulates and draws, see
 # rlvr/study.py) is accepted and ignored here, so `rlvr sweep` runs a study file as it is.
-SWEEP_FILE_KEYS = ("base", "overrides", "grid", "variants", "before", "study")
+SWEEP_FILE_KEYS = ("base", "command", "overrides", "grid", "variants", "before", "study")
 # `variants`: named sets of overrides, one more dimension of the grid (before the others), for
 # one-at-a-time ablations that no cartesian grid of keys expresses. Its points are named variant=NAME.
 VARIANT_KEY = "variant"
@@ -38,6 +39,7 @@ class SweepPlan:
     name: str = "sweep"
     variants: dict[str, list[str]] = field(default_factory=dict)  # variant name -> its overrides
     before: list[Stage] = field(default_factory=list)  # runs trained once before the grid (rlvr/sweep_stages.py)
+    command: str = "train"  # what makes each grid run: a key of rlvr.sweep_runs.RUN_COMMANDS
 
 
 def _split_values(text: str) -> list[str]:
@@ -96,6 +98,10 @@ def load_plan(config_path: str | None, overrides: list[str], grid_items: list[st
             plan.overrides = [f"{k}={_value_text(v)}" for k, v in given.items()]
             plan.variants = _variants(data.get("variants"), config_path)
             plan.before = parse_stages(data.get("before"), config_path, _value_text)
+            plan.command = data.get("command", "train")
+            if plan.command not in RUN_COMMANDS:
+                raise ConfigError(f"sweep file {config_path}: command {plan.command!r} is not one of "
+                                  f"{', '.join(RUN_COMMANDS)}")
             if plan.variants:
                 plan.grid.append(((VARIANT_KEY,), list(plan.variants)))
             for key, values in data["grid"].items():
@@ -159,11 +165,12 @@ def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
     # `before:` stages): first what needs no torch (a wrong model name or data path fails at once), then the
     # rest. A model.init_from that a stage writes is checked once the stages have run.
     from_stage = any(stage.init_from for stage in plan.before)
+    command = RUN_COMMANDS[plan.command]
     points = []
     for name, point in grid_points(plan):
         fixed = [f"train.output_dir={output_dir}", f"train.run_name={name}"] + grid_overrides(plan.before, output_dir)
         unchecked = load_config(plan.base, plan.overrides + point + fixed, check=False)
-        check_sources(unchecked, init_from=not from_stage)
+        check_sources(unchecked, inference=command.inference, sft=command.sft_data, init_from=not from_stage)
         points.append((name, point, plan.overrides + point + fixed))
     console.show_banner(unchecked, console.sweep_banner_lines(plan.grid, len(points), output_dir))
     configs = [(name, point, load_config(plan.base, items)) for name, point, items in points]
@@ -172,7 +179,6 @@ def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
         for _, _, config in configs:
             check_init_from(config)
     from rlvr.report import build_report
-    from rlvr.training.rl import resume, train
     from rlvr.run.setup import prepare_task
     from rlvr.observe.sinks import require_sink_packages
 
@@ -186,11 +192,9 @@ def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
     done = []
     for number, (name, point, config) in enumerate(configs, start=1):
         run_dir = output_dir / name
-        status = run_status(run_dir, config.train.iterations)
+        status = status_of(command, config, run_dir)
         console.say(config, f"sweep [{number}/{len(configs)}] {name}: {status}")
-        train_to_done(run_dir, status, lambda: train(config),
-                      lambda: resume(run_dir, [f"train.iterations={config.train.iterations}"]),
-                      {"iterations": config.train.iterations, "grid": point})
+        train_to_done(command, config, run_dir, status, {"iterations": config.train.iterations, "grid": point})
         done.append((name, status, run_dir))
         gc.collect()
     report = build_report([run_dir for _, _, run_dir in done], output_dir / "report.html")

@@ -5,7 +5,7 @@ its weights) is part of the study it belongs to, so one command reproduces the w
 
     before:
       sft:                                   # the run's folder name in the sweep's output
-        command: sft                         # sft or train
+        command: sft                         # train, sft, expert-iter or eval
         config: ../spell_backward_sft.yaml   # relative to the sweep file
         overrides: {sft.exclude_eval_seeds: [0, 1, 2]}
         init_from: true                      # every grid run gets model.init_from=OUTPUT/sft
@@ -13,7 +13,7 @@ its weights) is part of the study it belongs to, so one command reproduces the w
                                              # that name the same folder share one warm-up)
 
 A finished run (its `sweep_done.json` written) is skipped, one with a checkpoint resumed, any other
-trained from the start, as the grid's runs are.
+trained from the start, as the grid's runs are (`rlvr.sweep_runs`).
 """
 
 from __future__ import annotations
@@ -25,43 +25,15 @@ from typing import Callable
 
 import rlvr.observe.console as console
 from rlvr.config import ConfigError
-from rlvr.sweep_runs import run_status, train_to_done
+from rlvr.sweep_runs import RUN_COMMANDS, run_command, status_of, train_to_done
 
 STAGE_KEYS = ("command", "config", "overrides", "init_from", "folder")
-
-
-def _train(config):
-    from rlvr.training.rl import train
-
-    return train(config)
-
-
-def _resume_train(run_dir: Path):
-    from rlvr.training.rl import resume
-
-    return resume(run_dir)
-
-
-def _sft(config):
-    from rlvr.training.sft import train_sft
-
-    return train_sft(config)
-
-
-def _resume_sft(run_dir: Path):
-    from rlvr.training.sft import resume_sft
-
-    return resume_sft(run_dir)
-
-
-# command -> (start a run from its config, resume the run in a folder)
-STAGE_COMMANDS: dict[str, tuple[Callable, Callable]] = {"train": (_train, _resume_train), "sft": (_sft, _resume_sft)}
 
 
 @dataclass
 class Stage:
     name: str  # its folder in the sweep's output
-    command: str  # a key of STAGE_COMMANDS
+    command: str  # a key of rlvr.sweep_runs.RUN_COMMANDS
     config: Path
     overrides: list[str] = field(default_factory=list)
     init_from: bool = False  # every grid run starts from this run's weights
@@ -88,8 +60,8 @@ def parse_stages(given, sweep_file: str, value_text: Callable) -> list[Stage]:
         unknown = sorted(set(entry) - set(STAGE_KEYS))
         if unknown:
             raise ConfigError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(STAGE_KEYS)}")
-        if entry.get("command") not in STAGE_COMMANDS:
-            raise ConfigError(f"{where}: command {entry.get('command')!r} is not one of {', '.join(STAGE_COMMANDS)}")
+        if entry.get("command") not in RUN_COMMANDS:
+            raise ConfigError(f"{where}: command {entry.get('command')!r} is not one of {', '.join(RUN_COMMANDS)}")
         if not entry.get("config"):
             raise ConfigError(f"{where}: name its config (a path relative to the sweep file)")
         overrides = entry.get("overrides") or {}
@@ -121,8 +93,8 @@ def run_stages(stages: list[Stage], output_dir: Path) -> None:
         run_dir = stage.run_dir(output_dir)
         config = load_config(stage.config, stage.overrides + [f"train.output_dir={run_dir.parent}",
                                                              f"train.run_name={stage.name}"])
-        status = run_status(run_dir, None)
+        command = run_command(stage.command, f"before.{stage.name}")
+        status = status_of(command, config, run_dir)
         console.say(config, f"sweep before: {stage.name} ({stage.command} {stage.config}): {status}")
-        start, resume = STAGE_COMMANDS[stage.command]
-        train_to_done(run_dir, status, lambda: start(config), lambda: resume(run_dir),
-                      {"before": stage.name, "command": stage.command})
+        train_to_done(command, config, run_dir, status, {"before": stage.name, "command": stage.command,
+                                                                "iterations": config.train.iterations})

@@ -2338,8 +2338,22 @@ WARM_UPS = [
     mutation(
         "finished_stage_trained_again", "rlvr/sweep_stages.py",
         "a finished warm-up is trained again on every rerun (its sweep_done.json not read)",
-        ("status = run_status(run_dir, None)", 'status = "new"'),
+        ("        status = status_of(command, config, run_dir)\n        console.say(config, f\"sweep before:",
+         '        status = "new"\n        console.say(config, f\"sweep before:'),
         tests=("tests/cli/test_sweep_stages.py",),
+    ),
+    mutation(
+        "sft_grid_run_by_rl_budget", "rlvr/sweep_runs.py",
+        "an SFT (or eval) grid run is judged by train.iterations like an RL run: a finished one is trained again",
+        ('    "sft": RunCommand(_sft, _resume_sft, sft_data=True),', '    "sft": RunCommand(_sft, _resume_sft, budget=True, sft_data=True),'),
+        tests=("tests/cli/test_sweep.py", "tests/cli/test_sweep_stages.py"),
+    ),
+    mutation(
+        "eval_run_leaves_no_eval_record", "rlvr/sweep_runs.py",
+        "a study's eval runs write no eval.jsonl: the study finds none of them",
+        ('    atomic_write_text(run_dir / "eval.jsonl", to_json({ITERATION: 0, **result.summary["metrics"]}) + "\\n")\n',
+         ""),
+        tests=("tests/cli/test_sweep.py", "tests/cli/test_sweep_stages.py"),
     ),
     mutation(
         "restart_appends_to_stale_logs", "rlvr/sweep_runs.py",

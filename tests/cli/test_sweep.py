@@ -195,7 +195,7 @@ def test_a_stage_is_finished_by_its_done_file_alone_and_a_grid_run_by_its_budget
 def test_a_restarted_run_starts_without_its_stale_logs_and_a_finished_one_is_left_alone(tmp_path):
     import json
 
-    from rlvr.sweep_runs import DONE_FILE, STALE_LOGS, train_to_done
+    from rlvr.sweep_runs import DONE_FILE, STALE_LOGS, RunCommand, train_to_done
 
     calls = []
     run = tmp_path / "point"
@@ -204,14 +204,46 @@ def test_a_restarted_run_starts_without_its_stale_logs_and_a_finished_one_is_lef
         (run / name).write_text('{"iteration": 1}\n')
     (run / "config.yaml").write_text("kept: true\n")
 
-    def start():  # what train() would see: no log of the crashed attempt to append to
-        calls.append(("start", sorted(p.name for p in run.iterdir())))
+    def start(config, run_dir):  # what train() would see: no log of the crashed attempt to append to
+        calls.append(("start", sorted(p.name for p in run_dir.iterdir())))
 
-    train_to_done(run, "restart", start, lambda: calls.append("resume"), {"iterations": 3, "grid": ["a=1"]})
+    command = RunCommand(start, lambda config, run_dir: calls.append("resume"), budget=True)
+    train_to_done(command, None, run, "restart", {"iterations": 3, "grid": ["a=1"]})
     assert calls == [("start", ["config.yaml"])]
     assert json.loads((run / DONE_FILE).read_text()) == {"iterations": 3, "grid": ["a=1"]}
     (run / "metrics.jsonl").write_text('{"iteration": 3}\n')
-    train_to_done(run, "finished", start, lambda: calls.append("resume"), {"iterations": 9})
-    train_to_done(run, "resume", start, lambda: calls.append("resume"), {"iterations": 4})
+    train_to_done(command, None, run, "finished", {"iterations": 9})
+    train_to_done(command, None, run, "resume", {"iterations": 4})
     assert calls[1:] == ["resume"] and (run / "metrics.jsonl").exists()
     assert json.loads((run / DONE_FILE).read_text()) == {"iterations": 4}
+
+
+def test_only_an_rl_run_is_finished_by_a_checkpoint_at_its_train_iterations(tmp_path):
+    from rlvr.config import Config
+    from rlvr.sweep_runs import RUN_COMMANDS, status_of
+
+    run = tmp_path / "point"
+    (run / "checkpoints" / "iter_000005").mkdir(parents=True)
+    config = Config(train={"iterations": 5})
+    assert status_of(RUN_COMMANDS["train"], config, run) == "finished"
+    for command in ("sft", "expert-iter", "eval"):  # 5 SFT steps or EI rounds say nothing of done
+        assert status_of(RUN_COMMANDS[command], config, run) == "resume"
+
+
+def test_an_eval_run_of_a_sweep_is_a_run_folder_with_its_metrics_at_iteration_0(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from rlvr.report.runs import load_run
+    from rlvr.sweep_runs import RUN_COMMANDS
+
+    metrics = {"eval/accuracy": 0.25, "eval/num_examples": 8, "eval/truncated_frac": 0.5}
+
+    def fake_evaluate(config, output_dir, log):
+        (output_dir / "summary.json").write_text("{}")
+        return SimpleNamespace(summary={"metrics": dict(metrics), "accuracy": 0.25})
+
+    monkeypatch.setattr("rlvr.training.evaluation.evaluate", fake_evaluate)
+    run = tmp_path / "zero_shot"
+    run.mkdir()
+    RUN_COMMANDS["eval"].start(None, run)
+    assert load_run(run).evals == [{"iteration": 0, **metrics}]

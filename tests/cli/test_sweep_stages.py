@@ -22,7 +22,7 @@ def _sweep_file(tmp_path, before) -> str:
 
 
 @pytest.mark.parametrize("before, message", [
-    ({"sft": {"command": "sfft", "config": "sft.yaml"}}, "command 'sfft' is not one of train, sft"),
+    ({"sft": {"command": "sfft", "config": "sft.yaml"}}, "command 'sfft' is not one of train, sft, expert-iter, eval"),
     ({"sft": {"command": "sft"}}, "name its config"),
     ({"sft": {"command": "sft", "config": "sft.yaml", "folder": 3}}, "folder is a path"),
     ({"sft": {"command": "sft", "config": "sft.yaml", "init": True}}, "unknown key 'init'; valid keys: command"),
@@ -75,17 +75,18 @@ def test_the_warm_up_trains_once_and_every_grid_run_starts_from_it(tiny_model_di
     for seed in (0, 1):
         config = yaml.safe_load((out / f"seed={seed}" / "config.yaml").read_text())
         assert config["model"]["init_from"] == str(warm)
-    import rlvr.sweep_stages as stages
+    from rlvr.sweep_runs import RUN_COMMANDS, RunCommand
 
     def no_training(*a, **k):
         raise AssertionError("a finished warm-up was trained again")
 
-    monkeypatch.setitem(stages.STAGE_COMMANDS, "sft", (no_training, no_training))
+    monkeypatch.setitem(RUN_COMMANDS, "sft", RunCommand(no_training, no_training, sft_data=True))
     sweep(str(path), [], [], out)
 
 
 def test_run_stages_skips_a_finished_run_resumes_a_checkpointed_one_and_starts_a_new_one(tmp_path, monkeypatch):
     import rlvr.sweep_stages as stages
+    from rlvr.sweep_runs import RUN_COMMANDS, RunCommand
 
     plan = load_plan(_sweep_file(tmp_path, {name: {"command": "sft", "config": "sft.yaml"}
                                             for name in ("done", "half", "new")}), [], [])
@@ -93,15 +94,73 @@ def test_run_stages_skips_a_finished_run_resumes_a_checkpointed_one_and_starts_a
     (out / "done").mkdir(parents=True)
     (out / "done" / DONE_FILE).write_text("{}")
     calls = []
-    monkeypatch.setitem(stages.STAGE_COMMANDS, "sft", (lambda config: calls.append(("start", config.train.run_name)),
-                                                      lambda run_dir: calls.append(("resume", run_dir.name))))
+    monkeypatch.setitem(RUN_COMMANDS, "sft", RunCommand(
+        lambda config, run_dir: calls.append(("start", config.train.run_name)),
+        lambda config, run_dir: calls.append(("resume", run_dir.name))))
     (out / "half" / "checkpoints" / "iter_2").mkdir(parents=True)  # the stage's own checkpoint layout
     (out / "done" / "checkpoints" / "iter_2").mkdir(parents=True)  # a done file outranks a checkpoint
     (out / "new").mkdir()
     (out / "new" / "metrics.jsonl").write_text("{}\n")  # crashed before its first checkpoint: starts over
     monkeypatch.setattr("rlvr.sweep_runs._checkpoint_iteration",
-                        lambda run_dir: 2 if (run_dir / "checkpoints").exists() else None)
+                        lambda run_dir: 10**6 if (run_dir / "checkpoints").exists() else None)  # SFT steps,
+    # far past train.iterations, which is an RL run's budget, not an SFT run's: only the done file finishes it
     stages.run_stages(plan.before, out)
     assert calls == [("resume", "half"), ("start", "new")]
     assert all((out / name / DONE_FILE).exists() for name in ("half", "new"))
     assert not (out / "new" / "metrics.jsonl").exists()
+
+
+def _tiny_base(tmp_path, tiny_model_dir, **sections) -> None:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({
+        "model": {"name": str(tiny_model_dir), "lora": False},
+        "task": {"name": "guess_number", "use_chat_template": False, "options": {"eval_size": 4}},
+        "rollout": {"max_new_tokens": 4}, **sections}))
+
+
+def test_a_study_of_evaluations_writes_one_eval_record_per_run_and_skips_them_on_a_rerun(tiny_model_dir, tmp_path,
+                                                                                       monkeypatch):
+    from rlvr.study import run_study
+    from rlvr.sweep_runs import RUN_COMMANDS, RunCommand
+
+    _tiny_base(tmp_path, tiny_model_dir, train={"eval_size": 3, "progress": False})
+    path = tmp_path / "zero_shot.yaml"
+    path.write_text(yaml.safe_dump({
+        "base": "base.yaml", "command": "eval", "grid": {"train.eval_temperature": [0.0, 1.0]},
+        "study": {"title": "zero-shot", "output": str(tmp_path / "out"), "metrics": ["eval/accuracy"]}}))
+    result = run_study(str(path))
+    for run in ("eval_temperature=0.0", "eval_temperature=1.0"):
+        folder = tmp_path / "out" / run
+        (record,) = read_jsonl(folder / "eval.jsonl")
+        summary = json.loads((folder / "summary.json").read_text())
+        assert record["iteration"] == 0 and record["eval/accuracy"] == summary["accuracy"]
+        assert record["eval/num_examples"] == 3 and len(read_jsonl(folder / "generations.jsonl")) == 3
+        assert not (folder / "metrics.jsonl").exists()  # no training happened
+    assert json.loads((tmp_path / "out" / "eval_temperature=1.0" / "summary.json").read_text())["do_sample"]
+    assert len(result.summary.runs) == 2 and not result.summary.missing and all(r.finished for r in result.summary.runs)
+
+    def no_run(*a, **k):
+        raise AssertionError("a finished evaluation ran again")
+
+    monkeypatch.setitem(RUN_COMMANDS, "eval", RunCommand(no_run, no_run, inference=True))
+    run_study(str(path))
+
+
+def test_a_sweep_of_sft_runs_trains_each_point_with_its_own_data_size(tiny_model_dir, tmp_path):
+    _tiny_base(tmp_path, tiny_model_dir, train={"eval_size": 0, "progress": False},
+               sft={"batch_size": 2, "microbatch_size": 2, "epochs": 1})
+    path = tmp_path / "sizes.yaml"
+    path.write_text(yaml.safe_dump({"base": "base.yaml", "command": "sft", "grid": {"sft.demonstrations": [2, 4]}}))
+    sweep(str(path), [], [], tmp_path / "out")
+    for count in (2, 4):
+        folder = tmp_path / "out" / f"demonstrations={count}"
+        pairs = read_jsonl(folder / "sft_data.jsonl")
+        assert len({p["ground_truth"] for p in pairs}) == count
+        assert len(read_jsonl(folder / "metrics.jsonl")) == -(-len(pairs) // 2)  # SFT steps, not RL iterations
+        assert json.loads((folder / DONE_FILE).read_text())["grid"] == [f"sft.demonstrations={count}"]
+
+
+def test_an_unknown_grid_command_is_refused_naming_the_choices(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"command": "sfft", "grid": {"train.seed": [0]}}))
+    with pytest.raises(ConfigError, match="command 'sfft' is not one of train, sft, expert-iter, eval"):
+        load_plan(str(path), [], [])
