@@ -46,7 +46,7 @@ else:  # run as a script: its folder is on sys.path
     from vs_trl import matmul_gflops
 
 from rlvr.observe.metric_names import UNIX_TIME, reward_component
-from rlvr.training.sft_data import demonstration_rows, held_out_keys, task_for_seed
+from rlvr.training.sft_data import demonstration_rows, held_out_keys, kept_row, task_for_seed
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def write_sft_data(path: Path, task_run: TaskRun, questions: int, grpo_seeds=(0,
     rows = demonstration_rows(task_for_seed(config, config.train.seed), tokenizer, questions, seed, held_out,
                               use_chat_template=config.task.use_chat_template)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
+    atomic_write_text(path, "".join(json.dumps(kept_row(row)) + "\n" for row in rows))
     print(f"wrote {len(rows)} pairs ({questions} examples, none of the {len(held_out)} held out) to {path}")
     return {"questions": questions, "pairs": len(rows), "held_out_excluded": len(held_out)}
 

@@ -2323,9 +2323,22 @@ WARM_UPS = [
         tests=DEMONSTRATION_TESTS,
     ),
     mutation(
+        "slip_share_ignored", "rlvr/training/sft_data.py",
+        "sft.demonstration_slips writes no wrong workings: filtered SFT has nothing to filter",
+        ("    slipped = slipped_questions(len(chosen), slips, seed)", "    slipped = set()"),
+        tests=DEMONSTRATION_TESTS,
+    ),
+    mutation(
+        "filter_without_the_question", "rlvr/training/sft.py",
+        "filtering judges a demonstration against its ground truth alone: a reasoning-gym verifier, which needs the "
+        "question's entry, rejects every row",
+        ("    examples = [pair.get(EXAMPLE_KEY) or Example(", "    examples = [None or Example("),
+        tests=DEMONSTRATION_TESTS,
+    ),
+    mutation(
         "spell_trace_read_forward", "rlvr/tasks/reasoning_gym_demos.py",
         "the spell_backward working reads the letters forward again (the answer still right: no verifier sees it)",
-        ("{' '.join(reversed(word))}", "{' '.join(word)}"),
+        ("-> {' '.join(answer)}", "-> {' '.join(word)}"),
         tests=DEMONSTRATION_TESTS,
     ),
     mutation(

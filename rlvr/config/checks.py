@@ -147,6 +147,9 @@ def validate(config) -> None:
     s, e = config.sft, config.expert_iteration
     if s.batch_size % s.microbatch_size:
         raise ConfigError(f"sft.microbatch_size={s.microbatch_size} must divide sft.batch_size={s.batch_size}")
+    if s.demonstration_slips and not s.demonstrations:
+        raise ConfigError(f"sft.demonstration_slips={s.demonstration_slips} needs sft.demonstrations=N: the wrong "
+                          "workings are a share of the task's demonstrations")
     if e.min_new_tokens > r.max_new_tokens:
         raise ConfigError(
             f"expert_iteration.min_new_tokens={e.min_new_tokens} must be <= rollout.max_new_tokens={r.max_new_tokens}"

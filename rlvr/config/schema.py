@@ -484,6 +484,10 @@ class SFTConfig:
     demonstrations: int = option(0, "0: read data_path; N: the data is the task's demonstrations of N distinct "
                                  "training questions, none from a held-out split",
                                  bounds=count(0, 10**6, "0 reads data_path"))
+    # A share of wrong demonstrations (the task's working with one step wrong), the data filter_correct acts on.
+    demonstration_slips: float = option(0.0, "with demonstrations: this share of them (rounded) is a wrong working "
+                                        "from the task (a slip), for a filtered-SFT study",
+                                        bounds=(0.0, 1.0))
     exclude_eval_seeds: list[int] = option(help="with demonstrations: also leave out the held-out questions of runs "
                                            "with these train.seed values (the RL runs the warm-up starts)",
                                            factory=list, bounds=count(0, 2**32 - 1))

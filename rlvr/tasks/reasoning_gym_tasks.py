@@ -134,10 +134,11 @@ class ReasoningGymTask:
         """An answer the scorer pays in full, where the entry holds none (`rlvr check --reward`'s control)."""
         return reference_answer(example.metadata["source_dataset"], example.metadata["entry"])
 
-    def demonstration(self, example: Example) -> list[str]:
-        """A right completion written by a program (`rlvr.tasks.reasoning_gym_demos`): the SFT warm-up's data."""
+    def demonstration(self, example: Example, slip: bool = False) -> list[str]:
+        """A right completion written by a program (`rlvr.tasks.reasoning_gym_demos`): the SFT warm-up's data;
+        with `slip`, the same working with one step wrong (where the dataset writes one)."""
         text = demonstration_text(example.metadata["source_dataset"], example.metadata["entry"],
-                                  opens_think=self.answer_after is not None)
+                                  opens_think=self.answer_after is not None, slip=slip)
         return [text]
 
     def iter_eval(self) -> Iterator[Example]:

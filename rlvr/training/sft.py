@@ -46,7 +46,7 @@ from rlvr.observe.metrics import MetricSums
 from rlvr.training.optim import make_optimizer, make_scheduler
 from rlvr.run.setup import expect_config
 from rlvr.run.session import SFT_RUN, open_run
-from rlvr.training.sft_data import DEMONSTRATIONS_FILE, read_pairs
+from rlvr.training.sft_data import DEMONSTRATIONS_FILE, EXAMPLE_KEY, kept_row, read_pairs
 from rlvr.utils import atomic_write_text, peak_rss_bytes
 
 
@@ -74,7 +74,8 @@ def filter_correct(pairs: list[dict], task, eos_text: str | None = None) -> list
     responses = [pair["response"] for pair in pairs]
     if eos_text:
         responses = [r[: -len(eos_text)] if r.endswith(eos_text) else r for r in responses]
-    examples = [Example(prompt=pair["prompt"], ground_truth=pair["ground_truth"]) for pair in pairs]
+    examples = [pair.get(EXAMPLE_KEY) or Example(prompt=pair["prompt"], ground_truth=pair["ground_truth"])
+                for pair in pairs]
     verdicts = score_completions(task, responses, examples)
     return [pair for pair, verdict in zip(pairs, verdicts) if verdict.correct]
 
@@ -128,7 +129,7 @@ def train_sft(config: Config, resume_dir: str | Path | None = None, force_config
     pairs = read_pairs(config)  # before the run folder is created: a bad data path leaves nothing behind
     with open_run(config, SFT_RUN, resume_dir=resume_dir, force_config_change=force_config_change) as session:
         if s.demonstrations:  # the data the run trained on, kept beside it
-            atomic_write_text(session.run_dir / DEMONSTRATIONS_FILE, "".join(json.dumps(p) + "\n" for p in pairs))
+            atomic_write_text(session.run_dir / DEMONSTRATIONS_FILE, "".join(json.dumps(kept_row(p)) + "\n" for p in pairs))
         size_before_filter = len(pairs)
         if s.filter_correct:
             pairs = filter_correct(pairs, session.task, session.tokenizer.eos_token)

@@ -15,14 +15,24 @@ the seed, and the RL runs a warm-up starts keep theirs unseen.
 from __future__ import annotations
 
 import json
+import random
 
 from rlvr.config import Config
 from rlvr.run.preflight import check_sft_data
 from rlvr.tasks import build_task
+from rlvr.tasks.external import accepts_keyword
 from rlvr.tasks.environment import is_environment
 from rlvr.utils import read_jsonl_numbered
 
 DEMONSTRATIONS_FILE = "sft_data.jsonl"  # in the run folder: the demonstrations a run trained on
+# A demonstration row's question itself (not written to the file): filtering judges the row against it, as the
+# task's verifier needs the question's own data (a reasoning-gym entry), not just its ground truth.
+EXAMPLE_KEY = "example"
+
+
+def kept_row(pair: dict) -> dict:
+    """A row as sft_data.jsonl keeps it: without the question object."""
+    return {key: value for key, value in pair.items() if key != EXAMPLE_KEY}
 DRAWS_PER_QUESTION = 50  # at most this many training questions drawn per demonstration wanted, to find distinct ones
 
 
@@ -86,14 +96,22 @@ def demonstration_data(config: Config) -> list[dict]:
     tokenizer = load_tokenizer(model_path, gguf_file=gguf_file)
     held_out = held_out_keys(config, {config.train.seed, *config.sft.exclude_eval_seeds})
     return demonstration_rows(task, tokenizer, config.sft.demonstrations, config.train.seed, held_out,
-                              use_chat_template=config.task.use_chat_template)
+                              use_chat_template=config.task.use_chat_template,
+                              slips=config.sft.demonstration_slips)
+
+
+def slipped_questions(count: int, share: float, seed: int) -> set[int]:
+    """Which of `count` questions get a wrong demonstration: round(share * count) of them, drawn with `seed`."""
+    return set(random.Random(seed).sample(range(count), round(share * count)))
 
 
 def demonstration_rows(task, tokenizer, count: int, seed: int, held_out: set[str] = frozenset(),
-                       use_chat_template: bool = True) -> list[dict]:
+                       use_chat_template: bool = True, slips: float = 0.0) -> list[dict]:
     """`count` distinct training questions outside `held_out`, their demonstrations as SFT pairs.
 
-    Each row is a pair (prompt, response) and the question's ground_truth: one per assistant turn.
+    Each row is a pair (prompt, response), the question's ground_truth and `slip` (a wrong working, for
+    `slips` of the questions: the task's demonstration with one step wrong, judged wrong but formatted);
+    one row per assistant turn.
     """
     from rlvr.rollout import render_prompts, score_completions
     from rlvr.rollout.episodes import demonstration_pairs
@@ -113,9 +131,14 @@ def demonstration_rows(task, tokenizer, count: int, seed: int, held_out: set[str
         raise ValueError(f"only {len(chosen)} distinct training questions of {task.name!r} lie outside the held-out "
                          f"splits; ask for {len(chosen)} demonstrations or fewer")
     prompts = render_prompts(tokenizer, chosen, use_chat_template=use_chat_template)
+    slipped = slipped_questions(len(chosen), slips, seed)
+    if slipped and (is_environment(task) or not accepts_keyword(task.demonstration, "slip")):
+        raise ValueError(f"sft.demonstration_slips: task {task.name!r} writes no wrong demonstrations (its "
+                         "`demonstration` takes no `slip`); set sft.demonstration_slips=0")
     rows = []
-    for example, prompt in zip(chosen, prompts):
-        turns = task.demonstration(example)
+    for number, (example, prompt) in enumerate(zip(chosen, prompts)):
+        slip = number in slipped
+        turns = task.demonstration(example, slip=True) if slip else task.demonstration(example)
         if is_environment(task):
             pairs, verdict = demonstration_pairs(task, tokenizer, example, prompt, turns,
                                                  use_chat_template=use_chat_template)
@@ -124,7 +147,11 @@ def demonstration_rows(task, tokenizer, count: int, seed: int, held_out: set[str
                 raise ValueError(f"task {task.name!r} is single-turn but its demonstration has {len(turns)} turns")
             pairs = [{"prompt": prompt, "response": turns[0] + (tokenizer.eos_token or "")}]
             (verdict,) = score_completions(task, [turns[0]], [example])
-        if verdict.components[task.primary_component] != 1.0:
+        right = verdict.components[task.primary_component] == 1.0
+        if slip and (right or verdict.status != "ok" or verdict.components.get("format", 1.0) != 1.0):
+            raise ValueError(f"the wrong demonstration for {example.ground_truth!r} is not judged a formatted wrong "
+                             f"answer: {verdict.detail}")
+        if not slip and not right:
             raise ValueError(f"the demonstration for {example.ground_truth!r} is not judged right: {verdict.detail}")
-        rows += [{**pair, "ground_truth": example.ground_truth} for pair in pairs]
+        rows += [{**pair, "ground_truth": example.ground_truth, "slip": slip, EXAMPLE_KEY: example} for pair in pairs]
     return rows

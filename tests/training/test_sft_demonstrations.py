@@ -93,7 +93,7 @@ def test_spell_backward_demonstration_spells_the_word_then_reads_the_letters_bac
 
 
 def test_a_dataset_without_a_trace_gets_the_oracle_answer_alone():
-    task = ReasoningGymTask("basic_arithmetic", seed=0, eval_size=5, prompt="question_only")
+    task = ReasoningGymTask("leg_counting", seed=0, eval_size=5, prompt="question_only")
     example = task.examples("train", 1, 0)[0]
     (text,) = task.demonstration(example)
     assert text == f"<think></think>\n<answer>{example.ground_truth}</answer>"
@@ -171,3 +171,80 @@ def test_reading_the_same_configs_demonstrations_again_builds_nothing_and_gives_
     first.clear()  # a caller's list is its own
     again = read_pairs(Config.from_dict(config.as_dict()))
     assert len(calls) == 1 and len({pair["ground_truth"] for pair in again}) == 5
+
+
+def test_a_share_of_wrong_workings_is_judged_formatted_and_wrong_and_filtering_removes_exactly_them(tmp_path):
+    from rlvr.training.sft import filter_correct
+
+    task = {"name": "reasoning_gym:basic_arithmetic", "use_chat_template": False,
+            "options": {"eval_size": 10, "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+    config = _tiny_config(tmp_path, task, demonstrations=20, demonstration_slips=0.25)
+    pairs = read_pairs(config)
+    slipped = [p for p in pairs if p["slip"]]
+    assert len(pairs) == 20 and len(slipped) == 5
+    built = sft_data.task_for_seed(config, 0)
+    eos = load_tokenizer(config.model.name).eos_token
+    for pair in pairs:
+        working, answer = pair["response"].removesuffix(eos).split("</think>\n<answer>")
+        answer = answer.removesuffix("</answer>")
+        assert working.endswith(f" = {answer}")  # the working and the answer agree, slip or not
+        assert (int(answer) - int(pair["ground_truth"]) in (-1, 1)) if pair["slip"] else answer == pair["ground_truth"]
+    kept = filter_correct(pairs, built, eos)
+    assert [p["ground_truth"] for p in kept] == [p["ground_truth"] for p in pairs if not p["slip"]]
+    again = read_pairs(_tiny_config(tmp_path / "b", task, demonstrations=20, demonstration_slips=0.25))
+    assert [p["slip"] for p in again] == [p["slip"] for p in pairs]  # the same questions slip for the same seed
+
+
+def test_a_spelling_slip_swaps_two_neighbouring_letters_of_the_reversal():
+    task = ReasoningGymTask("spell_backward", seed=0, eval_size=5, use_chat_template=False)
+    example = next(e for e in task.examples("train", 20, 0) if len(set(e.ground_truth)) > 3)
+    (text,) = task.demonstration(example, slip=True)
+    written = text.split("<answer>")[1].removesuffix("</answer>")
+    differ = [i for i, (a, b) in enumerate(zip(written, example.ground_truth)) if a != b]
+    assert sorted(written) == sorted(example.ground_truth) and len(differ) == 2 and differ[1] == differ[0] + 1
+    assert text.split("</think>")[0].split(" -> ")[1].replace(" ", "") == written  # the working shows the slip
+    verdict = task.score(text, example)
+    assert not verdict.correct and verdict.components["format"] == 1.0
+
+
+def test_slips_are_refused_for_a_task_that_writes_none_and_without_demonstrations(tmp_path):
+    from rlvr.config import ConfigError
+
+    config = _tiny_config(tmp_path, {"name": "guess_number", "options": {"eval_size": 4}}, demonstrations=4,
+                          demonstration_slips=0.5)
+    with pytest.raises(ValueError, match="writes no wrong demonstrations"):
+        read_pairs(config)
+    with pytest.raises(ConfigError, match="demonstration_slips=0.5 needs sft.demonstrations"):
+        Config(sft={"demonstration_slips": 0.5})
+    rg = _tiny_config(tmp_path / "c", {"name": "reasoning_gym:leg_counting", "options": {"eval_size": 4}},
+                      demonstrations=4, demonstration_slips=0.5)
+    with pytest.raises(ValueError, match="leg_counting.*writes no wrong demonstrations.*basic_arithmetic"):
+        read_pairs(rg)
+
+
+def test_filtered_sft_on_demonstrations_with_slips_trains_on_the_right_ones_and_logs_both_sizes(tmp_path):
+    from rlvr.training.sft import train_sft
+    from rlvr.utils import read_jsonl
+
+    config = Config(model={"name": str(save_tiny_model(tmp_path / "tiny")), "lora": False},
+                    task={"name": "reasoning_gym:basic_arithmetic", "use_chat_template": False,
+                          "options": {"eval_size": 4, "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}},
+                    sft={"demonstrations": 8, "demonstration_slips": 0.25, "filter_correct": True, "batch_size": 2,
+                         "microbatch_size": 2},
+                    train={"seed": 0, "eval_size": 0, "output_dir": str(tmp_path / "runs"), "run_name": "filtered",
+                           "progress": False})
+    run_dir = train_sft(config)
+    (first, *_) = read_jsonl(run_dir / "metrics.jsonl")
+    assert (first["data/size_before_filter"], first["data/size"]) == (8, 6)
+    kept = read_jsonl(run_dir / sft_data.DEMONSTRATIONS_FILE)  # the file holds all 8, slips marked
+    assert sum(row["slip"] for row in kept) == 2 and all("example" not in row for row in kept)
+
+
+def test_a_slip_the_verifier_judges_right_is_refused(tmp_path, monkeypatch):
+    from rlvr.tasks import reasoning_gym_demos
+
+    monkeypatch.setitem(reasoning_gym_demos.SLIPS._items, "basic_arithmetic", lambda entry: entry["answer"])
+    config = _tiny_config(tmp_path, {"name": "reasoning_gym:basic_arithmetic", "use_chat_template": False,
+                                     "options": {"eval_size": 4}}, demonstrations=4, demonstration_slips=0.5)
+    with pytest.raises(ValueError, match="wrong demonstration for .* is not judged a formatted wrong answer"):
+        read_pairs(config)
