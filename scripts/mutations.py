@@ -2369,6 +2369,19 @@ WARM_UPS = [
         tests=("tests/cli/test_sweep.py", "tests/cli/test_sweep_stages.py"),
     ),
     mutation(
+        "time_budget_ignored", "rlvr/training/rl.py",
+        "train.time_budget_minutes is never checked: a leaderboard run trains past its budget",
+        ("            last = done == train_cfg.iterations or out_of_time\n", "            last = done == train_cfg.iterations\n            out_of_time = False\n"),
+        tests=("tests/training/test_time_budget.py",),
+    ),
+    mutation(
+        "time_budget_forgets_a_resume", "rlvr/training/rl.py",
+        "the budget counts only this process's iterations: a resumed run gets its whole budget again",
+        ("                state.get(TRAINING_SECONDS, 0.0) + time.perf_counter() - iteration_started\n            ) >=",
+         "                0.0 + time.perf_counter() - iteration_started\n            ) >="),
+        tests=("tests/training/test_time_budget.py",),
+    ),
+    mutation(
         "restart_appends_to_stale_logs", "rlvr/sweep_runs.py",
         "a run that crashed before its first checkpoint starts over on top of its old metrics, samples and evals",
         ("            (run_dir / stale).unlink(missing_ok=True)", "            pass"),

@@ -399,6 +399,11 @@ class TrainConfig:
                                 "row, e.g. [no_contrast, truncation]", factory=list, choices=_health_checks)
     stop_after: int = option(3, "consecutive iterations a stop_on warning must be active before the run stops",
                              bounds=count(1, MAX_STEPS))
+    # A leaderboard's budget: the run ends early, with its final eval and checkpoint, once its iterations (with
+    # their evals and checkpoints, across resumes; start-up not counted) have taken this long.
+    time_budget_minutes: Optional[float] = option(None, "stop after the first iteration that ends past this many "
+                                                  "minutes of training (then the final eval and checkpoint); null: "
+                                                  "train.iterations alone", bounds=above(0, 10**7))
     loggers: list[str] = option(help="metric sinks beside metrics.jsonl (the source of truth): tensorboard, wandb, "
                                 "mlflow, aim (through accelerate.tracking)", factory=list, choices=_sinks)
     wandb_project: str = option("rlvr", "W&B project name (train.loggers: [wandb])")

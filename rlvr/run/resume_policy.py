@@ -42,6 +42,7 @@ RESUME_MUTABLE_KEYS: dict[str, str] = {
     "train.wandb_mode": "extra metric sinks",
     "train.stop_on": "early-stop rules",
     "train.stop_after": "early-stop rules",
+    "train.time_budget_minutes": "how long the run goes (a wall-clock budget)",
     "health.": "warning thresholds (monitoring only)",
     "model.num_threads": "CPU threads",
     "train.fsdp": "the same step with the decoder layers sharded (memory layout only)",

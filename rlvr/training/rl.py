@@ -68,6 +68,10 @@ from rlvr.training.update import update_policy
 from rlvr.training.values import with_old_values
 from rlvr.utils import peak_rss_bytes, read_jsonl
 
+# The run's state (checkpointed, so it carries over a resume): seconds its iterations have taken, with their
+# evals and checkpoints, for train.time_budget_minutes.
+TRAINING_SECONDS = "training_seconds"
+
 
 def train(config: Config, resume_dir: str | Path | None = None, force_config_change: bool = False) -> Path:
     """Train according to `config` (or continue the run in `resume_dir`); returns the run folder.
@@ -155,14 +159,19 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
                 record[POLICY_LAG] = iteration - sampled.policy_version
             if torch.cuda.is_available():
                 record[PEAK_CUDA_BYTES] = torch.cuda.max_memory_allocated()
-            last = done == train_cfg.iterations
+            out_of_time = train_cfg.time_budget_minutes is not None and dist.max_scalar(
+                state.get(TRAINING_SECONDS, 0.0) + time.perf_counter() - iteration_started
+            ) >= 60 * train_cfg.time_budget_minutes
+            last = done == train_cfg.iterations or out_of_time
             if train_cfg.eval_size > 0 and (last or (train_cfg.eval_every and done % train_cfg.eval_every == 0)):
                 record[EVAL_ACCURACY] = session.evaluate(done)[EVAL_ACCURACY]
             record[HEALTH_WARNINGS] = health.observe(record)
             session.writer.metrics(record)
             if train_cfg.samples_every and done % train_cfg.samples_every == 0:
                 session.writer.samples([{ITERATION: done, **s} for s in rows.samples[: train_cfg.samples_per_iteration]])
-            if last or done % train_cfg.save_every == 0:
+            state[TRAINING_SECONDS] = state.get(TRAINING_SECONDS, 0.0) + time.perf_counter() - iteration_started
+            saved = last or done % train_cfg.save_every == 0
+            if saved:
                 session.save_checkpoint(done, optimizer, scheduler, {**state, **rollouts.checkpoint_state()})
             if done == start + 1:
                 console.iteration_estimate(config, done, train_cfg.iterations, seconds)
@@ -170,12 +179,14 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
                 progress.update(1)
                 progress.set_postfix(reward=f"{record[REWARD_MEAN]:.3f}", kl=f"{record.get(KL, 0.0):.4f}",
                                      s_per_it=f"{seconds:.1f}")
-            stop_reason = health.stop_reason()
+            stop_reason = health.stop_reason() or (
+                f"train.time_budget_minutes={train_cfg.time_budget_minutes} spent after {done} of "
+                f"{train_cfg.iterations} iterations" if out_of_time and done < train_cfg.iterations else None)
             if stop_reason is not None:
                 if dist.is_main:
                     print(f"stopping: {stop_reason}")
-                session.save_checkpoint(done, optimizer, scheduler,
-                                        {**state, **rollouts.checkpoint_state()})
+                if not saved:
+                    session.save_checkpoint(done, optimizer, scheduler, {**state, **rollouts.checkpoint_state()})
                 break
         if progress is not None:
             progress.close()

@@ -142,6 +142,7 @@ def test_config_show_default_is_what_runs_when_the_key_is_unset(tmp_path, capsys
         "rollout.async_steps": 0, "optim.microbatch_tokens": None, "model.fused_lora": True,
         "model.base_product_dtype": "model", "algorithm.log_kl": False, "algorithm.dynamic_sampling_filter": "reward",
         "train.eval_samples": 1, "sft.demonstrations": 0, "sft.exclude_eval_seeds": [], "sft.demonstration_slips": 0.0,
+        "train.time_budget_minutes": None,
     }
     assert resolved == {**recorded, **added}
 
