@@ -241,7 +241,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     from rlvr.report.study_tables import summary_markdown
     from rlvr.study import run_study
 
-    result = run_study(args.study, args.output, summary_only=args.summary_only)
+    result = run_study(args.study, args.output, summary_only=args.summary_only, threads=args.threads)
     if result.sweep is not None:
         print(format_sweep_summary(result.sweep), end="\n\n")
     print(summary_markdown(result.summary))
@@ -418,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.set_defaults(func=cmd_sweep)
     study = sub.add_parser(
         "study", help="run a study (a sweep file with a study: section), then write its summary tables and figures",
-        description="rlvr study NAME_OR_FILE [--summary-only] [--output DIR]   e.g. rlvr study NAME runs "
+        description="rlvr study NAME_OR_FILE [--summary-only] [--output DIR] [--threads N]   e.g. rlvr study NAME runs "
                     "configs/studies/NAME.yaml as rlvr sweep does (finished runs skipped, unfinished ones resumed), "
                     "then writes DIR/summary.md, DIR/summary.json and the study's figures.",
     )
@@ -427,6 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="train nothing: summarise the runs that exist (the missing ones are named)")
     study.add_argument("--output", default=None, metavar="DIR",
                        help="the study's run folder (default: its study.output, e.g. runs/studies/NAME)")
+    study.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="[model.num_threads] CPU threads of every run (default: the config's); 1 when two "
+                            "studies share a 2-core machine, where two threads each run several times slower")
     study.set_defaults(func=cmd_study)
     config = sub.add_parser("config", help="show the resolved config", description=CONFIG_SHOW_HINT)
     config_sub = config.add_subparsers(dest="config_command", required=True)

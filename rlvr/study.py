@@ -162,13 +162,14 @@ def write_study(study: Study, output: Path) -> tuple[StudySummary, tuple[Path, .
 
 
 def run_study(name_or_file: str, output: str | Path | None = None, summary_only: bool = False,
-              studies_dir: Path = STUDIES_DIR) -> StudyResult:
+              studies_dir: Path = STUDIES_DIR, threads: int | None = None) -> StudyResult:
     """Run (or resume, or skip) every run of the study's grid with `rlvr sweep`, unless `summary_only`, then write its
-    summary into `output` (default: the study's own `output`)."""
+    summary into `output` (default: the study's own `output`). `threads`: model.num_threads of every run (how
+    fast, not what it computes: two studies side by side on a small machine want one thread each)."""
     study = load_study(resolve_study(name_or_file, studies_dir))
     output = Path(output) if output is not None else study.spec.output
     swept = None
     if not summary_only:
-        swept = sweep(str(study.path), [], [], output)
+        swept = sweep(str(study.path), [f"model.num_threads={threads}"] if threads is not None else [], [], output)
     summary, written = write_study(study, output)
     return StudyResult(summary, written, swept)

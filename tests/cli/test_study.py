@@ -117,3 +117,23 @@ def test_the_guides_example_study_file_is_valid(tmp_path):
     assert [t.label for t in study.spec.thresholds] == ["eval/accuracy >= 0.5", "reward/answer >= 0.3"]
     assert [p.smooth for p in study.spec.figures[0].panels] == [5, 5, 5, 5]
     assert len(grid_points(study.plan)) == 6
+
+
+def test_threads_sets_every_runs_num_threads_and_nothing_else(tmp_path, monkeypatch, capsys):
+    import rlvr.study as study_module
+
+    seen = []
+
+    def fake_sweep(path, overrides, grid, output):
+        seen.append(overrides)
+        raise SystemExit(0)  # stop before summarising: only what reaches the sweep matters here
+
+    monkeypatch.setattr(study_module, "sweep", fake_sweep)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"grid": {"train.seed": [0, 1]},
+                                    "study": {"title": "t", "output": str(tmp_path / "out"),
+                                              "metrics": ["reward/mean"]}}))
+    for argv in (["study", str(path), "--threads", "1"], ["study", str(path)]):
+        with pytest.raises(SystemExit):
+            main(argv)
+    assert seen == [["model.num_threads=1"], []]
