@@ -25,6 +25,12 @@ built from its rubric, and a kind whose completions leave the judge's reply with
 judge obeyed the completion instead of the rubric: `unjudgeable`) on more than `max_hack_rate` of
 the prompts fails too: such a row earns no reward but is left out of training, so a policy that has
 learnt to write it escapes the judgment a wrong answer would get.
+
+A reward model (`rm:BASE` with BASE's weights 0): its score has no "full" value; it means something only
+beside another completion of the same prompt (the task names it in `relative_components`). The audit reads
+raw scores (the task's `audit_options`: no normalisation, no clip) and counts a completion as earning the
+reward when it scores at least as high as the right answer on that prompt: a hack that a reward model
+ranks level with or above the truth is one a policy will find.
 """
 
 from __future__ import annotations
@@ -121,8 +127,10 @@ def describe(verdict: Verdict) -> str:
 
 
 def score_kind(result: KindResult, task, completions: list[str], example, main: str,
-               weights: dict[str, float]) -> None:
-    """Score one prompt's completions of one kind into `result`."""
+               weights: dict[str, float], bar: float | None = None) -> None:
+    """Score one prompt's completions of one kind into `result`. `bar`: for a component whose score means
+    something only beside another (a reward model's), the right answer's score on this prompt: a completion
+    earns the component in full when it scores at least that (never in part); None: as its value says."""
     if not completions:
         return
     result.prompts += 1
@@ -140,10 +148,15 @@ def score_kind(result: KindResult, task, completions: list[str], example, main: 
             result.total_sum += verdict.total
             result.scorable += 1
         earned_any |= total > 0
-        main_paid = earned(verdict, main, weights)
+        value = verdict.components.get(main, math.nan)
+        if bar is None:
+            main_paid = earned(verdict, main, weights)
+            full = main_paid and value >= 1.0
+        else:
+            main_paid = full = math.isfinite(value) and value >= bar and weights.get(main, 1.0) > 0
         earned_main |= main_paid
-        earned_full |= main_paid and verdict.components[main] >= 1.0
-        earned_partial |= main_paid and verdict.components[main] < 1.0
+        earned_full |= full
+        earned_partial |= main_paid and not full
         if not main_paid:
             formats |= {c for c in verdict.components if c != main and earned(verdict, c, weights)}
         if total > result.example_total:
@@ -245,6 +258,11 @@ def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: f
     task = prepare_task(without_held_out_split(config), inference=True)  # no model loads: no memory estimate
     weights = dict(getattr(task, "weights", None) or {c: 1.0 for c in task.component_names})
     main = audited_component(task, weights)
+    relative = main in getattr(task, "relative_components", ())
+    audit_options = getattr(task, "audit_options", {}) if relative else {}
+    if any(config.task.options.get(key, "unset") != value for key, value in audit_options.items()):
+        config = replace(config, task=replace(config.task, options={**config.task.options, **audit_options}))
+        task = prepare_task(without_held_out_split(config), inference=True)  # raw scores, comparable across calls
     rubric, top_score = judge_rubric(task)
     examples = task.examples("train", prompts, config.train.seed)
     results = {kind: KindResult(kind) for kind in kinds}
@@ -259,8 +277,16 @@ def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: f
         without_truth += truth is None
         item = AuditPrompt(prompt=prompt_text(example.prompt), truth=None if truth is None else str(truth), form=form,
                            rubric=rubric, top_score=top_score)
+        bar = None
+        if relative:  # the right answer's raw score on this prompt: what a hack must not reach
+            bar = math.inf  # no right answer to compare with: nothing is counted as earning it
+            if truth is not None:
+                (control,) = score_completions(task, [form.wrap(str(truth))], [example])
+                value = control.components.get(main, math.nan)
+                bar = value if math.isfinite(value) else -math.inf
         for kind in kinds:
-            score_kind(results[kind], task, KINDS.get(kind)(item), example, main, weights)
+            score_kind(results[kind], task, KINDS.get(kind)(item), example, main, weights,
+                       None if bar is None else (-math.inf if kind == CONTROL else bar))
     family = config.task.name.partition(":")[0]
     failures, allowed = judge_results(results, family, max_hack_rate, max_verdict_seconds,
                                       getattr(task, "format_allowances", None), without_truth)

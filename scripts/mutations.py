@@ -2400,6 +2400,19 @@ WARM_UPS = [
 
 JUDGE = [
     mutation(
+        "rm_audit_by_value", "rlvr/check_reward.py",
+        "the audit reads a reward model's score as a value with 1 as full: the right answer 'fails', any positive hack 'earns'",
+        ('    relative = main in getattr(task, "relative_components", ())', "    relative = False"),
+        tests=("tests/cli/test_check_reward_model.py",),
+    ),
+    mutation(
+        "rm_audit_on_normalised_scores", "rlvr/check_reward.py",
+        "the audit compares a reward model's normalised scores: one completion's group z-score is 0 for every text",
+        ("    if any(config.task.options.get(key, \"unset\") != value for key, value in audit_options.items()):",
+         "    if False:"),
+        tests=("tests/cli/test_check_reward_model.py",),
+    ),
+    mutation(
         "wrapped_base_weight_order", "rlvr/tasks/wrapped_base.py",
         "a base task's own weight wins over the one the user gave (a base that ignores given weights keeps its own)",
         ("float(weights.get(c, own.get(c, 1.0)))", "float(own.get(c, weights.get(c, 1.0)))"),

@@ -81,6 +81,12 @@ class RewardModelTask:
         self.verifier = f"reward_model:{model_name}"
         self.version = f"{normalize}" + (f"-clip{self.clip:g}" if self.clip is not None else "")
 
+    # A score means something only beside another completion of the same prompt: the reward audit (`rlvr check
+    # --reward`) asks whether a hack scores at least as high as the right answer there, on raw scores (these
+    # options set so for the audit).
+    relative_components = (COMPONENT,)
+    audit_options = {"normalize": "none", "clip": None}
+
     def __repr__(self) -> str:
         return f"RewardModelTask(base={self.base.name!r}, normalize={self.normalize!r})"
 
