@@ -1541,8 +1541,7 @@ AUDIT_A = [
     mutation(
         "variant_full_credit_read_as_partial", "rlvr/check_reward.py",
         "the audit counts a variant paid in full as a consolation, failing a verifier with a tolerance",
-        ("earned_partial |= main_paid and verdict.components[main] < 1.0",
-         "earned_partial |= main_paid and verdict.components[main] <= 1.0"),
+        ("            full = main_paid and value >= 1.0", "            full = main_paid and value > 1.0"),
         tests=("tests/cli/test_check_reward.py::test_a_verifier_with_a_tolerance_passes_and_is_listed",
                "tests/cli/test_check_reward.py::test_a_case_blind_verifier_passes_on_its_variants"),
     ),

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("train", ("rlvr.training", "rlvr.run", "rlvr.observe", "rlvr.config", "rlvr.algorithms")),
     ("cli, Python API", ("rlvr", "rlvr.cli", "rlvr.__main__", "rlvr.check", "rlvr.check_mechanism",
                          "rlvr.check_mechanism_record", "rlvr.check_reward",
-                         "rlvr.reward_kinds", "rlvr.sweep", "rlvr.sweep_stages", "rlvr.study",
+                         "rlvr.reward_kinds", "rlvr.sweep", "rlvr.sweep_stages", "rlvr.sweep_runs", "rlvr.study",
                          "rlvr.report")),
 )
 

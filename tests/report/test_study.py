@@ -139,5 +139,5 @@ def test_a_study_file_is_a_sweep_file_with_the_same_run_names(tmp_path):
     bad.write_text("grid: {train.seed: [0, 1]}\nstudies: {}\n")
     from rlvr.config import ConfigError
 
-    with pytest.raises(ConfigError, match="unknown key 'studies'; valid keys: base, overrides, grid, .*study"):
+    with pytest.raises(ConfigError, match="unknown key 'studies'; valid keys: base, command, overrides, grid, .*study"):
         load_plan(str(bad), [], [])
