@@ -91,13 +91,6 @@ RUN_COMMANDS: dict[str, RunCommand] = {
 }
 
 
-def run_command(name: str, where: str) -> RunCommand:
-    """The registered command `name`; an unknown one is an error naming `where` it was given and the choices."""
-    if name not in RUN_COMMANDS:
-        raise ValueError(f"{where}: command {name!r} is not one of {', '.join(RUN_COMMANDS)}")
-    return RUN_COMMANDS[name]
-
-
 def _checkpoint_iteration(run_dir: Path) -> int | None:
     from rlvr.run.checkpoint import latest_checkpoint
 

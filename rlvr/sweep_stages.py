@@ -25,7 +25,7 @@ from typing import Callable
 
 import rlvr.observe.console as console
 from rlvr.config import ConfigError
-from rlvr.sweep_runs import RUN_COMMANDS, run_command, status_of, train_to_done
+from rlvr.sweep_runs import RUN_COMMANDS, status_of, train_to_done
 
 STAGE_KEYS = ("command", "config", "overrides", "init_from", "folder")
 
@@ -93,7 +93,7 @@ def run_stages(stages: list[Stage], output_dir: Path) -> None:
         run_dir = stage.run_dir(output_dir)
         config = load_config(stage.config, stage.overrides + [f"train.output_dir={run_dir.parent}",
                                                              f"train.run_name={stage.name}"])
-        command = run_command(stage.command, f"before.{stage.name}")
+        command = RUN_COMMANDS[stage.command]  # parse_stages checked the name
         status = status_of(command, config, run_dir)
         console.say(config, f"sweep before: {stage.name} ({stage.command} {stage.config}): {status}")
         train_to_done(command, config, run_dir, status, {"before": stage.name, "command": stage.command,
