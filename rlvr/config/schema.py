@@ -369,6 +369,10 @@ class TrainConfig:
                              "still runs)", bounds=count(0, MAX_STEPS, "0 disables periodic eval"))
     eval_size: int = option(32, "held-out examples per eval; 0 disables evaluation",
                             bounds=count(0, 10**7, "0 disables eval"))
+    # A chain of runs (SFT -> expert iteration -> RL, or many variants from one warm-up) evaluates the same weights
+    # at the end of one run and the start of the next: false skips the second (the run's curve starts later).
+    eval_on_start: bool = option(True, "evaluate the starting weights before the first iteration or step (train, sft, "
+                                 "expert-iter); false when an earlier run already evaluated them")
     eval_max_new_tokens: Optional[int] = option(None, "generation budget of the eval; null: rollout.max_new_tokens",
                                                 bounds=count(1, MAX_TOKENS, "null: rollout.max_new_tokens"))
     # Greedy by default: one completion per prompt, and the accuracy does not move with the sampling seed.
