@@ -40,6 +40,7 @@ class SweepPlan:
     variants: dict[str, list[str]] = field(default_factory=dict)  # variant name -> its overrides
     before: list[Stage] = field(default_factory=list)  # runs trained once before the grid (rlvr/sweep_stages.py)
     command: str = "train"  # what makes each grid run: a key of rlvr.sweep_runs.RUN_COMMANDS
+    command_line: list[str] = field(default_factory=list)  # the command line's overrides: every run's, stages' too
 
 
 def _split_values(text: str) -> list[str]:
@@ -108,6 +109,7 @@ def load_plan(config_path: str | None, overrides: list[str], grid_items: list[st
                 values = values if isinstance(values, list) else [values]
                 plan.grid.append(parse_grid_item(f"{key}={','.join(_value_text(v) for v in values)}"))
     plan.overrides += list(overrides)
+    plan.command_line = list(overrides)
     plan.grid += [parse_grid_item(item) for item in grid_items]
     if not plan.grid:
         raise ConfigError("a sweep needs a grid: --grid key=v1,v2 (repeatable) or a sweep file with `grid:`")
@@ -174,7 +176,7 @@ def sweep(config_path: str | None, overrides: list[str], grid_items: list[str],
         points.append((name, point, plan.overrides + point + fixed))
     console.show_banner(unchecked, console.sweep_banner_lines(plan.grid, len(points), output_dir))
     configs = [(name, point, load_config(plan.base, items)) for name, point, items in points]
-    run_stages(plan.before, output_dir)
+    run_stages(plan.before, output_dir, plan.command_line)
     if from_stage:
         for _, _, config in configs:
             check_init_from(config)

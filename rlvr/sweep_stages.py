@@ -85,14 +85,16 @@ def grid_overrides(stages: list[Stage], output_dir: Path) -> list[str]:
     return [f"model.init_from={stage.run_dir(output_dir)}" for stage in stages if stage.init_from]
 
 
-def run_stages(stages: list[Stage], output_dir: Path) -> None:
-    """Train each stage that is not finished (resume it where it has a checkpoint), then mark it done."""
+def run_stages(stages: list[Stage], output_dir: Path, command_line: list[str] = ()) -> None:
+    """Train each stage that is not finished (resume it where it has a checkpoint), then mark it done.
+    `command_line`: the sweep's command-line overrides (`model.num_threads=1`), applied to every stage after
+    its own, as they are to every grid run."""
     from rlvr.config import load_config
 
     for stage in stages:
         run_dir = stage.run_dir(output_dir)
-        config = load_config(stage.config, stage.overrides + [f"train.output_dir={run_dir.parent}",
-                                                             f"train.run_name={stage.name}"])
+        config = load_config(stage.config, stage.overrides + list(command_line)
+                             + [f"train.output_dir={run_dir.parent}", f"train.run_name={stage.name}"])
         command = RUN_COMMANDS[stage.command]  # parse_stages checked the name
         status = status_of(command, config, run_dir)
         console.say(config, f"sweep before: {stage.name} ({stage.command} {stage.config}): {status}")

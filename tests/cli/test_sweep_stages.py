@@ -110,6 +110,27 @@ def test_run_stages_skips_a_finished_run_resumes_a_checkpointed_one_and_starts_a
     assert not (out / "new" / "metrics.jsonl").exists()
 
 
+def test_the_command_line_overrides_reach_every_stage_after_its_own(tmp_path, monkeypatch):
+    """`rlvr study NAME --threads 1` (a command-line model.num_threads=1) sets the warm-up's threads too: two studies
+    sharing a 2-core machine otherwise run a 2-thread warm-up beside each other. The stage's own overrides come
+    first, so the command line wins where both set a key; the grid's file overrides do not reach the stage."""
+    import rlvr.sweep_stages as stages
+    from rlvr.sweep_runs import RUN_COMMANDS, RunCommand
+
+    path = _sweep_file(tmp_path, {"warm": {"command": "sft", "config": "sft.yaml",
+                                           "overrides": {"sft.epochs": 3, "train.seed": 5}}})
+    data = yaml.safe_load(open(path))
+    data["overrides"] = {"sft.batch_size": 4}
+    yaml.safe_dump(data, open(path, "w"))
+    plan = load_plan(path, ["model.num_threads=1", "train.seed=7"], [])
+    seen = []
+    monkeypatch.setitem(RUN_COMMANDS, "sft", RunCommand(lambda config, run_dir: seen.append(config), None))
+    stages.run_stages(plan.before, tmp_path / "out", plan.command_line)
+    config = seen[0]
+    assert (config.model.num_threads, config.train.seed, config.sft.epochs) == (1, 7, 3)
+    assert config.sft.batch_size != 4
+
+
 def _tiny_base(tmp_path, tiny_model_dir, **sections) -> None:
     (tmp_path / "base.yaml").write_text(yaml.safe_dump({
         "model": {"name": str(tiny_model_dir), "lora": False},
