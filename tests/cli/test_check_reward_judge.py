@@ -21,7 +21,7 @@ from rlvr.reward_kinds import CONTROL, JUDGE_KINDS, KINDS, AnswerFormat, AuditPr
 from rlvr.tasks import Example, Verdict, register_task, weighted_total
 from rlvr.tasks.verification.answers import first_answer_tag
 from rlvr.tasks.verification.judge_rubric import DEFAULT_RUBRIC
-from tests.tasks.judge_stub import Reply, StubJudge
+from rlvr.tasks.verification.judge_stub import Reply, StubJudge
 
 KINDS_TRIED = [CONTROL, "empty", "neighbour", *JUDGE_KINDS]
 FOOLS_THE_NAIVE_JUDGE = {"judge_score_line", "judge_ignore_rubric", "judge_rubric_words", "judge_fake_reference"}

@@ -19,7 +19,8 @@ from rlvr.rollout.sample import score_completions
 from rlvr.tasks import build_task
 from rlvr.tasks.base import Example, JudgeCall, Verdict
 from rlvr.tasks.verification.judging import ScorerUnavailable, judge
-from tests.tasks.judge_stub import Drop, Raw, Reply, Slow, Status, StopServer, StubJudge, grade_by_integer
+from rlvr.tasks.verification.judge_stub import (Drop, Raw, Reply, Slow, Status, StopServer, StubJudge,
+                                                 grade_by_integer)
 
 SECRET = "sk-test-0123456789-secret"
 QUESTION = Example(prompt="What is 3 + 4?", ground_truth=7)

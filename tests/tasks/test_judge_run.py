@@ -9,7 +9,7 @@ from rlvr.cli import main
 from rlvr.observe.metric_names import JUDGE_CACHE_HIT_FRAC, JUDGE_LATENCY, JUDGE_RETRIES, JUDGE_UNPARSED_FRAC
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
-from tests.tasks.judge_stub import Reply, StubJudge
+from rlvr.tasks.verification.judge_stub import Reply, StubJudge
 
 SECRET = "sk-run-folder-secret-42"
 
