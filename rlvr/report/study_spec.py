@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.observe import metric_names
+from rlvr.report.figures import ITERATION_AXIS, X_AXES
 from rlvr.observe.metric_names import (
     CLIP_FRAC_HIGH,
     CLIP_FRAC_LOW,
@@ -38,7 +39,7 @@ METRIC_FAMILIES = (REWARD_PREFIX, EVAL_PREFIX, STATUS_PREFIX, TIME_PREFIX, POLIC
                    EPISODE_TOOL_CALLS_PREFIX, EPISODE_TOOL_ERRORS_PREFIX, EPISODE_TRUNCATED_PREFIX)
 STUDY_KEYS = ("title", "output", "page", "group_by", "metrics", "last", "thresholds", "ratios", "figures")
 THRESHOLD_KEYS = ("metric", "value")
-FIGURE_KEYS = ("path", "title", "panels", "smooth")
+FIGURE_KEYS = ("path", "title", "panels", "smooth", "x")
 PANEL_KEYS = ("metric", "title", "smooth")
 
 
@@ -70,6 +71,7 @@ class FigureSpec:
     path: Path  # the PNG; a relative path is taken from the current folder, as `rlvr sweep --output` is
     title: str
     panels: tuple[Panel, ...]
+    x: str = ITERATION_AXIS  # the x axis: iterations, or "seconds" (each record's elapsed_s: accuracy over time)
 
 
 @dataclass(frozen=True)
@@ -158,8 +160,11 @@ def _figure(entry, index: int, name: str) -> FigureSpec:
     if not isinstance(panels, list) or not panels:
         raise StudyError(f"{where}: panels must be a list of metrics (or {{metric, title, smooth}} mappings)")
     smooth = _positive_int(entry.get("smooth", 1), f"{where}: smooth")
+    x = entry.get("x", ITERATION_AXIS)
+    if x not in X_AXES:
+        raise StudyError(f"{where}: x must be one of {', '.join(X_AXES)}, not {x!r}")
     return FigureSpec(Path(entry["path"]), str(entry.get("title", "")),
-                      tuple(_panel(p, smooth, f"{where}.panels[{i}]") for i, p in enumerate(panels)))
+                      tuple(_panel(p, smooth, f"{where}.panels[{i}]") for i, p in enumerate(panels)), x)
 
 
 def parse_study(section, grid_keys: list[str], name: str) -> StudySpec:
