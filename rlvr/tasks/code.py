@@ -147,6 +147,14 @@ class CodeTask:
         continues = problem.prompt and problem.reference.startswith(problem.prompt)
         return problem.reference[len(problem.prompt):] if continues else problem.reference
 
+    def demonstration(self, example: Example) -> list[str]:
+        """The problem's reference solution in the asked form (`sft.demonstrations`: the SFT warm-up's data, from
+        the training problems only); an error for a problem that has none."""
+        if not example.metadata["problem"].reference:
+            raise ValueError(f"code: problem {example.metadata['problem'].task_id} has no reference solution to "
+                             "demonstrate; give sft.data_path instead")
+        return [self.reference_answer(example)]
+
     def score(self, completion: str, example: Example) -> Verdict:
         problem: CodeProblem = example.metadata["problem"]
         program, fenced = extract_program(completion, problem.prompt, problem.entry_point)

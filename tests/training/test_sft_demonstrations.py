@@ -248,3 +248,18 @@ def test_a_slip_the_verifier_judges_right_is_refused(tmp_path, monkeypatch):
                                      "options": {"eval_size": 4}}, demonstrations=4, demonstration_slips=0.5)
     with pytest.raises(ValueError, match="wrong demonstration for .* is not judged a formatted wrong answer"):
         read_pairs(config)
+
+
+def test_code_demonstrations_are_reference_solutions_of_problems_no_named_seed_holds_out(tmp_path):
+    # The generated family: each seed holds out its own 8 problems; a warm-up for seeds 0-2 sees none of them.
+    task = {"name": "code", "use_chat_template": False, "options": {"eval_size": 8, "train_size": 200}}
+    config = _tiny_config(tmp_path, task, demonstrations=24, exclude_eval_seeds=[1, 2])
+    pairs = sft_data.demonstration_data(config)
+    held_out = {e.metadata["problem"].prompt for s in (0, 1, 2) for e in sft_data.task_for_seed(config, s).iter_eval()}
+    assert len(pairs) == 24 and len({p["prompt"] for p in pairs}) == 24 and not {p["prompt"] for p in pairs} & held_out
+    code = sft_data.task_for_seed(config, 0)
+    by_prompt = {e.prompt: e for e in code.examples("train", 400, 0)}
+    for pair in pairs:  # the continuation of the prompt's signature and docstring: the reference's body, then EOS
+        problem = by_prompt[pair["prompt"]].metadata["problem"]
+        assert pair["prompt"] + pair["response"] == problem.reference + TOKENIZER.eos_token
+        assert pair["response"].startswith("    return ")
