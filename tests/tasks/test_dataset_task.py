@@ -12,7 +12,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.config import load_config
-from rlvr.tasks import VERIFIERS, Verdict, build_task
+from rlvr.tasks import VERIFIERS, build_task
 from rlvr.tasks.prompts import R1_ZERO_TEMPLATE
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides

@@ -126,7 +126,7 @@ def test_a_custom_base_exception_and_generator_exit_are_contained(task, sigint_h
 
 def test_a_keyboard_interrupt_raised_by_score_itself_is_contained(task, sigint_handler_restored):
     verdict = judged(task, "keyboard")
-    assert verdict.status == "error" and f"raised KeyboardInterrupt: pressed by the verifier" in verdict.detail
+    assert verdict.status == "error" and "raised KeyboardInterrupt: pressed by the verifier" in verdict.detail
     assert judged(task, "0.5").status == "ok"  # and the next completion is judged as usual
 
 
