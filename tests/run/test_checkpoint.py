@@ -49,7 +49,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(reference_ru
     assert len(set_aside) == 1  # kept for inspection, never loaded again
     (record,) = read_jsonl(run_dir / "resumes.jsonl")
     assert record["checkpoint"] == "iter_000002"
-    assert record["skipped_checkpoints"][0]["checkpoint"] == "iter_000004" and record["skipped_checkpoints"][0]["damaged"]
+    assert (record["skipped_checkpoints"][0]["checkpoint"] == "iter_000004"
+            and record["skipped_checkpoints"][0]["damaged"])
 
 
 def test_a_changed_byte_that_still_loads_is_caught_by_the_manifest(reference_run, tmp_path, capsys):
@@ -111,7 +112,8 @@ def test_manifest_holds_every_file_and_catches_changes(reference_run, tmp_path):
 
     folder = _copy(reference_run, tmp_path / "run") / "checkpoints" / "iter_000004"
     manifest = json.loads((folder / "manifest.json").read_text())
-    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json")
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                   if p.is_file() and p.name != "manifest.json")
     assert sorted(manifest["files"]) == files and "optimizer.pt" in files
     for name, entry in manifest["files"].items():  # recomputed here, independently
         data = (folder / name).read_bytes()

@@ -113,7 +113,8 @@ WHERE = "(tests.tasks.test_judging.ScriptedTask.score)"
 def test_a_score_raising_system_exit_is_an_error_verdict_naming_the_function(task, sigint_handler_restored):
     verdict = judged(task, "exit")
     assert verdict.status == "error" and math.isnan(verdict.total)
-    assert verdict.detail.startswith(f"score of task 'scripted_reward' {WHERE} raised SystemExit: 3 (at test_judging.py:")
+    assert verdict.detail.startswith(f"score of task 'scripted_reward' {WHERE} raised SystemExit: 3 "
+                                     "(at test_judging.py:")
 
 
 def test_a_custom_base_exception_and_generator_exit_are_contained(task, sigint_handler_restored):
