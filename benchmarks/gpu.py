@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sides", nargs="+", choices=list(SIDES), default=list(SIDES), help="which sides to run")
     parser.add_argument("--workloads", nargs="+", choices=list(STEPS), default=list(STEPS))
     parser.add_argument("--budget-s", type=float, default=540, help="start no side after this many seconds")
-    parser.add_argument("--jobs", type=int, default=0, help="sides run at once (default: 1 on the GPU; a dry run: one per CPU core)")
+    parser.add_argument("--jobs", type=int, default=0,
+                        help="sides run at once (default: 1 on the GPU; a dry run: one per CPU core)")
     parser.add_argument("--json", help="also write the rows and skips here")
     args = parser.parse_args(argv)
 

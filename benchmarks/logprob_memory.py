@@ -4,9 +4,10 @@ Compares, at several sequence lengths L, the naive path (full [B, L, V] logits, 
 gather; what a plain `model(...).logits` implementation does) with rlvr's
 `compute_completion_logprobs` (LM head only at completion positions, in row chunks recomputed in
 backward; `rlvr_frozen_head`: the same with the tied LM head frozen, as under LoRA, where each
-chunk's gradient with respect to the hidden states is taken in the forward pass). Each measurement runs in a fresh process: peak resident memory during the call minus
-the resident memory just before it. The model is a small random Llama (hidden 128, 2 layers) with
-the real vocabulary size, so the LM head dominates as it does in real small models.
+chunk's gradient with respect to the hidden states is taken in the forward pass). Each measurement runs in a
+fresh process: peak resident memory during the call minus the resident memory just before it. The model is a
+small random Llama (hidden 128, 2 layers) with the real vocabulary size, so the LM head dominates as it does in
+real small models.
 
     python benchmarks/logprob_memory.py                       # B=4, L = 128 256 512 1024
     python benchmarks/logprob_memory.py --lengths 256 2048
@@ -87,7 +88,8 @@ def main() -> int:
     print("| L | one fp32 [B, L-1, V] tensor | " + " | ".join(args.paths) + " |")
     print("|---|---|" + "---|" * len(args.paths))
     for length in args.lengths:
-        cells = [f"{r['peak_bytes'] / 2**20:.0f}" for p in args.paths for r in rows if r["path"] == p and r["length"] == length]
+        cells = [f"{r['peak_bytes'] / 2**20:.0f}" for p in args.paths for r in rows
+                 if r["path"] == p and r["length"] == length]
         print(f"| {length} | {logits_mib[length]:.0f} | " + " | ".join(cells) + " |")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"argv": sys.argv[1:], "vocab": VOCAB, "rows": rows}, indent=2) + "\n")

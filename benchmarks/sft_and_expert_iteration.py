@@ -99,7 +99,8 @@ def main() -> int:
 
     shutil.rmtree(runs_dir / "bench-ei", ignore_errors=True)
     ei_seconds = run(["expert-iter", "configs/format_copy_expert_iter.yaml", "train.run_name=bench-ei", *common])
-    ei_metrics, ei_evals = read_jsonl(runs_dir / "bench-ei" / "metrics.jsonl"), read_jsonl(runs_dir / "bench-ei" / "eval.jsonl")
+    ei_metrics, ei_evals = (read_jsonl(runs_dir / "bench-ei" / "metrics.jsonl"),
+                            read_jsonl(runs_dir / "bench-ei" / "eval.jsonl"))
 
     out_json = REPO / args.json
     if args.skip_sft:
@@ -115,7 +116,8 @@ def main() -> int:
 
     print(f"\nexpert iteration ({ei_seconds:.0f} s): round 0 eval/accuracy={ei_evals[0]['eval/accuracy']:.3f}")
     for m in ei_metrics:
-        print(f"  round {m['iteration']}: solved {m['questions_solved']}/{m['questions_solved'] / max(m['questions_solved_frac'], 1e-9):.0f}"
+        print(f"  round {m['iteration']}: solved {m['questions_solved']}/"
+              f"{m['questions_solved'] / max(m['questions_solved_frac'], 1e-9):.0f}"
               f" questions, kept {m['dataset_size']} of {m['samples']} samples, entropy {m['entropy']:.3f}, "
               f"eval/accuracy {m['eval/accuracy']:.3f}, {m['time/iteration']:.0f} s")
     print(f"sft ({sft_seconds:.0f} s, {len(sft_metrics)} steps, {sft_metrics[-1]['data/size']} examples): "

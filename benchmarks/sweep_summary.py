@@ -17,8 +17,9 @@ held-out accuracy: mean, lowest, highest) and set against the seed spread of `--
 default): "above" only when its lowest seed beats the reference's highest, "below" only when its
 highest is under the reference's lowest, else "within". `--cap SECONDS` (or `--cap shortest`: the
 shortest run's wall time) adds each run's held-out accuracy at that wall-clock cap, the last eval at
-or before it, to both tables: the runs compared at the same time budget, not the same iterations. `--json` keeps every number it was made from. `--also JSON` adds the rows of
-an earlier `--json` file (runs whose folders are gone) to the table and the figure, before the new ones:
+or before it, to both tables: the runs compared at the same time budget, not the same iterations. `--json` keeps
+every number it was made from. `--also JSON` adds the rows of an earlier `--json` file (runs whose folders are
+gone) to the table and the figure, before the new ones:
 
     python benchmarks/sweep_summary.py runs/sweep-algorithms_arithmetic_more \
       --also benchmarks/results/algorithms_arithmetic.json \
@@ -196,8 +197,9 @@ def preset_rows(rows: list[dict], reference: str, cap: float | None = None) -> l
 
 def preset_table(pooled: list[dict], reference: str, cap: float | None = None) -> str:
     capped = "" if cap is None else f" at {cap:.0f} s: mean |"
-    lines = [f"| preset | seeds | final: mean (lowest-highest) | best: mean | s / it | final against {reference}'s seeds |"
-             + capped, "|---|---|---|---|---|---|" + ("" if cap is None else "---|")]
+    lines = [f"| preset | seeds | final: mean (lowest-highest) | best: mean | s / it "
+             f"| final against {reference}'s seeds |" + capped,
+             "|---|---|---|---|---|---|" + ("" if cap is None else "---|")]
     for p in pooled:
         spread = f"{p['final_mean']:.3f} ({p['final_low']:.3f}-{p['final_high']:.3f})"
         lines.append(f"| {p['algorithm']} | {','.join(str(s) for s in p['seeds'])} | {spread} | "

@@ -157,7 +157,8 @@ def plot(sft: dict, results: list[dict], task_run: TaskRun, out: Path, target: f
 
     fig, (ax_eval, ax_reward, ax_turns) = plt.subplots(1, 3, figsize=(16, 4.5))
     styles = ["-", "--", ":", "-."]
-    sft_points = [(e.get("seconds", sft["seconds"] if i else 0.0) / 60, e["accuracy"]) for i, e in enumerate(sft["evals"])]
+    sft_points = [(e.get("seconds", sft["seconds"] if i else 0.0) / 60, e["accuracy"])
+                  for i, e in enumerate(sft["evals"])]
     ax_eval.plot(*zip(*sft_points), "s-", color="gray", label="SFT warm-up")
     primary = reward_component(task_run.primary)
     for r in results:

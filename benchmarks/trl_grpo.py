@@ -121,8 +121,8 @@ def build_trainer(settings: TrlSettings, rows: list[dict], reward_funcs: list, c
         # One generation round of B x G rows per optimizer step (steps_per_generation defaults to the
         # accumulation steps), its loss taken over `microbatches` passes.
         per_device_train_batch_size=settings.prompts_per_step * settings.group_size // settings.microbatches,
-        gradient_accumulation_steps=settings.microbatches, max_completion_length=settings.max_new_tokens, beta=settings.beta,
-        num_iterations=settings.num_iterations, gradient_checkpointing=False, report_to="none",
+        gradient_accumulation_steps=settings.microbatches, max_completion_length=settings.max_new_tokens,
+        beta=settings.beta, num_iterations=settings.num_iterations, gradient_checkpointing=False, report_to="none",
         learning_rate=settings.lr, lr_scheduler_type=settings.lr_scheduler, warmup_steps=settings.warmup_steps,
         weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm, temperature=settings.temperature,
         top_p=settings.top_p, top_k=settings.top_k, epsilon=settings.clip_low, epsilon_high=settings.clip_high,

@@ -190,7 +190,7 @@ def main() -> int:
             print(f"repeat {repeat + 1} {side}: {seconds[side][-1]:.2f} s", flush=True)
     bound = flop_bound(args.prompt_tokens + args.prompt_spread / 2, lengths) / (gflops * 1e9)
     print(f"\nmatmul {gflops:.0f} GFLOPS; completion tokens mean {statistics.mean(lengths):.0f}, "
-          f"{sum(l == args.max_new_tokens for l in lengths)} of {len(lengths)} at the budget; "
+          f"{sum(length == args.max_new_tokens for length in lengths)} of {len(lengths)} at the budget; "
           f"LoRA-aware FLOP bound {bound:.2f} s")
     print(f"{'split':<20}{'median s':>10}{'min-max':>16}{'tokens':>9}{'x bound':>9}")
     for side, values in seconds.items():

@@ -27,7 +27,6 @@ def greedy_agreement(policy, tokenizer, backend, prompts: list[str], max_new_tok
     """`backend` (synced from its own policy) against `decode_loop` on `policy` (the trainer's weights)."""
     import torch
 
-    from rlvr.models.completion_logprobs import compute_completion_logprobs
     from rlvr.rollout import SamplingSettings, decode_loop
 
     settings = SamplingSettings(max_new_tokens=max_new_tokens, do_sample=False)

@@ -37,9 +37,10 @@ keeps its split). `--decode-dtype bfloat16` runs rlvr's decoding steps on a bf16
 weights (`decode_loop`'s option `dtype`; TRL keeps fp32), and prints the sampler's gap to the trainer.
 `--base-product-dtype bfloat16` runs the frozen base products of rlvr's update in bf16
 (`model.base_product_dtype`; one epoch, as W1 and W2 are; TRL keeps fp32).
-Results go to benchmarks/results/vs_trl.json (W2: vs_trl_w2.json). Numbers are for the machine it runs on. `--model --device --dtype --backend --max-new-tokens --trl-vllm` change the setting of
-both sides (a CUDA device, bf16, rlvr's `vllm` backend, TRL's colocated vLLM engine):
-`benchmarks/gpu.sh` runs each side that way and prints one table.
+Results go to benchmarks/results/vs_trl.json (W2: vs_trl_w2.json). Numbers are for the machine it runs on.
+`--model --device --dtype --backend --max-new-tokens --trl-vllm` change the setting of both sides (a CUDA
+device, bf16, rlvr's `vllm` backend, TRL's colocated vLLM engine): `benchmarks/gpu.sh` runs each side that way
+and prints one table.
 """
 
 from __future__ import annotations
@@ -188,7 +189,8 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
                           "task.options": json.dumps({"train_path": gsm8k_path, "eval_path": gsm8k_path,
                                                       "eval_size": 0, "prompt": "r1_zero"})}
     torch.set_num_threads(THREADS)
-    backend_options = {"dtype": setup.dtype, "gpu_memory_utilization": VLLM_GPU_SHARE} if setup.backend == "vllm" else {}
+    backend_options = ({"dtype": setup.dtype, "gpu_memory_utilization": VLLM_GPU_SHARE}
+                       if setup.backend == "vllm" else {})
     if decode_dtype != "model":
         if setup.backend != "decode_loop":
             raise ValueError(f"--decode-dtype is decode_loop's option, not {setup.backend}'s")
@@ -197,7 +199,8 @@ def run_rlvr(steps: int, out: Path, groups_per_microbatch: int = PROMPTS_PER_STE
     with tempfile.TemporaryDirectory() as folder, gpu_memory_peak(memory):
         overrides = {
             "model.name": setup.model, "model.dtype": setup.dtype, "model.device": setup.device,
-            "rollout.backend": setup.backend, "rollout.backend_options": json.dumps(backend_options), "model.lora": "true", "model.lora_rank": 16,
+            "rollout.backend": setup.backend, "rollout.backend_options": json.dumps(backend_options),
+            "model.lora": "true", "model.lora_rank": 16,
             "model.lora_alpha": 32, "model.lora_dropout": 0.0, "model.num_threads": THREADS,
             "model.gradient_checkpointing": "false", "model.base_product_dtype": base_product_dtype,
             **task_overrides, "rollout.batch_size": PROMPTS_PER_STEP, "rollout.group_size": GROUP,
@@ -307,9 +310,9 @@ def matmul_parameters() -> tuple[int, int]:
 
 
 def flop_bounds(prompt_tokens: float, completion_tokens: float) -> dict:
-    """FLOPs of one step (completion_tokens: per row, on average): `simple` = 2N per generated or prefilled token + 6N per trained token;
-    `lora` = the same with 4N per trained token (frozen weights need no weight gradient) and the LM
-    head only at completion positions. N = all parameters (embedding used as LM head)."""
+    """FLOPs of one step (completion_tokens: per row, on average): `simple` = 2N per generated or prefilled
+    token + 6N per trained token; `lora` = the same with 4N per trained token (frozen weights need no weight
+    gradient) and the LM head only at completion positions. N = all parameters (embedding used as LM head)."""
     body, head = matmul_parameters()
     rows = PROMPTS_PER_STEP * GROUP
     completion = rows * completion_tokens
@@ -420,7 +423,8 @@ def main() -> int:
                 result = json.loads(out.read_text())
             result["wall_seconds"] = time.perf_counter() - started
             runs[side].append(result)
-            print(f"round {round_index + 1} {side}: median step {median_after_warmup(result['step_seconds'], warm):.2f} s, "
+            print(f"round {round_index + 1} {side}: "
+                  f"median step {median_after_warmup(result['step_seconds'], warm):.2f} s, "
                   f"peak RSS {result['peak_rss_bytes'] / 2**30:.2f} GiB", flush=True)
 
     summary = {}
@@ -471,7 +475,8 @@ def main() -> int:
     out = Path(json_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
-        "argv": sys.argv[1:], "workload": args.workload, "summary": summary, "ratio_step_time": ratio_time, "ratio_peak_rss": ratio_rss,
+        "argv": sys.argv[1:], "workload": args.workload, "summary": summary, "ratio_step_time": ratio_time,
+        "ratio_peak_rss": ratio_rss,
         "matmul_gflops": gflops, "prompt_tokens_mean": prompt_tokens, "bound_simple_s": bound_simple,
         "bound_lora_s": bound_lora, "runs": runs,
     }, indent=2) + "\n")

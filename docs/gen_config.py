@@ -46,7 +46,8 @@ def config_reference() -> str:
     for section, rows in rows_by_section.items():
         parts += [f"## `{section}`", "", section_summary(section), "",
                   "| key | type | default | help |", "|---|---|---|---|"]
-        parts += [f"| {_code(row.key)} | {_cell(row.type_name)} | {_code(yaml_value(row.default))}{_source(row)} | {_cell(row.help)} |"
+        parts += [f"| {_code(row.key)} | {_cell(row.type_name)} | {_code(yaml_value(row.default))}{_source(row)} "
+                  f"| {_cell(row.help)} |"
                   for row in rows]
         parts.append("")
     return "\n".join(parts)

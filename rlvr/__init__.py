@@ -1,7 +1,7 @@
 """rlvr: reinforcement learning with verifiable rewards for causal language models.
 
-The math lives in `rlvr.core` (pure tensor functions), training loops in `rlvr.training`, the run around them in `rlvr.run`,
-what a run logs in `rlvr.observe`, data parallelism in `rlvr.parallel`, tasks and
+The math lives in `rlvr.core` (pure tensor functions), training loops in `rlvr.training`, the run
+around them in `rlvr.run`, what a run logs in `rlvr.observe`, data parallelism in `rlvr.parallel`, tasks and
 their verifiers in `rlvr.tasks`, and the command line in `rlvr.cli`. The Python API, imported on
 first use (so `import rlvr` alone loads no torch):
 
@@ -28,8 +28,9 @@ def _api() -> dict:
     from rlvr.training.rl import train
     from rlvr.training.sft import train_sft
 
-    return {"Config": Config, "load_config": load_config, "train": train, "sft": train_sft, "expert_iteration": expert_iteration,
-            "evaluate": evaluate, "export": export_run, "register_task": register_task}
+    return {"Config": Config, "load_config": load_config, "train": train, "sft": train_sft,
+            "expert_iteration": expert_iteration, "evaluate": evaluate, "export": export_run,
+            "register_task": register_task}
 
 
 def __getattr__(name: str):

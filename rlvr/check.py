@@ -58,7 +58,8 @@ def row(name: str, value, threshold: str, passed: bool | None, note: str = "", w
     return CheckRow(name, text, threshold, result, note)
 
 
-def format_table(rows: list[CheckRow], header: tuple[str, ...] = ("check", "value", "threshold", "result", "note")) -> str:
+def format_table(rows: list[CheckRow],
+                 header: tuple[str, ...] = ("check", "value", "threshold", "result", "note")) -> str:
     header = CheckRow(*header)
     table = [header, *rows]
     widths = [max(len(getattr(r, f)) for r in table) for f in ("name", "value", "threshold", "result")]
@@ -175,7 +176,8 @@ def run_check(config) -> list[CheckRow]:
         rows.append(episode_mask_row(collected, batch))
         longest = max((record for group in collected.groups for record in group.episodes), key=lambda r: r.turns)
         print(f"rlvr check: the longest episode ({longest.turns} turns), the environment's (masked) spans in "
-              f"{ENV_SPAN_OPEN} {ENV_SPAN_CLOSE}:\n{transcript(longest.episode, mark_environment=True)}", file=sys.stderr)
+              f"{ENV_SPAN_OPEN} {ENV_SPAN_CLOSE}:\n{transcript(longest.episode, mark_environment=True)}",
+              file=sys.stderr)
     else:
         rows.append(completion_mask_row(batch, tokenizer, policy, rollout, settings))
 

@@ -195,7 +195,8 @@ DECISION_RULE: tuple[tuple[str, str, str], ...] = (
     ("zero_variance_guard", "guard_failed",
      "an all-equal group, and every group of the batch without reward contrast, gets advantage exactly 0"),
     ("reward_contrast", "no_reward_contrast", "some prompt's candidates get different rewards from the verifier"),
-    ("advantage_signal", "no_advantage_signal", f"some advantage > {ADVANTAGE_TOLERANCE:g} and some < -{ADVANTAGE_TOLERANCE:g}"),
+    ("advantage_signal", "no_advantage_signal",
+     f"some advantage > {ADVANTAGE_TOLERANCE:g} and some < -{ADVANTAGE_TOLERANCE:g}"),
     ("finite_updates", "non_finite_update", f"all {MECHANISM_UPDATES} optimizer steps had a finite loss and gradient"),
     ("policy_separation", "no_separation", f"policy separation > {MIN_SEPARATION:g} nats"),
 )
@@ -314,7 +315,8 @@ def mechanism_rows(result: MechanismResult, config) -> list[CheckRow]:
     rows.append(row("clip fraction", clip, f"<= {config.health.clip_frac:g}", clip <= config.health.clip_frac,
                     f"lr {config.optim.lr:g}, clip {config.algorithm.clip_low}/{config.algorithm.clip_high}",
                     warn_only=True))
-    rows.append(row("update time (s)", f"{result.update_seconds:.2f}", "-", None, f"{MECHANISM_UPDATES} optimizer steps"))
+    rows.append(row("update time (s)", f"{result.update_seconds:.2f}", "-", None,
+                    f"{MECHANISM_UPDATES} optimizer steps"))
     rows.append(row("peak memory (MiB)", f"{result.peak_memory_bytes / 2**20:.0f}", "-", None,
                     "CUDA allocated" if result.peak_memory_source == "cuda_allocated" else "process peak RSS"))
     return rows

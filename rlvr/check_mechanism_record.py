@@ -170,7 +170,8 @@ def run_conditions(config, conditions: tuple[Condition, ...] = CONDITIONS,
         run = ConditionRun(condition, result, decide(result))
         echo(f"condition {condition.name}: {condition.group_size} candidates per prompt "
              f"({', '.join(CANDIDATE_LABELS[:condition.group_size])})")
-        echo(format_table(candidate_rows(result), ("response", "reward", "components", "status", "advantage and change")))
+        echo(format_table(candidate_rows(result),
+                          ("response", "reward", "components", "status", "advantage and change")))
         echo(format_table(mechanism_rows(result, config)))
         failed = f" (failed: {', '.join(run.decision.failed_criteria)})" if run.decision.failed_criteria else ""
         echo(f"decision: {run.decision.decision}{failed}\n")

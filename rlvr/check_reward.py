@@ -3,7 +3,8 @@
 RL optimises against its verifier, so any reward a policy can earn without solving the task (a
 format bonus for an empty tag pair, a number copied from the prompt, tag spam) is what it learns.
 No model is loaded: for N prompts of the task, each kind of `rlvr.reward_kinds` is scored through
-`score_completions` (rlvr/rollout/sample.py, through `judge`), the one way completions are scored, and every verdict is timed.
+`score_completions` (rlvr/rollout/sample.py, through `judge`), the one way completions are scored, and
+every verdict is timed.
 
 Exit rule (`failures`): a degenerate kind fails when, in more than `max_hack_rate` of the prompts,
 one of its completions earns the correctness component (the task's primary component, weighted
@@ -191,7 +192,8 @@ def judge_results(results: dict[str, KindResult], family: str, max_hack_rate: fl
             continue
         if kind in VARIANT_KINDS:
             if result.share(result.main_partial) > max_hack_rate:
-                failures.append(f"{kind}: earns part of the correctness reward on {result.share(result.main_partial):.0%} "
+                failures.append(f"{kind}: earns part of the correctness reward on "
+                                f"{result.share(result.main_partial):.0%} "
                                 f"of prompts (a consolation: full correctness would be the verifier judging it equal)")
             if result.share(result.main_full) > max_hack_rate:
                 allowed.append(f"{kind}: earns full correctness on {result.share(result.main_full):.0%} of prompts "
@@ -268,7 +270,8 @@ def run_reward_audit(config, *, prompts: int = DEFAULT_PROMPTS, max_hack_rate: f
     results = {kind: KindResult(kind) for kind in kinds}
     # a task may name the format its answers take where the prompt asks for none (math: `\boxed{}`)
     form = answer_format(prompt_text(examples[0].prompt), getattr(task, "unasked_answer_format", "plain"))
-    score_completions(task, [form.wrap(str(examples[0].ground_truth))], examples[:1])  # untimed: starts a verifier's worker process
+    # untimed: starts a verifier's worker process
+    score_completions(task, [form.wrap(str(examples[0].ground_truth))], examples[:1])
     reference = getattr(task, "reference_answer", None) or (lambda example: example.ground_truth)
     without_truth = 0
     for example in examples:
@@ -301,7 +304,8 @@ def audit_rows(audit: RewardAudit) -> list[CheckRow]:
     failing = {line.split(":", 1)[0] for line in audit.failures}
     formats = [c for c in audit.weights if c != audit.main_component]
     for kind, result in audit.kinds.items():
-        shares = [f"any {result.share(result.any_reward):.0%}", f"{audit.main_component} {result.share(result.main):.0%}"]
+        shares = [f"any {result.share(result.any_reward):.0%}",
+                  f"{audit.main_component} {result.share(result.main):.0%}"]
         shares += [f"{c} {result.share(result.formats.get(c, 0)):.0%}" for c in formats]
         if result.judge_unscored:
             shares.append(f"judge unscored {result.share(result.judge_unscored):.0%}")
@@ -320,8 +324,9 @@ def audit_json(audit: RewardAudit) -> dict:
     for kind, result in audit.kinds.items():
         entry = data["kinds"][kind]
         entry.pop("example_total")
-        entry.update(mean_total=None if math.isnan(result.mean_total) else result.mean_total, any_reward_rate=result.share(result.any_reward),
-                     main_rate=result.share(result.main), judge_unscored_rate=result.share(result.judge_unscored),
+        entry.update(mean_total=None if math.isnan(result.mean_total) else result.mean_total,
+                     any_reward_rate=result.share(result.any_reward), main_rate=result.share(result.main),
+                     judge_unscored_rate=result.share(result.judge_unscored),
                      format_rates={c: result.share(n) for c, n in result.formats.items()})
     data["passed"] = audit.passed
     return data

@@ -170,7 +170,8 @@ def _reward_audit(args: argparse.Namespace, config, format_table) -> int:
     if args.json:
         write_audit_json(audit, args.json)
         print(f"wrote {args.json}")
-    print(f"rlvr check --reward: {'FAILED: ' + '; '.join(audit.failures) if audit.failures else 'no kind earns unearned reward'}")
+    print("rlvr check --reward: "
+          f"{'FAILED: ' + '; '.join(audit.failures) if audit.failures else 'no kind earns unearned reward'}")
     return 0 if audit.passed else 1
 
 
@@ -336,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser(
         "train", help="train a policy (no arguments: GRPO on format_copy with the embedded SmolLM2)",
-        description="rlvr train [CONFIG.yaml] [key=value ...]   e.g. rlvr train configs/format_copy_grpo.yaml optim.lr=1e-4",
+        description="rlvr train [CONFIG.yaml] [key=value ...]   "
+                    "e.g. rlvr train configs/format_copy_grpo.yaml optim.lr=1e-4",
     )
     train.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last intact checkpoint")
@@ -382,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="reward audit, no model: score degenerate completions (empty, echoed prompt, empty tags, "
                             "guesses, tag spam, hostile payloads; prompt injections for a model judge) with the task's "
                             "verifier; exit 1 when one earns reward")
-    check.add_argument("--prompts", type=int, default=32, help="--reward: prompts to build completions from (default 32)")
+    check.add_argument("--prompts", type=int, default=32,
+                       help="--reward: prompts to build completions from (default 32)")
     check.add_argument("--max-hack-rate", type=float, default=0.05,
                        help="--reward: fail when a kind earns correctness, or format without correctness, on more "
                             "than this share of prompts (default 0.05)")
@@ -435,8 +438,9 @@ def build_parser() -> argparse.ArgumentParser:
     config_sub = config.add_subparsers(dest="config_command", required=True)
     show = config_sub.add_parser(
         "show", help="the resolved config: each key = value, its type, default and one line of help",
-        description="rlvr config show [CONFIG.yaml] [key=value ...]   e.g. rlvr config show configs/format_copy_dapo.yaml "
-                    "optim.lr=3e-4 (a * marks a value that differs from its default)",
+        description="rlvr config show [CONFIG.yaml] [key=value ...]   "
+                    "e.g. rlvr config show configs/format_copy_dapo.yaml optim.lr=3e-4 "
+                    "(a * marks a value that differs from its default)",
     )
     show.add_argument("items", nargs="*", help="optional YAML config, then dotted key=value overrides")
     show.set_defaults(func=cmd_config_show)

@@ -290,7 +290,8 @@ def code_cheat(item: AuditPrompt) -> list[str]:
     if not prefix:
         return [_indented(cheat, indent) for cheat in CODE_CHEATS]
     header = re.search(r"^def [^\n]*:\n", item.truth, re.MULTILINE)
-    return [] if header is None else [f"{CODE_FENCE}{header.group(0)}{_indented(cheat, '    ')}```" for cheat in CODE_CHEATS]
+    return [] if header is None else [f"{CODE_FENCE}{header.group(0)}{_indented(cheat, '    ')}```"
+                                      for cheat in CODE_CHEATS]
 
 
 @KINDS.register("neighbour")

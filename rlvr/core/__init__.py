@@ -1,10 +1,11 @@
 """rlvr.core: the math of GRPO-family training as pure tensor functions.
 
 Log-probs and masks, KL estimators, the no-contrast rule for groups, advantage estimators,
-policy losses, loss aggregation, minibatching, the sampler/trainer gap and its TIS correction, and PPO's value side (GAE, whitening, value loss). No config objects, no I/O, no library
-plumbing; named choices live in registries (`ADVANTAGE_ESTIMATORS`, `POLICY_LOSSES`,
-`LOSS_AGGREGATIONS`, `KL_ESTIMATORS`). CS336's versions of some of these, with that course's
-edge cases, are in `rlvr.compat.cs336`.
+policy losses, loss aggregation, minibatching, the sampler/trainer gap and its TIS correction, and
+PPO's value side (GAE, whitening, value loss). No config objects, no I/O, no library plumbing; named
+choices live in registries (`ADVANTAGE_ESTIMATORS`, `POLICY_LOSSES`, `LOSS_AGGREGATIONS`,
+`KL_ESTIMATORS`). CS336's versions of some of these, with that course's edge cases, are in
+`rlvr.compat.cs336`.
 """
 
 from rlvr.core.advantages import (

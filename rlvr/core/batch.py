@@ -61,7 +61,8 @@ class RolloutBatch:
         if self.input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [N, L], got {tuple(self.input_ids.shape)}")
         num_samples, seq_len = self.input_ids.shape
-        if isinstance(self.prompt_len, bool) or not isinstance(self.prompt_len, int) or not 1 <= self.prompt_len <= seq_len:
+        if (isinstance(self.prompt_len, bool) or not isinstance(self.prompt_len, int)
+                or not 1 <= self.prompt_len <= seq_len):
             raise ValueError(f"prompt_len must be an int in [1, L={seq_len}], got {self.prompt_len!r}")
         expected = {
             "attention_mask": (num_samples, seq_len),

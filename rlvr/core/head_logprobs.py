@@ -43,7 +43,8 @@ def _head_logits(head, hidden, weight_c, bias_c, out=None) -> torch.Tensor:
 
 
 def _log_softmax_at(logits, targets, temperature: float, with_entropy: bool):
-    """log p(target), detached entropy, e_v = exp(z_v - max) and their sums. logits [r, V] fp32 -> [r], [r], [r, V], [r].
+    """log p(target), detached entropy, e_v = exp(z_v - max) and their sums.
+    logits [r, V] fp32 -> [r], [r], [r, V], [r].
 
     Logits that need no gradient are overwritten (with e_v); otherwise the same operations out of
     place, so both give bitwise-equal numbers. H = -sum_v p_v log p_v = log S - sum_v e_v log e_v / S.

@@ -31,7 +31,8 @@ POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
 
 # Keyword options beyond clip_low / clip_high that some losses declare, named as verl's config names
 # them; the defaults are in each loss's signature and in the `algorithm` config section
-# (`rlvr/config/schema.py`; a test keeps the two equal). `generator` is the torch.Generator of a loss that picks tokens at random.
+# (`rlvr/config/schema.py`; a test keeps the two equal). `generator` is the torch.Generator of a loss that
+# picks tokens at random.
 LOSS_OPTIONS = ("clip_ratio_c", "tau_pos", "tau_neg", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub",
                 "kl_cov_ratio", "ppo_kl_coef")
 
@@ -201,8 +202,8 @@ def reinforce_loss(
 
     The loss is the same whatever the advantage: the raw reward (Williams 1992, preset
     no_baseline) or a group-relative one (presets gr_reinforce, rloo; with seq_mean_token_mean this
-    is -A_i times the sequence's mean token log-prob). Only valid on-policy (one gradient step per batch); old_logprobs only
-    feeds the logged ratio.
+    is -A_i times the sequence's mean token log-prob). Only valid on-policy (one gradient step per
+    batch); old_logprobs only feeds the logged ratio.
     """
     return reinforce_per_token(advantages, logprobs), _reinforce_metrics(logprobs, old_logprobs)
 

@@ -24,7 +24,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from rlvr.models.policy import LoadedModel, trainable_parameters
-from rlvr.models.trainable_state import _write_atomically, _write_json, load_trainable, save_trainable, trainable_tensors
+from rlvr.models.trainable_state import (_write_atomically, _write_json, load_trainable, save_trainable,
+                                         trainable_tensors)
 
 VALUE_MODEL_KINDS = ("none", "shared", "separate")  # `algorithm.value_model`
 VALUE_HEAD_FILE = "value_head.safetensors"
@@ -134,7 +135,8 @@ def load_value_model(value_model: ValueModel, folder: str | os.PathLike) -> None
     for name, live in (("weight", head.weight), ("bias", head.bias)):
         if name not in saved or saved[name].shape != live.shape or saved[name].dtype != live.dtype:
             found = None if name not in saved else (saved[name].dtype, tuple(saved[name].shape))
-            raise ValueError(f"value head {name} in {folder} is {found}, the model has {(live.dtype, tuple(live.shape))}")
+            raise ValueError(f"value head {name} in {folder} is {found}, "
+                             f"the model has {(live.dtype, tuple(live.shape))}")
     with torch.no_grad():
         head.weight.copy_(saved["weight"])
         head.bias.copy_(saved["bias"])

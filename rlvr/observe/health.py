@@ -85,7 +85,8 @@ def check_no_contrast(history: list[dict], thresholds) -> HealthWarning | None:
         return None
     return HealthWarning(
         "no_contrast",
-        f"{values[-1]:.0%} of groups have no reward contrast, all rewards equal (above {thresholds.no_contrast_frac:.0%} for "
+        f"{values[-1]:.0%} of groups have no reward contrast, all rewards equal "
+        f"(above {thresholds.no_contrast_frac:.0%} for "
         f"{thresholds.window} iterations): no learning signal",
         "raise rollout.group_size or rollout.temperature, make the task easier or harder, "
         "or use DAPO dynamic sampling (algorithm.name=dapo)",
@@ -309,7 +310,8 @@ def check_value_not_learning(history: list[dict], thresholds) -> HealthWarning |
 class HealthMonitor:
     """Runs the checks each iteration; prints a warning when its streak starts (main process only)."""
 
-    def __init__(self, thresholds, stop_on: Iterable[str] = (), stop_after: int = 3, is_main: bool = True, enabled: bool = True, history: Iterable[dict] = (), stream=None):
+    def __init__(self, thresholds, stop_on: Iterable[str] = (), stop_after: int = 3, is_main: bool = True,
+                 enabled: bool = True, history: Iterable[dict] = (), stream=None):
         self.thresholds = thresholds
         self.stop_on = list(stop_on)
         self.stop_after = stop_after
@@ -341,7 +343,8 @@ class HealthMonitor:
         self.history.append({k: v for k, v in record.items() if k != HEALTH_WARNINGS})
         active = []
         for name in HEALTH_CHECKS:
-            warning = HEALTH_CHECKS.get(name)(self.history, self.thresholds) if self.enabled or name in self.stop_on else None
+            warning = (HEALTH_CHECKS.get(name)(self.history, self.thresholds)
+                       if self.enabled or name in self.stop_on else None)
             if warning is None:
                 self.streaks[name] = 0
                 continue

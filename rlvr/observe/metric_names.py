@@ -79,10 +79,13 @@ SKIPPED_NONFINITE_UPDATES_TOTAL = "skipped_nonfinite_updates_total"
 SAMPLER_LOGPROB_ABS_DIFF_MEAN = "rollout/logprob_abs_diff_mean"  # mean |logp_sampler - logp_trainer| per token
 SAMPLER_LOGPROB_ABS_DIFF_MAX = "rollout/logprob_abs_diff_max"  # its largest value over the batch
 MISMATCH_KL = "rollout/mismatch_kl"  # k3 estimate of KL(pi_sampler || pi_trainer), token mean
-MISMATCH_RATIO_OUT_FRAC = "rollout/mismatch_ratio_out_frac"  # share of tokens with pi_trainer / pi_sampler outside [0.5, 2]
-IS_WEIGHT_MEAN = "rollout/is_weight_mean"  # the rollout.correction weight (e.g. min(pi_trainer / pi_sampler, C)), token mean
+# share of tokens with pi_trainer / pi_sampler outside [0.5, 2]
+MISMATCH_RATIO_OUT_FRAC = "rollout/mismatch_ratio_out_frac"
+# the rollout.correction weight (e.g. min(pi_trainer / pi_sampler, C)), token mean
+IS_WEIGHT_MEAN = "rollout/is_weight_mean"
 IS_CAPPED_FRAC = "rollout/is_capped_frac"  # share of tokens whose weight hit the cap C (tis_token, tis_sequence)
-IS_DROPPED_FRAC = "rollout/is_dropped_frac"  # share of tokens the correction dropped (weight 0: mask_token, mask_sequence)
+# share of tokens the correction dropped (weight 0: mask_token, mask_sequence)
+IS_DROPPED_FRAC = "rollout/is_dropped_frac"
 POLICY_LAG = "rollout/policy_lag"  # rollout.async_steps=1: updates between the weights that sampled the batch and these
 # PPO's value model (algorithm.value_model shared or separate)
 VALUE_LOSS_PER_TOKEN = "value/loss_per_token"  # 0.5 * the larger squared error, token mean over the epochs

@@ -69,7 +69,8 @@ class Series:
     iterations: list[float]
     seconds: list[float | None]  # elapsed_s of the record; None where the record lacks it
     values: list[float]
-    durations: list[float] | None = None  # eval series: eval/seconds, the eval ran during these seconds before `seconds`
+    # eval series: eval/seconds, the eval ran during these seconds before `seconds`
+    durations: list[float] | None = None
 
     def xs(self, x: str) -> list[float | None]:
         return self.seconds if x == "seconds" else self.iterations

@@ -57,7 +57,8 @@ def expand_run_dirs(paths: list[str | Path]) -> list[Path]:
     """Run folders as given; a folder of runs (a sweep's output) stands for the runs inside it."""
     out = []
     for path in map(Path, paths):
-        inner = sorted(p for p in path.iterdir() if p.is_dir() and _is_run(p)) if path.is_dir() and not _is_run(path) else []
+        inner = (sorted(p for p in path.iterdir() if p.is_dir() and _is_run(p))
+                 if path.is_dir() and not _is_run(path) else [])
         out.extend(inner or [path])
     return out
 

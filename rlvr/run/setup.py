@@ -4,8 +4,8 @@
 and seeded), the held-out examples an eval needs, and the model source (named, installed, in the
 cache: nothing is loaded or converted), and, for a training run or `rlvr eval`, that its estimated
 peak memory fits (`rlvr.run.memory_check`, on that command's sizes), with a warning where a bf16 or fp16
-setting would multiply slowly on this CPU (`rlvr.run.speed_check`). `rlvr train`, `sft`, `expert-iter`, `check`, `sweep` and
-`eval` call it before they create any folder, so a bad config, task, data file or model name fails
+setting would multiply slowly on this CPU (`rlvr.run.speed_check`). `rlvr train`, `sft`, `expert-iter`, `check`,
+`sweep` and `eval` call it before they create any folder, so a bad config, task, data file or model name fails
 with a message that names it, and leaves nothing behind (the checks that need no torch live in
 `rlvr.run.preflight`, which the command line runs before torch is imported). `load_run_model` then loads
 the policy (and `set_up_value_model` PPO's value model) and `rollout_backend` sets up sampling on it.
@@ -100,5 +100,6 @@ def load_model_and_task(config: Config, *, need_reference: bool) -> tuple[Loaded
 
 
 def rollout_backend(config: Config, loaded: LoadedModel) -> RolloutBackend:
-    """The configured rollout backend (`rollout.backend`, with `rollout.backend_options`), set up on the loaded policy."""
+    """The configured rollout backend (`rollout.backend`, with `rollout.backend_options`), set up on the loaded
+    policy."""
     return ROLLOUT_BACKENDS.get(config.rollout.backend).build(loaded, config.rollout)

@@ -174,7 +174,8 @@ class ParquetRows(FileRows):
         try:
             import pyarrow.parquet as parquet
         except ImportError:
-            raise ValueError(f"{path}: reading parquet needs the `pyarrow` package (pip install 'rlvr[tasks]')") from None
+            raise ValueError(f"{path}: reading parquet needs the `pyarrow` package "
+                             "(pip install 'rlvr[tasks]')") from None
         try:
             self.file = parquet.ParquetFile(path)
         except Exception as exc:  # noqa: BLE001 - pyarrow raises its own error types for a damaged file

@@ -43,7 +43,8 @@ def _scale(score_range, pass_fail) -> Scale:
     if not isinstance(pass_fail, bool):
         raise ValueError(f"{NAME}: task.options.pass_fail={pass_fail!r} must be true or false")
     if (not isinstance(score_range, (list, tuple)) or len(score_range) != 2
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in score_range)
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                       for v in score_range)
             or not score_range[0] < score_range[1]):
         raise ValueError(f"{NAME}: task.options.score_range={score_range!r} must be [low, high] with low < high")
     return Scale(float(score_range[0]), float(score_range[1]), pass_fail)
@@ -54,8 +55,9 @@ class JudgeTask:
 
     name = NAME
 
-    def __init__(self, base: Optional[str] = None, *, build_base: Callable, reward_weights=None, use_chat_template=True, seed=0,
-                 base_options: Optional[dict] = None, rubric: Optional[str] = None, rubric_file: Optional[str] = None,
+    def __init__(self, base: Optional[str] = None, *, build_base: Callable, reward_weights=None,
+                 use_chat_template=True, seed=0, base_options: Optional[dict] = None, rubric: Optional[str] = None,
+                 rubric_file: Optional[str] = None,
                  score_range=(0, 10), pass_fail: bool = False, backend: str = "http", model: Optional[str] = None,
                  max_tokens: Optional[int] = None, base_url: Optional[str] = None, base_url_env: Optional[str] = None,
                  model_env: Optional[str] = None, api_key_env: Optional[str] = None, concurrency: Optional[int] = None,
@@ -83,8 +85,9 @@ class JudgeTask:
         # the backend's own options, those given (None: not given, the backend's default)
         backend_options = dict(model=model, max_tokens=max_tokens, base_url=base_url, base_url_env=base_url_env,
                                model_env=model_env, api_key_env=api_key_env, concurrency=concurrency,
-                               timeout_seconds=timeout_seconds, max_retries=max_retries, backoff_seconds=backoff_seconds,
-                               max_backoff_seconds=max_backoff_seconds, batch_size=batch_size, device=device, dtype=dtype)
+                               timeout_seconds=timeout_seconds, max_retries=max_retries,
+                               backoff_seconds=backoff_seconds, max_backoff_seconds=max_backoff_seconds,
+                               batch_size=batch_size, device=device, dtype=dtype)
         self.backend_name = backend
         self.judge_backend = build_judge_backend(backend, {k: v for k, v in backend_options.items() if v is not None})
         self.cache = ReplyCache(check_count_option(NAME, "cache_size", cache_size))
@@ -96,7 +99,8 @@ class JudgeTask:
         self.verifier = f"judge:{self.judge_backend.model}"
         self.version = f"rubric-{self.rubric_hash}"
 
-    def __repr__(self) -> str:  # the backend shows no endpoint field beyond URL and model: the key stays out of every log
+    def __repr__(self) -> str:
+        # the backend shows no endpoint field beyond URL and model: the key stays out of every log
         return f"JudgeTask(base={self.base.name!r}, judge={self.judge_backend!r})"
 
     @property
@@ -171,8 +175,8 @@ class JudgeTask:
         total = weighted_total(components, self.weights)
         correct = base.correct if self.base_has_weight() else score >= self.correct_at
         return dataclasses.replace(base, components=components, total=total, correct=correct,
-                                   verifier=f"{base.verifier}+{self.verifier}", version=f"{base.version}+{self.version}",
-                                   judge_call=call)
+                                   verifier=f"{base.verifier}+{self.verifier}",
+                                   version=f"{base.version}+{self.version}", judge_call=call)
 
     def base_has_weight(self) -> bool:
         return any(self.weights.get(name, 0.0) != 0.0 for name in self.base.component_names)

@@ -41,7 +41,8 @@ class MathTask(ProblemTask):
                  train_split="train", eval_split="test", eval_size=None, split_seed=0,
                  levels=None, subjects=None, timeout_seconds=DEFAULT_TIMEOUT_SECONDS):
         require_package("math_verify", self.name)
-        self.levels = None if levels is None else {_level(v) for v in (levels if isinstance(levels, list) else [levels])}
+        self.levels = None if levels is None else {
+            _level(v) for v in (levels if isinstance(levels, list) else [levels])}
         self.subjects = None if subjects is None else {
             _subject(v) for v in (subjects if isinstance(subjects, list) else [subjects])}
         self.skipped = 0  # records without an extractable answer

@@ -24,8 +24,8 @@ from rlvr.tasks.verification.answers import produced_answer
 from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, prompt_text, train_indices,
                              resolve_weights)
 from rlvr.tasks.data_files import Row, hf_rows, read_rows
-from rlvr.tasks.verification.grading import (DEFAULT_TIMEOUT_SECONDS, Grader, Judgement, judge_question_only, judge_r1_zero,
-                                judgement_verdict)
+from rlvr.tasks.verification.grading import (DEFAULT_TIMEOUT_SECONDS, Grader, Judgement, judge_question_only,
+                                             judge_r1_zero, judgement_verdict)
 from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,
                                prompt_uses_chat_template, render_question)
 

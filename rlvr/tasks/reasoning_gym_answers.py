@@ -19,7 +19,8 @@ from fractions import Fraction
 from typing import Callable
 
 from rlvr.tasks.verification.answers import parse_rational
-from rlvr.tasks.verification.safe_parse import Grammar, Refused, parse_expression, parse_literal, render_expression, render_literal
+from rlvr.tasks.verification.safe_parse import (Grammar, Refused, parse_expression, parse_literal, render_expression,
+                                                render_literal)
 
 # Plain-text forms, as the questions ask for them. ASCII classes only: `\d` would admit other
 # scripts' digits. Single spaces and canonical integers (no `+`, no leading zeros), so that the

@@ -144,7 +144,8 @@ TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 def template_has_tool_format(chat_template: Optional[str]) -> bool:
     """True when a chat template renders `tools` and writes calls as `<tool_call>` JSON (Qwen2.5, Qwen3,
     Hermes): the templates the `chat_template` format reads."""
-    return bool(chat_template) and TOOL_CALL_OPEN in chat_template and re.search(r"\btools\b", chat_template) is not None
+    return (bool(chat_template) and TOOL_CALL_OPEN in chat_template
+            and re.search(r"\btools\b", chat_template) is not None)
 
 
 def detect_format(chat_template: Optional[str]) -> str:

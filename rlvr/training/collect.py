@@ -195,7 +195,8 @@ def _pad_left_right(tensors: list[torch.Tensor], prompt_lens: list[int], fill: i
 
 def _per_token_layout(per_completion: list[torch.Tensor], prompt_lens: list[int]) -> torch.Tensor:
     """Per-group [G, C_g] completion values laid out like log-probs, [N, L-1] (column t is token t+1), 0 elsewhere."""
-    full = [torch.cat([values.new_zeros(values.shape[0], p), values], dim=1) for values, p in zip(per_completion, prompt_lens)]
+    full = [torch.cat([values.new_zeros(values.shape[0], p), values], dim=1)
+            for values, p in zip(per_completion, prompt_lens)]
     return _pad_left_right(full, prompt_lens, 0)[0][:, 1:]  # [N, L-1]
 
 

@@ -184,7 +184,8 @@ def eval_metrics(records: list[dict], seconds: float, keep_examples: int = TRAIN
     if sampled is not None:
         metrics.update(sampled_metrics(sampled)[0])
     for name in dict.fromkeys(n for v in verdicts for n in v["components"]):
-        metrics[eval_reward_component(name)] = _mean([v["components"][name] for v in verdicts if name in v["components"]])
+        metrics[eval_reward_component(name)] = _mean([v["components"][name] for v in verdicts
+                                                      if name in v["components"]])
     if records and all("turns" in r for r in records):  # episodes: eval/episode/turns, tool calls, errors, ...
         counts = [EpisodeCounts(turns=r["turns"], tool_calls=r["tool_calls"], tool_errors=r["tool_errors"],
                                 env_tokens=r["env_tokens"], tokens=r["completion_tokens"] + r["env_tokens"],

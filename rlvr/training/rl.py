@@ -1,22 +1,21 @@
 """`rlvr train`: the RL loop, top to bottom.
 
-Each iteration runs named stages, each a function with a small typed result: sample B prompts x G
-completions and judge them (`collect_groups`, prompt-major groups), lay them out as one batch
-(`rollout_batch`), ReMax only: score one greedy completion per prompt as the baseline
-(`greedy_baselines`), add reference log-probs when a KL term needs them (`with_reference_logprobs`),
-PPO only: the value model's values at sampling time (`with_old_values`), then turn the rewards
-into advantages (`with_advantages`: group-relative, or GAE against the values) and run
-`ppo_epochs` passes over the batch, each one optimizer step or `optim.steps_per_epoch` (`update_policy`); then log one line of metrics,
-evaluate and checkpoint now and then. With `rollout.async_steps=1` the next iteration's stages 1-2
-run while 3-6 run, at the weights before this update (one step off-policy, async_rollout.py). The
-run around the loop (folder, model, value model, task, rollout backend, evaluation, checkpoints) is
-a `RunSession` (session.py). Launched data-parallel,
-each rank does this on its share of the B prompts (distributed.py), optionally with the decoder
-layers sharded (FSDP, fsdp.py). Shortcuts taken, on purpose: rollouts and update share one model (one step
-off-policy: a copy sharing the frozen weights; LoRA's reference is the same model with the adapter disabled), and the old log-probs come from
-the first update epoch instead of a separate forward pass (PPO's value pass gives them when the
-KL penalty is in the reward, which needs them before the advantages; several optimizer steps per epoch
-need them before the first step, so the update computes them first).
+Each iteration runs named stages, each a function with a small typed result: sample B prompts x G completions
+and judge them (`collect_groups`, prompt-major groups), lay them out as one batch (`rollout_batch`), ReMax
+only: score one greedy completion per prompt as the baseline (`greedy_baselines`), add reference log-probs
+when a KL term needs them (`with_reference_logprobs`), PPO only: the value model's values at sampling time
+(`with_old_values`), then turn the rewards into advantages (`with_advantages`: group-relative, or GAE against
+the values) and run `ppo_epochs` passes over the batch, each one optimizer step or `optim.steps_per_epoch`
+(`update_policy`); then log one line of metrics, evaluate and checkpoint now and then. With
+`rollout.async_steps=1` the next iteration's stages 1-2 run while 3-6 run, at the weights before this update
+(one step off-policy, async_rollout.py). The run around the loop (folder, model, value model, task, rollout
+backend, evaluation, checkpoints) is a `RunSession` (session.py). Launched data-parallel, each rank does this
+on its share of the B prompts (distributed.py), optionally with the decoder layers sharded (FSDP, fsdp.py).
+Shortcuts taken, on purpose: rollouts and update share one model (one step off-policy: a copy sharing the
+frozen weights; LoRA's reference is the same model with the adapter disabled), and the old log-probs come from
+the first update epoch instead of a separate forward pass (PPO's value pass gives them when the KL penalty is
+in the reward, which needs them before the advantages; several optimizer steps per epoch need them before the
+first step, so the update computes them first).
 """
 
 from __future__ import annotations
@@ -168,7 +167,8 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             record[HEALTH_WARNINGS] = health.observe(record)
             session.writer.metrics(record)
             if train_cfg.samples_every and done % train_cfg.samples_every == 0:
-                session.writer.samples([{ITERATION: done, **s} for s in rows.samples[: train_cfg.samples_per_iteration]])
+                session.writer.samples([{ITERATION: done, **s}
+                                        for s in rows.samples[: train_cfg.samples_per_iteration]])
             state[TRAINING_SECONDS] = state.get(TRAINING_SECONDS, 0.0) + time.perf_counter() - iteration_started
             saved = last or done % train_cfg.save_every == 0
             if saved:

@@ -129,7 +129,8 @@ def train_sft(config: Config, resume_dir: str | Path | None = None, force_config
     pairs = read_pairs(config)  # before the run folder is created: a bad data path leaves nothing behind
     with open_run(config, SFT_RUN, resume_dir=resume_dir, force_config_change=force_config_change) as session:
         if s.demonstrations:  # the data the run trained on, kept beside it
-            atomic_write_text(session.run_dir / DEMONSTRATIONS_FILE, "".join(json.dumps(kept_row(p)) + "\n" for p in pairs))
+            atomic_write_text(session.run_dir / DEMONSTRATIONS_FILE,
+                              "".join(json.dumps(kept_row(p)) + "\n" for p in pairs))
         size_before_filter = len(pairs)
         if s.filter_correct:
             pairs = filter_correct(pairs, session.task, session.tokenizer.eos_token)
@@ -167,7 +168,8 @@ def train_sft(config: Config, resume_dir: str | Path | None = None, force_config
             if train_cfg.progress:
                 print(f"sft step {step}/{total_steps} loss={record[LOSS]:.4f} lr={record[LR]:.2e} "
                       f"grad_norm={record[GRAD_NORM]:.3f}"
-                      + (f" {EVAL_ACCURACY}={record[EVAL_ACCURACY]:.3f}" if EVAL_ACCURACY in record else ""), flush=True)
+                      + (f" {EVAL_ACCURACY}={record[EVAL_ACCURACY]:.3f}" if EVAL_ACCURACY in record else ""),
+                      flush=True)
             if last or step % s.save_every == 0:
                 session.save_checkpoint(step, optimizer, scheduler, state)
     return session.run_dir

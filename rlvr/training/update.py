@@ -101,7 +101,8 @@ def update_policy(policy, optimizer, scheduler, batch: RolloutBatch, config, tra
     if batch.advantages is None:
         raise ValueError("the batch has no advantages: run the advantage stage (with_advantages) first")
     if value_model is not None and (batch.old_values is None or batch.returns is None):
-        raise ValueError("a value model needs the batch's old_values and returns (with_old_values, then with_advantages)")
+        raise ValueError("a value model needs the batch's old_values and returns "
+                         "(with_old_values, then with_advantages)")
     if value_warmup and value_model is None:
         raise ValueError("value_warmup trains the value model alone, and there is no value model")
     steps = config.steps_per_epoch  # optimizer steps per pass over the batch

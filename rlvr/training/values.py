@@ -3,7 +3,8 @@
 `with_old_values`: the value model's values for every completion token of the rollout batch, at
 the weights that sampled it (GAE needs them before the advantages, so this is a pass of its own),
 plus the sampling policy's log-probs when the KL penalty is in the reward (with a shared backbone
-both come from the same pass). Run in the update's microbatches (`rlvr.training.microbatching`), each group's prompt once.
+both come from the same pass). Run in the update's microbatches (`rlvr.training.microbatching`), each
+group's prompt once.
 `score_minibatch`: what the update needs of one minibatch: with a shared backbone log-probs and
 values from one decoder pass, with a separate value model one pass of each, without one the
 log-probs alone. `value_batch_metrics`: the sampling-time values against their returns, over

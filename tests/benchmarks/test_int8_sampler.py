@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from benchmarks.int8_sampler import int8_weight, main, weight_only_int8, weight_only_int8_copy

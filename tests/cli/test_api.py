@@ -1,6 +1,7 @@
 """The Python API (`from rlvr import ...`): a config from keyword arguments or a dict checked exactly like
 YAML, tasks registered from Python, the example in examples/python_api.py (run, and the same text as
-the block of the Python API page, docs/guides/python-api.md), and `train(config)` a plain function beside the `rlvr.training` package."""
+the block of the Python API page, docs/guides/python-api.md), and `train(config)` a plain function beside the
+`rlvr.training` package."""
 
 from __future__ import annotations
 

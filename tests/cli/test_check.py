@@ -80,7 +80,8 @@ def test_ppo_check_runs_the_value_stage(tiny_model_dir, capsys):
 
 def test_every_completion_truncated_fails_with_exit_code_1(tiny_model_dir, capsys):
     # One token of budget: no sampled completion can end with EOS after its content.
-    assert main(["check", *_overrides(tiny_model_dir, **{"rollout.max_new_tokens": 1, "expert_iteration.min_new_tokens": 0})]) == 1
+    assert main(["check", *_overrides(tiny_model_dir, **{"rollout.max_new_tokens": 1,
+                                                          "expert_iteration.min_new_tokens": 0})]) == 1
     out = capsys.readouterr().out
     assert "FAILED: truncated completions" in out and "no completion ended within max_new_tokens 1" in out
 
@@ -135,8 +136,8 @@ def test_advantages_without_centring_fail_the_advantage_row(tiny_model_dir, monk
 
 
 def test_mechanism_separates_positive_from_negative_responses(tiny_model_dir):
-    config = load_config(None, _overrides(tiny_model_dir, **{"task.name": "format_copy", "task.use_chat_template": "true",
-                                                             "optim.lr": 1e-3}))
+    config = load_config(None, _overrides(tiny_model_dir, **{"task.name": "format_copy",
+                                                             "task.use_chat_template": "true", "optim.lr": 1e-3}))
     candidates, rows = run_mechanism_check(config)
     assert [c.value for c in candidates[:4]] == ["1.3", "0.2", "1.2", "0"]  # correct, wrong, badly formatted, none
     assert all(c.result == "ok" for c in candidates)

@@ -69,7 +69,8 @@ def format_copy_records(tiny_model_dir, tmp_path_factory):
 def test_the_record_command_writes_one_json_per_condition_with_every_field(format_copy_records, tiny_model_dir):
     code, folder, records = format_copy_records
     assert code == 0
-    assert sorted(path.name for path in folder.iterdir()) == ["expanded_group.json", "minimal_pair.json"]  # no temp files
+    # no temp files
+    assert sorted(path.name for path in folder.iterdir()) == ["expanded_group.json", "minimal_pair.json"]
     for name, group_size in (("minimal_pair", 2), ("expanded_group", 4)):
         record = records[name]
         assert set(record) == RECORD_FIELDS, name

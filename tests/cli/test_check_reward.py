@@ -212,7 +212,8 @@ def test_json_holds_the_per_kind_numbers(tmp_path):
     data = json.loads(path.read_text())
     assert data["passed"] is False and data["main_component"] == "answer"
     tags_empty, control = data["kinds"]["tags_empty"], data["kinds"]["control"]
-    assert tags_empty["prompts"] == 6 and tags_empty["completions"] == 12  # `<answer></answer>` and `<answer> </answer>`
+    # two completions per prompt: `<answer></answer>` and `<answer> </answer>`
+    assert tags_empty["prompts"] == 6 and tags_empty["completions"] == 12
     assert tags_empty["main_rate"] == 0 and tags_empty["format_rates"] == {"format": 1.0}
     assert tags_empty["any_reward_rate"] == 1.0 and tags_empty["mean_total"] == pytest.approx(0.5)
     assert control["main_rate"] == 1.0 and control["mean_total"] == pytest.approx(1.5)
@@ -467,7 +468,8 @@ def test_graph_color_control_is_its_reference_colouring_and_no_held_out_split_is
 
     drawn = []
     original = ReasoningGymTask._draw_eval
-    monkeypatch.setattr(ReasoningGymTask, "_draw_eval", lambda self, count: drawn.append(count) or original(self, count))
+    monkeypatch.setattr(ReasoningGymTask, "_draw_eval",
+                        lambda self, count: drawn.append(count) or original(self, count))
     result = run_reward_audit(load_config(None, ["task.name=reasoning_gym:graph_color", "train.eval_size=0"]),
                               prompts=2, kinds=["control", "guess_small"])
     assert result.failures == [] and result.kinds["control"].main_full == 2

@@ -131,8 +131,8 @@ def test_the_judges_component_is_read_not_the_total(monkeypatch):
 
 
 def item(rubric=DEFAULT_RUBRIC, top="10"):
-    return AuditPrompt(prompt="What is 20 plus 3?", truth="23", form=AnswerFormat("answer_tags", "<answer>{answer}</answer>"),
-                       rubric=rubric, top_score=top)
+    return AuditPrompt(prompt="What is 20 plus 3?", truth="23",
+                       form=AnswerFormat("answer_tags", "<answer>{answer}</answer>"), rubric=rubric, top_score=top)
 
 
 @pytest.mark.parametrize("kind", JUDGE_KINDS)

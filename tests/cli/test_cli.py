@@ -119,7 +119,8 @@ def test_the_deprecation_filter_is_narrow():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         quiet_library_deprecations()
-        warnings.warn_explicit("x is deprecated", FutureWarning, "modeling_utils.py", 1, module="transformers.modeling_utils")
+        warnings.warn_explicit("x is deprecated", FutureWarning, "modeling_utils.py", 1,
+                               module="transformers.modeling_utils")
         warnings.warn_explicit("y is deprecated", FutureWarning, "other.py", 1, module="mypackage.other")
         warnings.warn_explicit("z changed", UserWarning, "modeling_utils.py", 2, module="transformers.modeling_utils")
     assert [str(w.message) for w in caught] == ["y is deprecated", "z changed"]

@@ -23,7 +23,8 @@ def test_defaults_are_grpo_on_format_copy_with_embedded_model():
 
 def test_overrides_and_yaml(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("algorithm:\n  name: dapo\nrollout:\n  group_size: 4\n  batch_size: 2\noptim:\n  grad_accum_steps: 2\n")
+    path.write_text("algorithm:\n  name: dapo\nrollout:\n  group_size: 4\n  batch_size: 2\n"
+                    "optim:\n  grad_accum_steps: 2\n")
     config = load_config(path, ["optim.lr=1e-4", "algorithm.clip_high=0.3", "model.lora_target_modules=q_proj,v_proj"])
     assert config.algorithm.name == "dapo"
     assert config.algorithm.clip_high == 0.3  # override beats the preset
@@ -55,8 +56,8 @@ def test_every_preset_resolves():
         (["algorithm.name=gmpo", "algorithm.entropy_top_fraction=0.2"],
          "algorithm.entropy_top_fraction=0.2 selects tokens, and algorithm.policy_loss='geo_mean' gives every token"),
         (["algorithm.entropy_top_fraction=0"], "algorithm.entropy_top_fraction must be a finite number in (0, 1]"),
-        (["model.base_product_dtype=float16"], "model.base_product_dtype: unknown choice 'float16' (did you mean 'bfloat16'?); valid choices: "
-                                               "model, bfloat16"),
+        (["model.base_product_dtype=float16"], "model.base_product_dtype: unknown choice 'float16' "
+                                               "(did you mean 'bfloat16'?); valid choices: model, bfloat16"),
         (["model.base_product_dtype=bfloat16"], "model.base_product_dtype=bfloat16 needs algorithm.ppo_epochs=1 (it "
                                                 "is 2): the rounding of reduced-precision products changes"),
         (["model.base_product_dtype=bfloat16", "algorithm.ppo_epochs=1", "model.fused_lora=false"],
@@ -71,9 +72,11 @@ def test_every_preset_resolves():
         (["algorithm.tau_neg=0"], "algorithm.tau_neg must be a finite number in (0, 1000]"),
         (["algorithm.clip_cov_lb=5", "algorithm.clip_cov_ub=5"], "algorithm.clip_cov_lb=5.0 must be below"),
         (["algorithm.name=grpo_passk", "rollout.group_size=1"], "algorithm.advantage_estimator='grpo_passk' compares"),
-        (["algorithm.loss_aggregation=mean"], "valid choices: seq_mean_token_mean, seq_mean_token_sum_norm, token_mean"),
+        (["algorithm.loss_aggregation=mean"],
+         "valid choices: seq_mean_token_mean, seq_mean_token_sum_norm, token_mean"),
         (["task.name=chess"], "task.name: unknown task 'chess'; valid choices: "),
-        (["optim.minibatch_size=5", "optim.grad_accum_steps=2"], "must divide rollout.batch_size * rollout.group_size = 32"),
+        (["optim.minibatch_size=5", "optim.grad_accum_steps=2"],
+         "must divide rollout.batch_size * rollout.group_size = 32"),
         (["optim.grad_accum_steps=3", "optim.minibatch_size=null"], "optim.grad_accum_steps=3 must divide"),
         (["algorithm.std=biased"], "algorithm.std: unknown choice 'biased'; valid choices: population, sample"),
         (["rollout.temperature=0"], "rollout.temperature must be a finite number in (0, 100], got 0.0"),
@@ -91,7 +94,8 @@ def test_config_errors_name_the_problem(overrides, expected):
 def test_unknown_key_in_yaml_file(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("rollout:\n  groupsize: 4\n")
-    with pytest.raises(ConfigError, match="unknown config key 'rollout.groupsize'.*valid keys: backend, batch_size, group_size"):
+    with pytest.raises(ConfigError,
+                       match="unknown config key 'rollout.groupsize'.*valid keys: backend, batch_size, group_size"):
         load_config(path)
 
 
@@ -155,8 +159,10 @@ def test_no_config_run_is_the_shipped_grpo_config():
         ("optim.lr=inf", "optim.lr must be a finite number in (0, 10], got inf"),
         ("health.clip_frac=1.5", "health.clip_frac must be a finite number in [0, 1], got 1.5"),
         ("train.seed=-1", "train.seed must be an integer in [0, 4294967295], got -1"),
-        ("task.reward_weights={answer: .nan}", "task.reward_weights.answer must be a finite number in [-10000, 10000], got nan"),
-        ("expert_iteration.min_reward=.inf", "expert_iteration.min_reward must be a finite number in [-1e+30, 1e+30], got inf"),
+        ("task.reward_weights={answer: .nan}",
+         "task.reward_weights.answer must be a finite number in [-10000, 10000], got nan"),
+        ("expert_iteration.min_reward=.inf",
+         "expert_iteration.min_reward must be a finite number in [-1e+30, 1e+30], got inf"),
         ("train.run_name=/tmp/elsewhere", "train.run_name='/tmp/elsewhere' must be a folder name inside"),
         ("train.run_name=../up", "train.run_name='../up' must be a folder name inside"),
         ("rollout.stop_strings=['']", "rollout.stop_strings must not contain an empty string"),
@@ -288,13 +294,14 @@ def test_the_ppo_preset_and_config_need_no_groups():
     [
         (["algorithm.name=ppo", "algorithm.value_model=none"], "advantage_estimator='gae' needs a learned value"),
         (["algorithm.name=grpo", "algorithm.value_model=shared"], "set algorithm.value_model=none"),
-        (["algorithm.name=ppo", "algorithm.value_model=critic"], "unknown choice 'critic'; valid choices: none, shared, "
-                                                                 "separate"),
+        (["algorithm.name=ppo", "algorithm.value_model=critic"], "unknown choice 'critic'; valid choices: none, "
+                                                                 "shared, separate"),
         (["algorithm.name=grpo", "algorithm.kl_in_reward=0.05"], "algorithm.kl_in_reward=0.05 needs a value model"),
         (["algorithm.name=grpo", "algorithm.value_warmup_iterations=2"], "value_warmup_iterations=2 needs a value"),
         (["algorithm.name=ppo", "algorithm.gae_lambda=1.5"], "algorithm.gae_lambda must be a finite number in [0, 1]"),
         (["algorithm.name=ppo", "algorithm.vf_coef=0"], "algorithm.vf_coef must be a finite number in (0, 10000]"),
-        (["algorithm.name=ppo", "algorithm.value_clip=-0.1"], "algorithm.value_clip must be a finite number in [0, 1000000]"),
+        (["algorithm.name=ppo", "algorithm.value_clip=-0.1"],
+         "algorithm.value_clip must be a finite number in [0, 1000000]"),
         (["health.explained_variance_min=2"], "health.explained_variance_min must be a finite number in [-1000000, 1]"),
     ],
 )
@@ -501,7 +508,8 @@ def test_a_registry_backed_field_reads_the_registrys_retired_names():
         return Root(smooth=build_section(Section, {"kernel": name}, "smooth."))
 
     assert first_choice_error(built("gauss")) is None
-    assert first_choice_error(built("normal")) == "smooth.kernel: 'normal' was renamed to 'gauss'; set smooth.kernel: gauss"
+    assert first_choice_error(built("normal")) == ("smooth.kernel: 'normal' was renamed to 'gauss'; "
+                                                   "set smooth.kernel: gauss")
     assert first_choice_error(built("box")) == "smooth.kernel: unknown choice 'box'; valid choices: gauss"
 
 

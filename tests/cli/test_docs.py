@@ -40,8 +40,8 @@ def _require_mkdocs() -> None:
 
 
 def _mkdocs_build(config_file: Path, site: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config_file), "-d", str(site)],
-                          cwd=config_file.parent, capture_output=True, text=True, timeout=600,
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config_file),
+                           "-d", str(site)], cwd=config_file.parent, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
 
 
@@ -81,7 +81,8 @@ def test_a_broken_link_or_anchor_fails_the_strict_build(tmp_path):
     for png in (REPO / "docs").glob("*.png"):  # the pictures the pages show, without copying them
         (site_src / "docs" / png.name).symlink_to(png)
     page = site_src / "docs" / "guides" / "health.md"
-    page.write_text(page.read_text() + "\nSee [the outputs](outputs.md#no-such-section) and [a page](no-such-page.md).\n")
+    page.write_text(page.read_text()
+                    + "\nSee [the outputs](outputs.md#no-such-section) and [a page](no-such-page.md).\n")
     done = _mkdocs_build(site_src / "mkdocs.yml", tmp_path / "site")
     assert done.returncode != 0
     assert "no-such-page.md" in done.stderr and "no-such-section" in done.stderr, done.stderr[-4000:]
@@ -246,8 +247,10 @@ def test_the_config_reference_hook_writes_one_row_per_key_from_rlvr_config():
     assert len(rows) == len(described) > 100
     (lr_row,) = [row for row in rows if row.startswith("| `optim.lr` |")]
     (lr,) = [r for r in described if r.key == "optim.lr"]
-    assert lr_row == f"| `optim.lr` | float in (0, 10] | `0.0005` | {lr.help.replace('|', chr(92) + '|')} |"  # the no-config default
-    assert "## `expert_iteration`" in markdown and markdown.count("|---|---|---|---|") == len(dataclasses.fields(Config))
+    # the no-config default
+    assert lr_row == f"| `optim.lr` | float in (0, 10] | `0.0005` | {lr.help.replace('|', chr(92) + '|')} |"
+    assert ("## `expert_iteration`" in markdown
+            and markdown.count("|---|---|---|---|") == len(dataclasses.fields(Config)))
     assert gen_config._cell("a | b") == "a \\| b" and gen_config._code("x`y") == "`` x`y ``"
     page = (REPO / "docs" / "reference" / "config.md").read_text()
     filled = gen_config.on_page_markdown(page, None, None, None)

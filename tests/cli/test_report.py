@@ -90,7 +90,8 @@ def test_plotly_figure_switches_x_axis_and_shows_eval_spans_only_in_seconds(two_
     (menu,) = by_seconds.layout.updatemenus
     assert [b.label for b in menu.buttons] == ["x: iteration", "x: seconds"] and menu.active == 1
     assert menu.buttons[0].args[0]["x"] == [[0, 2, 4]] and menu.buttons[1].args[0]["x"] == [[6.0, 66.0, 126.0]]
-    assert menu.buttons[1].args[0]["error_x.visible"] == [True] and menu.buttons[0].args[0]["error_x.visible"] == [False]
+    assert menu.buttons[1].args[0]["error_x.visible"] == [True]
+    assert menu.buttons[0].args[0]["error_x.visible"] == [False]
     assert menu.buttons[1].args[1]["xaxis.title.text"] == X_LABELS["seconds"]
 
 

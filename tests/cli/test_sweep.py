@@ -95,7 +95,8 @@ def test_shipped_sweep_files_build_a_valid_config_per_point(path):
 
 
 @pytest.mark.slow
-def test_sweep_runs_the_grid_skips_finished_runs_and_resumes_unfinished_ones(tiny_model_dir, tmp_path, monkeypatch, capsys):
+def test_sweep_runs_the_grid_skips_finished_runs_and_resumes_unfinished_ones(tiny_model_dir, tmp_path, monkeypatch,
+                                                                              capsys):
     out = tmp_path / "sweep"
     base = tiny_overrides(tiny_model_dir, tmp_path / "unused", **{"train.eval_every": 0, "train.save_every": 1})
     args = ["sweep", *base, "--grid", "algorithm.ppo_epochs=1,2", "--grid", "optim.lr=1e-2", "--output", str(out)]

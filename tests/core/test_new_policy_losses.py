@@ -145,7 +145,6 @@ def test_dual_clip_bounds_negative_advantages_only():
     c = 3.0
     per_token, loss, grad, metrics = _token_mean_grad("dual_clip", logprobs, old, advantages, mask,
                                                       clip_low=0.2, clip_high=0.2, clip_ratio_c=c)
-    count = mask.sum().item()
     bound_active = 0
     for b, t in _valid(mask):
         a = advantages[b].item()

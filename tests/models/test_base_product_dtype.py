@@ -51,7 +51,8 @@ def test_the_base_product_rounds_its_input_and_weight_and_nothing_else():
     assert (exact - got).abs().max() > 1e-3
     grad_x, grad_a, grad_b = torch.autograd.grad((got * probe).sum(), (x, lora_a, lora_b))
     g = probe
-    torch.testing.assert_close(grad_x, (g.bfloat16() @ w_low).float() + scaling * (g @ lora_b.detach()) @ lora_a.detach(),
+    torch.testing.assert_close(grad_x,
+                               (g.bfloat16() @ w_low).float() + scaling * (g @ lora_b.detach()) @ lora_a.detach(),
                                rtol=1e-6, atol=1e-6)
     # The adapter's gradients do not involve W: exactly the fp32 formulas, from the fp32 input.
     torch.testing.assert_close(grad_a, scaling * (g @ lora_b.detach()).T @ x.detach(), rtol=1e-6, atol=1e-6)

@@ -98,7 +98,8 @@ def _intermediate_activations(model, input_ids, attention_mask) -> int:
     kept = set()
 
     def pack(tensor):
-        if tensor.dim() >= 2 and tensor.shape[-1] == intermediate and tensor.numel() >= input_ids.numel() * intermediate:
+        if (tensor.dim() >= 2 and tensor.shape[-1] == intermediate
+                and tensor.numel() >= input_ids.numel() * intermediate):
             kept.add(tensor.untyped_storage().data_ptr())
         return tensor
 

@@ -145,7 +145,8 @@ def test_gguf_path_spec_is_converted_once_and_keyed_by_mtime(tmp_path, monkeypat
     write_tiny_llama_gguf(tmp_path / "Tiny.gguf", build_tiny_model())
     conversions = []
     real_save = conversion_module.save_verified_copy
-    monkeypatch.setattr(conversion_module, "save_verified_copy", lambda *a, **k: conversions.append(1) or real_save(*a, **k))
+    monkeypatch.setattr(conversion_module, "save_verified_copy",
+                        lambda *a, **k: conversions.append(1) or real_save(*a, **k))
 
     first, gguf_file = resolve_model_path(tmp_path / "Tiny.gguf")
     second, _ = resolve_model_path(str(tmp_path / "Tiny.gguf"))
@@ -345,7 +346,8 @@ def test_dropout_is_switched_off_and_checkpointed_training_is_deterministic(tmp_
     for lora in (None, LoraSettings(rank=4)):
         loaded = load_policy(tmp_path / "model", lora=lora, gradient_checkpointing=True)
         assert loaded.policy.training  # checkpointing only runs in train mode
-        torch.testing.assert_close(token_logprobs(loaded.policy, ids), token_logprobs(loaded.policy, ids), atol=0, rtol=0)
+        torch.testing.assert_close(token_logprobs(loaded.policy, ids), token_logprobs(loaded.policy, ids),
+                                   atol=0, rtol=0)
     noisy = load_policy(tmp_path / "model", gradient_checkpointing=True, turn_off_dropout=False)
     assert not torch.equal(token_logprobs(noisy.policy, ids), token_logprobs(noisy.policy, ids))
 
@@ -427,7 +429,8 @@ def test_embedded_smollm2_converts_and_generates_like_the_gguf(monkeypatch):
     gguf_loaded = []
     real_save = conversion_module.save_verified_copy
     monkeypatch.setattr(
-        conversion_module, "save_verified_copy", lambda model, *a, **k: gguf_loaded.append(model) or real_save(model, *a, **k)
+        conversion_module, "save_verified_copy",
+        lambda model, *a, **k: gguf_loaded.append(model) or real_save(model, *a, **k)
     )
     loaded = load_policy("smollm2-135m-instruct")  # converts into the test's own cache
     assert is_complete_conversion(loaded.model_path) and len(gguf_loaded) == 1

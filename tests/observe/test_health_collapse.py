@@ -113,8 +113,9 @@ def collapsed_addition_run() -> list[dict]:
     distinct = [0.95, 0.9, 0.8, 0.6, 0.45, 0.35, 0.25, 0.15, 0.125, 0.125]
     records = []
     for i in range(10):
-        record = {"reward/mean": totals[i], "reward/answer": answers[i], "reward/format": (totals[i] - answers[i]) / 0.2,
-                  "entropy": entropy[i], "distinct_completions_frac": distinct[i], "correct_frac": answers[i]}
+        record = {"reward/mean": totals[i], "reward/answer": answers[i],
+                  "reward/format": (totals[i] - answers[i]) / 0.2, "entropy": entropy[i],
+                  "distinct_completions_frac": distinct[i], "correct_frac": answers[i]}
         if i + 1 in (4, 8):
             record["eval/accuracy"] = {4: 0.094, 8: 0.0}[i + 1]
         records.append(record)
@@ -152,7 +153,8 @@ def test_monitor_takes_the_task_primary_and_refuses_an_unknown_one():
     monitor = HealthMonitor.from_config(config, task_components=("share",), task_primary="share")
     assert monitor.thresholds.primary_component == "share" and config.health.primary_component == ""
     chosen = load_config(None, ["task.name=integer", "health.primary_component=format"])
-    assert HealthMonitor.from_config(chosen, task_components=("answer", "format")).thresholds.primary_component == "format"
+    monitor = HealthMonitor.from_config(chosen, task_components=("answer", "format"))
+    assert monitor.thresholds.primary_component == "format"
     wrong = load_config(None, ["health.primary_component=answr"])
     with pytest.raises(ValueError, match="'answr' is not a component of task 'format_copy'; valid choices: answer"):
         HealthMonitor.from_config(wrong, task_components=("answer", "tag", "strict"))

@@ -16,8 +16,9 @@ def _rows(advantages: list[float], group_size: int = 2) -> RolloutRows:
     n = len(advantages)
     verdicts = [Verdict(components={"answer": 1.0}, total=1.0, status="ok", verifier="hand", version="1")] * n
     return RolloutRows(verdicts=verdicts, rewards=torch.tensor([1.0, 0.0] * (n // 2)),
-                       advantages=torch.tensor(advantages), lengths=torch.full((n,), 3), truncated=torch.zeros(n).bool(),
-                       group_size=group_size, sampled_groups=n // group_size, filled_no_contrast=0, rounds=1,
+                       advantages=torch.tensor(advantages), lengths=torch.full((n,), 3),
+                       truncated=torch.zeros(n).bool(), group_size=group_size, sampled_groups=n // group_size,
+                       filled_no_contrast=0, rounds=1,
                        samples=[{"completion": str(i)} for i in range(n)])
 
 

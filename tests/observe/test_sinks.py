@@ -28,7 +28,8 @@ def test_tensorboard_sink_writes_every_numeric_scalar(tmp_path):
     pytest.importorskip("tensorboard", reason="tensorboard is in the test extra; install rlvr[test]")
     config = load_config(None, ["train.loggers=[tensorboard]"])
     writer = RunWriter(tmp_path, sinks=build_sinks(config, tmp_path))
-    writer.metrics({"iteration": 1, "reward/mean": 0.25, "kl": 0.125, "note": "text", "flag": True, "nan": float("nan")})
+    writer.metrics({"iteration": 1, "reward/mean": 0.25, "kl": 0.125, "note": "text", "flag": True,
+                    "nan": float("nan")})
     writer.metrics({"iteration": 2, "reward/mean": 0.75, "kl": 0.0625})
     writer.eval({"iteration": 2, "eval/accuracy": 0.5, "examples": [{"x": 1}]})
     writer.close()
@@ -84,7 +85,8 @@ def test_wandb_sink_runs_offline_and_logs_numbers_by_iteration(tmp_path, monkeyp
     assert calls["finish"] == [True]
 
 
-@pytest.mark.parametrize("sink, module", [("tensorboard", "tensorboard"), ("wandb", "wandb"), ("mlflow", "mlflow"), ("aim", "aim")])
+@pytest.mark.parametrize("sink, module",
+                         [("tensorboard", "tensorboard"), ("wandb", "wandb"), ("mlflow", "mlflow"), ("aim", "aim")])
 def test_missing_package_is_a_clear_error_only_when_asked_for(tmp_path, monkeypatch, sink, module):
     monkeypatch.setitem(sys.modules, module, None)  # `import module` now raises ImportError
     with pytest.raises(MissingSinkPackage, match=rf"pip install 'rlvr\[{sink}\]'"):

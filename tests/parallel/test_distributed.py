@@ -55,8 +55,9 @@ def _full_batch() -> RolloutBatch:
     ref_logprobs = -0.5 - 2 * torch.rand(completion_mask.shape, generator=generator, dtype=torch.float64)
     returns = torch.rand(completion_mask.shape, generator=generator, dtype=torch.float64) * 1.5  # PPO's targets
     return RolloutBatch(
-        input_ids=input_ids, attention_mask=attention_mask, prompt_len=PROMPT_LEN, completion_mask=completion_mask.double(),
-        old_logprobs=None, ref_logprobs=ref_logprobs * completion_mask, rewards=torch.tensor(ADVANTAGES).double(),
+        input_ids=input_ids, attention_mask=attention_mask, prompt_len=PROMPT_LEN,
+        completion_mask=completion_mask.double(), old_logprobs=None, ref_logprobs=ref_logprobs * completion_mask,
+        rewards=torch.tensor(ADVANTAGES).double(),
         advantages=torch.tensor(ADVANTAGES, dtype=torch.float64), group_ids=torch.arange(rows) // GROUP,
         old_values=torch.zeros(completion_mask.shape, dtype=torch.float64),  # the zero-initialised head's
         returns=returns * completion_mask,

@@ -124,7 +124,8 @@ def _group(prompt_ids, completion_ids, lengths, loss_mask, sampler):
     rows = len(completion_ids)
     prompt = torch.tensor(prompt_ids).repeat(rows, 1)  # [G, P]
     completion = torch.tensor(completion_ids)  # [G, C]
-    mask = torch.cat([torch.ones_like(prompt), (torch.arange(completion.shape[1])[None] < torch.tensor(lengths)[:, None]).long()], 1)
+    mask = torch.cat([torch.ones_like(prompt),
+                      (torch.arange(completion.shape[1])[None] < torch.tensor(lengths)[:, None]).long()], 1)
     return SampledGroup(example=None, prompt="", input_ids=torch.cat([prompt, completion], 1), attention_mask=mask,
                         prompt_len=len(prompt_ids), texts=[""] * rows, verdicts=[], lengths=torch.tensor(lengths),
                         truncated=torch.zeros(rows, dtype=torch.bool), rewards=torch.zeros(rows),

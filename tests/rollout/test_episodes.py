@@ -413,7 +413,8 @@ def test_the_held_out_eval_reports_its_episodes_turns_calls_and_errors():
     # Policy tokens: 3 a turn (a, b, EOS); the rest after the prompt are the environment's replies.
     policy = 3 * (1 + 2 + 3)
     env_tokens = sum(r["env_tokens"] for r in records)
-    assert env_tokens > 0 and metrics["eval/episode/env_token_frac"] == pytest.approx(env_tokens / (env_tokens + policy))
+    assert env_tokens > 0
+    assert metrics["eval/episode/env_token_frac"] == pytest.approx(env_tokens / (env_tokens + policy))
     # Single completions add no episode metrics.
     plain = [{**r, "verdict": r["verdict"]} for r in records]
     for r in plain:

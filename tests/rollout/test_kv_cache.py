@@ -98,7 +98,7 @@ def test_decode_step_equals_the_full_forward(tiny):
     with torch.inference_mode():
         prefill = model(input_ids=ids, attention_mask=mask, position_ids=positions[:, :prompt_len], use_cache=True)
         layers = prefill.past_key_values.layers
-        cache.write_prompt([l.keys for l in layers], [l.values for l in layers], mask, 1)
+        cache.write_prompt([layer.keys for layer in layers], [layer.values for layer in layers], mask, 1)
         next_position = positions[:, prompt_len]
         kept = torch.arange(rows)
         for step in range(steps):

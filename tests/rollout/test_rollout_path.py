@@ -120,7 +120,8 @@ def test_every_task_declares_its_stop_strings(tmp_path, monkeypatch):
     (tmp_path / "rlvr_stops_taskset.py").write_text(
         "import verifiers.v1 as vf\n"
         "class T(vf.Task):\n    @vf.reward\n    async def one(self, trace) -> float:\n        return 1.0\n"
-        "class S(vf.Taskset[T]):\n    def load(self):\n        return [T(vf.TaskData(prompt=str(i))) for i in range(5)]\n"
+        "class S(vf.Taskset[T]):\n    def load(self):\n"
+        "        return [T(vf.TaskData(prompt=str(i))) for i in range(5)]\n"
         "__all__ = ['S']\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     data = tmp_path / "problems.jsonl"

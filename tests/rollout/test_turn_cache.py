@@ -42,7 +42,8 @@ def held_rows(net, prompts: list[list[int]]) -> list[CachedRow]:
         with torch.no_grad():
             out = net(input_ids=torch.tensor([prompt]), use_cache=True)
         layers = out.past_key_values.layers
-        rows.append(CachedRow(tuple(prompt), [l.keys[0] for l in layers], [l.values[0] for l in layers]))
+        rows.append(CachedRow(tuple(prompt), [layer.keys[0] for layer in layers],
+                              [layer.values[0] for layer in layers]))
     return rows
 
 

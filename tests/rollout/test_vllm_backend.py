@@ -175,7 +175,8 @@ def _rlvr_train(model_dir, run_dir, **overrides) -> list[dict]:
     from rlvr.utils import read_jsonl
     from tests.conftest import tiny_overrides
 
-    items = tiny_overrides(model_dir, run_dir, **{"rollout.backend": "vllm", "rollout.backend_options.max_model_len": 128,
+    items = tiny_overrides(model_dir, run_dir, **{"rollout.backend": "vllm",
+                                                  "rollout.backend_options.max_model_len": 128,
                                                   "train.eval_size": 0, **overrides})
     assert main(["train", *items]) == 0
     records = read_jsonl(run_dir / "metrics.jsonl")

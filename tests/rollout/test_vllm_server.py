@@ -301,7 +301,8 @@ def test_answers_are_laid_out_prompt_major_with_the_servers_logprobs(fake_server
     with backend.sync():
         generation = backend.generate(PROMPTS, 4, SAMPLED)
     _assert_is_the_fakes(generation, lora_policy.tokenizer, PROMPTS, 4, SAMPLED)
-    input_ids, _, _, texts, lengths, truncated, prompt_width = _expected_rows(lora_policy.tokenizer, PROMPTS, 4, SAMPLED)
+    input_ids, _, _, texts, lengths, truncated, prompt_width = _expected_rows(lora_policy.tokenizer, PROMPTS, 4,
+                                                                              SAMPLED)
     # Every kind of ending is compared: the budget, EOS within it, EOS as the budget's last token, a stop.
     last = input_ids[torch.arange(len(lengths)), prompt_width + lengths - 1]  # [N] each row's last token
     assert bool(truncated.any()) and not bool(truncated.all())
@@ -387,7 +388,8 @@ def test_an_adapter_dir_is_kept_and_only_this_runs_versions_are_deleted(fake_ser
     for _ in range(2):
         with backend.sync():
             pass
-    assert [body["lora_path"] for body in fake_server.posted("/v1/load_lora_adapter")][-1] == str(shared / backend.adapter)
+    adapter_paths = [body["lora_path"] for body in fake_server.posted("/v1/load_lora_adapter")]
+    assert adapter_paths[-1] == str(shared / backend.adapter)
     assert sorted(p.name for p in shared.iterdir()) == sorted(["someone-else", backend.adapter])
     backend.close()
     assert sorted(p.name for p in shared.iterdir()) == ["someone-else"] and fake_server.adapters == {}

@@ -16,29 +16,7 @@ import torch
 from rlvr.cli import main
 from rlvr.models import LoraSettings, load_policy, trainable_parameters
 from rlvr.utils import read_jsonl
-from tests.conftest import tiny_overrides
-
-ITERATIONS = 4
-
-
-def _overrides(model_dir, run_dir, **extra):
-    return tiny_overrides(model_dir, run_dir, **{"train.iterations": ITERATIONS, "train.save_every": 2,
-                                                 "train.keep_checkpoints": 5, "model.lora_rank": 4,
-                                                 "model.lora_alpha": 8, "train.eval_size": 2, **extra})
-
-
-@pytest.fixture(scope="module")
-def reference_run(tiny_model_dir, tmp_path_factory):
-    """An uninterrupted run with checkpoints at iterations 2 and 4."""
-    run_dir = tmp_path_factory.mktemp("reference") / "run"
-    assert main(["train", *_overrides(tiny_model_dir, run_dir)]) == 0
-    return run_dir
-
-
-def _copy(run_dir: Path, target: Path) -> Path:
-    shutil.copytree(run_dir, target)
-    return target
-
+from tests.run.conftest import _copy, _overrides  # and the fixture reference_run
 
 def _truncate(path: Path) -> None:
     data = path.read_bytes()
@@ -71,7 +49,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(reference_ru
     assert len(set_aside) == 1  # kept for inspection, never loaded again
     (record,) = read_jsonl(run_dir / "resumes.jsonl")
     assert record["checkpoint"] == "iter_000002"
-    assert record["skipped_checkpoints"][0]["checkpoint"] == "iter_000004" and record["skipped_checkpoints"][0]["damaged"]
+    assert (record["skipped_checkpoints"][0]["checkpoint"] == "iter_000004"
+            and record["skipped_checkpoints"][0]["damaged"])
 
 
 def test_a_changed_byte_that_still_loads_is_caught_by_the_manifest(reference_run, tmp_path, capsys):
@@ -133,7 +112,8 @@ def test_manifest_holds_every_file_and_catches_changes(reference_run, tmp_path):
 
     folder = _copy(reference_run, tmp_path / "run") / "checkpoints" / "iter_000004"
     manifest = json.loads((folder / "manifest.json").read_text())
-    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json")
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                   if p.is_file() and p.name != "manifest.json")
     assert sorted(manifest["files"]) == files and "optimizer.pt" in files
     for name, entry in manifest["files"].items():  # recomputed here, independently
         data = (folder / name).read_bytes()

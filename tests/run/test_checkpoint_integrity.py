@@ -16,8 +16,7 @@ from rlvr.models.checkpoint_files import (checkpoint_candidates, pinned, read_po
                                           verify_checkpoint)
 from rlvr.utils import read_jsonl
 
-from tests.run.test_checkpoint import _copy, _overrides  # the same tiny run, set up once there
-from tests.run.test_checkpoint import reference_run as base_run  # noqa: F401  (a fixture: intact checkpoints 2 and 4)
+from tests.run.conftest import _copy, _overrides  # and the fixture reference_run: intact checkpoints 2 and 4
 
 
 def _flip_adapter_byte(checkpoint: Path) -> None:
@@ -46,8 +45,8 @@ BAD_POINTERS = {"empty": b"", "whitespace": b"  \n\t", "dot": b".\n", "dotdot": 
 
 
 @pytest.mark.parametrize("kind", list(BAD_POINTERS))
-def test_a_bad_pointer_is_reported_and_the_newest_checkpoint_folder_used(base_run, tmp_path, kind):
-    run_dir = _copy(base_run, tmp_path / "run")
+def test_a_bad_pointer_is_reported_and_the_newest_checkpoint_folder_used(reference_run, tmp_path, kind):
+    run_dir = _copy(reference_run, tmp_path / "run")
     root = run_dir / "checkpoints"
     outside = _copy(root / "iter_000002", tmp_path / "elsewhere" / "iter_000002")
     _write_pointer(root, BAD_POINTERS[kind], outside)
@@ -57,18 +56,19 @@ def test_a_bad_pointer_is_reported_and_the_newest_checkpoint_folder_used(base_ru
     assert candidates == [root / "iter_000004", root / "iter_000002"] and reported == problem
 
 
-def test_a_good_pointer_comes_first_then_older_ones_only(base_run, tmp_path):
-    run_dir = _copy(base_run, tmp_path / "run")
+def test_a_good_pointer_comes_first_then_older_ones_only(reference_run, tmp_path):
+    run_dir = _copy(reference_run, tmp_path / "run")
     root = run_dir / "checkpoints"
     (root / "latest").write_text("iter_000002\n")
     assert checkpoint_candidates(run_dir) == ([root / "iter_000002"], None)
 
 
 @pytest.mark.parametrize("kind", ["empty", "outside the run", "undecodable", "directory"])
-def test_resume_through_a_bad_pointer_continues_from_the_newest_intact_checkpoint(base_run, tmp_path, capsys, kind):
+def test_resume_through_a_bad_pointer_continues_from_the_newest_intact_checkpoint(reference_run, tmp_path, capsys,
+                                                                                   kind):
     """Today's bug: an empty pointer made checkpoints/ itself the checkpoint and the resume failed; one
     naming a folder outside the run loaded that folder (here a copy of iteration 2)."""
-    run_dir = _copy(base_run, tmp_path / "run")
+    run_dir = _copy(reference_run, tmp_path / "run")
     root = run_dir / "checkpoints"
     outside = _copy(root / "iter_000002", tmp_path / "elsewhere" / "iter_000002")
     _write_pointer(root, BAD_POINTERS[kind], outside)
@@ -96,16 +96,16 @@ MALFORMED = {
 
 
 @pytest.mark.parametrize("kind", list(MALFORMED))
-def test_a_malformed_manifest_makes_the_checkpoint_damaged_instead_of_crashing(base_run, tmp_path, kind):
-    folder = _copy(base_run, tmp_path / "run") / "checkpoints" / "iter_000004"
+def test_a_malformed_manifest_makes_the_checkpoint_damaged_instead_of_crashing(reference_run, tmp_path, kind):
+    folder = _copy(reference_run, tmp_path / "run") / "checkpoints" / "iter_000004"
     manifest = json.loads((folder / "manifest.json").read_text())
     (folder / "manifest.json").write_text(json.dumps(MALFORMED[kind](manifest)))
     reason = verify_checkpoint(folder)
     assert reason is not None and "manifest.json" in reason
 
 
-def test_a_manifest_that_is_a_folder_or_not_json_is_unreadable(base_run, tmp_path):
-    root = _copy(base_run, tmp_path / "run") / "checkpoints"
+def test_a_manifest_that_is_a_folder_or_not_json_is_unreadable(reference_run, tmp_path):
+    root = _copy(reference_run, tmp_path / "run") / "checkpoints"
     (root / "iter_000004" / "manifest.json").unlink()
     (root / "iter_000004" / "manifest.json").mkdir()
     assert verify_checkpoint(root / "iter_000004") == "manifest.json is unreadable (IsADirectoryError)"
@@ -113,8 +113,8 @@ def test_a_manifest_that_is_a_folder_or_not_json_is_unreadable(base_run, tmp_pat
     assert verify_checkpoint(root / "iter_000002").startswith("manifest.json is unreadable")
 
 
-def test_files_beside_the_manifest_and_a_manifest_without_the_weights_are_damage(base_run, tmp_path):
-    root = _copy(base_run, tmp_path / "run") / "checkpoints"
+def test_files_beside_the_manifest_and_a_manifest_without_the_weights_are_damage(reference_run, tmp_path):
+    root = _copy(reference_run, tmp_path / "run") / "checkpoints"
     (root / "iter_000004" / "model" / "extra.safetensors").write_bytes(b"\x00" * 8)
     assert verify_checkpoint(root / "iter_000004") == ("model/extra.safetensors is not in manifest.json (added "
                                                        "after the checkpoint was written)")
@@ -127,8 +127,8 @@ def test_files_beside_the_manifest_and_a_manifest_without_the_weights_are_damage
     assert verify_checkpoint(folder) == "manifest.json does not list model"
 
 
-def test_a_missing_or_empty_manifest_is_only_forgiven_in_a_run_from_before_manifests(base_run, tmp_path):
-    root = _copy(base_run, tmp_path / "run") / "checkpoints"
+def test_a_missing_or_empty_manifest_is_only_forgiven_in_a_run_from_before_manifests(reference_run, tmp_path):
+    root = _copy(reference_run, tmp_path / "run") / "checkpoints"
     (root / "iter_000004" / "manifest.json").unlink()
     (root / "iter_000004" / "optimizer.pt").write_bytes(b"changed")  # nothing would notice without a manifest
     assert verify_checkpoint(root / "iter_000004") == "manifest.json is missing"
@@ -140,8 +140,8 @@ def test_a_missing_or_empty_manifest_is_only_forgiven_in_a_run_from_before_manif
     assert verify_checkpoint(root / "iter_000002") == "manifest.json is malformed (it lists no files)"
 
 
-def test_resume_sets_a_checkpoint_with_a_malformed_manifest_aside(base_run, tmp_path, capsys):
-    run_dir = _copy(base_run, tmp_path / "run")
+def test_resume_sets_a_checkpoint_with_a_malformed_manifest_aside(reference_run, tmp_path, capsys):
+    run_dir = _copy(reference_run, tmp_path / "run")
     manifest_path = run_dir / "checkpoints" / "iter_000004" / "manifest.json"
     manifest_path.write_text(json.dumps({**json.loads(manifest_path.read_text()), "files": []}))
     assert main(["train", "--resume", str(run_dir)]) == 0
@@ -150,8 +150,8 @@ def test_resume_sets_a_checkpoint_with_a_malformed_manifest_aside(base_run, tmp_
     assert record["checkpoint"] == "iter_000002"
 
 
-def test_resume_passes_over_a_checkpoint_with_a_file_it_did_not_write(base_run, tmp_path, capsys):
-    run_dir = _copy(base_run, tmp_path / "run")
+def test_resume_passes_over_a_checkpoint_with_a_file_it_did_not_write(reference_run, tmp_path, capsys):
+    run_dir = _copy(reference_run, tmp_path / "run")
     (run_dir / "checkpoints" / "iter_000004" / "model" / "model.safetensors").write_bytes(b"\x00" * 16)
     assert main(["train", "--resume", str(run_dir)]) == 0
     assert "iter_000004 is damaged: model/model.safetensors is not in manifest.json" in capsys.readouterr().err
@@ -161,8 +161,8 @@ def test_resume_passes_over_a_checkpoint_with_a_file_it_did_not_write(base_run, 
 
 # ----------------------------------------------------------------------------- every loader verifies
 
-def test_export_refuses_a_damaged_checkpoint_and_names_the_intact_one(base_run, tmp_path, capsys):
-    run_dir = _copy(base_run, tmp_path / "run")
+def test_export_refuses_a_damaged_checkpoint_and_names_the_intact_one(reference_run, tmp_path, capsys):
+    run_dir = _copy(reference_run, tmp_path / "run")
     _flip_adapter_byte(run_dir / "checkpoints" / "iter_000004")
     out = tmp_path / "exported"
     assert main(["export", str(run_dir), "--out", str(out)]) == 2
@@ -176,12 +176,12 @@ def test_export_refuses_a_damaged_checkpoint_and_names_the_intact_one(base_run, 
     assert main(["export", str(run_dir), "--checkpoint", "iter_000002", "--out", str(tmp_path / "named")]) == 0
 
 
-def test_eval_and_init_from_refuse_a_damaged_checkpoint_before_loading_a_model(base_run, tmp_path, capsys,
+def test_eval_and_init_from_refuse_a_damaged_checkpoint_before_loading_a_model(reference_run, tmp_path, capsys,
                                                                               tiny_model_dir, monkeypatch):
     import rlvr.models.runs as runs
     import rlvr.run.setup as run_setup
 
-    run_dir = _copy(base_run, tmp_path / "run")
+    run_dir = _copy(reference_run, tmp_path / "run")
     _flip_adapter_byte(run_dir / "checkpoints" / "iter_000004")
     loads = []
     for module in (runs, run_setup):
@@ -194,10 +194,10 @@ def test_eval_and_init_from_refuse_a_damaged_checkpoint_before_loading_a_model(b
     assert "model.init_from: checkpoint" in err and "iter_000004 is damaged" in err and not loads
 
 
-def test_a_checkpoint_loaded_for_inference_is_verified_even_as_a_folder(base_run, tmp_path):
+def test_a_checkpoint_loaded_for_inference_is_verified_even_as_a_folder(reference_run, tmp_path):
     from rlvr.models.runs import DamagedCheckpointError, load_policy_from_run
 
-    run_dir = _copy(base_run, tmp_path / "run")
+    run_dir = _copy(reference_run, tmp_path / "run")
     (run_dir / "checkpoints" / "iter_000002" / "trainer_state.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(DamagedCheckpointError, match="iter_000002 is damaged: trainer_state.pt has 16 bytes"):
         load_policy_from_run(run_dir / "checkpoints" / "iter_000002" / "model")
@@ -206,8 +206,8 @@ def test_a_checkpoint_loaded_for_inference_is_verified_even_as_a_folder(base_run
 
 # ----------------------------------------------------------------------------- a reader's checkpoint is kept
 
-def test_a_pinned_checkpoint_is_not_deleted_until_its_reader_is_done(base_run, tmp_path):
-    folder = _copy(base_run, tmp_path / "run") / "checkpoints" / "iter_000002"
+def test_a_pinned_checkpoint_is_not_deleted_until_its_reader_is_done(reference_run, tmp_path):
+    folder = _copy(reference_run, tmp_path / "run") / "checkpoints" / "iter_000002"
     with pinned(folder):
         assert remove_checkpoint_folder(folder) is False and folder.is_dir()
     assert remove_checkpoint_folder(folder) is True and not folder.exists()

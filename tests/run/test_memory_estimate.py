@@ -160,7 +160,8 @@ def test_sft_and_eval_are_refused_by_their_own_sizes(tmp_path, tiny_model_dir, m
         prepare_task(big_sft, run="expert_iteration")
     big_eval = sft_config(tmp_path, tiny_model_dir, "train.eval_batch_size=65536", "train.eval_size=65536",
                           "train.eval_max_new_tokens=65536")
-    with pytest.raises(ConfigError, match=r"smaller: KV cache [0-9.]+ TiB \(train.eval_batch_size, train.eval_max_new_tokens\); "
+    with pytest.raises(ConfigError, match=r"smaller: KV cache [0-9.]+ TiB "
+                                          r"\(train.eval_batch_size, train.eval_max_new_tokens\); "
                                           r"weights [0-9.]+ KiB \(model.name, model.dtype\)\. "):
         prepare_task(big_eval, inference=True, run="eval")
     assert prepare_task(big_eval, inference=True).name == "char_count"  # check --reward: no estimate

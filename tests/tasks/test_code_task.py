@@ -136,7 +136,8 @@ def test_humaneval_canonical_solutions_score_one_and_broken_ones_less():
     seconds = time.monotonic() - started
     print(f"judged HumanEval's 164 canonical solutions in {seconds:.1f} s")
     assert {k: v.detail for k, v in canonical.items() if v.total != 1.5} == {}
-    broken = {e.metadata["problem"].task_id: task.score(f"```python\n{_broken(e.metadata['problem'].reference)}\n```", e)
+    broken = {e.metadata["problem"].task_id:
+              task.score(f"```python\n{_broken(e.metadata['problem'].reference)}\n```", e)
               for e in examples}
     assert {k: v.components for k, v in broken.items() if not v.components["all_passed"] < 1.0} == {}
     assert all(math.isfinite(v.total) for v in broken.values())

@@ -149,8 +149,10 @@ def test_a_large_csv_file_is_indexed_not_held(tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    (b"q,a\nfirst,1\nsecond,2,extra\n", r"rows.csv row 2 \(line 3\): 3 values for the 2 columns of the header \(q, a\)"),
-    (b'q,a\nfirst,1\n"second\n,2\nthird,3\n', r"rows.csv row 2 \(line 3\): 1 values for the 2 columns"),  # quote never closed
+    (b"q,a\nfirst,1\nsecond,2,extra\n",
+     r"rows.csv row 2 \(line 3\): 3 values for the 2 columns of the header \(q, a\)"),
+    # quote never closed
+    (b'q,a\nfirst,1\n"second\n,2\nthird,3\n', r"rows.csv row 2 \(line 3\): 1 values for the 2 columns"),
     (b"q,a\nfirst,1\nsec\xffond,2\n", r"rows.csv row 2 \(line 3\): not UTF-8 text \(byte 0xff at column 4\)"),
     (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", r"rows.csv header \(line 1\): not UTF-8 text \(byte 0x89"),
     (b"q,a\n\n\n", r"rows.csv: the file is empty"),
@@ -231,7 +233,8 @@ def test_a_large_json_list_is_indexed_not_held(tmp_path):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert len(rows) == ROW_COUNT and seen == sum(len(f"Wie viel ist {i} plus {i}? \u00e4\u4e2d") for i in range(ROW_COUNT))
+    assert len(rows) == ROW_COUNT
+    assert seen == sum(len(f"Wie viel ist {i} plus {i}? \u00e4\u4e2d") for i in range(ROW_COUNT))
     # each item from its own byte offset (past 5001 two-byte and three-byte characters)
     assert middle.where == f"{path} item 5002" and middle.record["a"] == "10002" and middle.record["notes"] == PADDING
     assert marked.record == {"q": "Wie viel ist 3000 plus 3000? \u00e4\u4e2d", "a": "6000", "notes": '"}], [3000'}
@@ -252,8 +255,10 @@ def test_a_json_item_longer_than_the_read_window_is_read_whole(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("content, message", [
-    (b'[{"q": "a"},\n {"q": "b" "a": 1}]', r"rows.json item 2: not valid JSON \(Expecting ',' delimiter: line 2 column 12\)"),
-    (b'[{"q": "a"}, {"q": "b"} {"q": "c"}]', r"rows.json after item 2: not valid JSON \(expecting ',' or '\]': line 1 column 25\)"),
+    (b'[{"q": "a"},\n {"q": "b" "a": 1}]',
+     r"rows.json item 2: not valid JSON \(Expecting ',' delimiter: line 2 column 12\)"),
+    (b'[{"q": "a"}, {"q": "b"} {"q": "c"}]',
+     r"rows.json after item 2: not valid JSON \(expecting ',' or '\]': line 1 column 25\)"),
     (b'[{"q": "a"}, {"q": "b"},]', r"rows.json item 3: not valid JSON \(Expecting value: line 1 column 25\)"),
     (b'[{"q": "a"}, {"q": "b"', r"rows.json item 2: not valid JSON \(Expecting ',' delimiter: line 1 column 23\)"),
     (b'[{"q": "a"}] {"q": "b"}', r"rows.json after the list: not valid JSON \(extra data: line 1 column 14\)"),
@@ -274,7 +279,8 @@ def test_a_json_row_read_after_the_file_changed_is_an_error(tmp_path):
     path = tmp_path / "rows.json"
     path.write_text('[{"q": "a?", "a": "1"}, {"q": "b?", "a": "2"}]')
     rows = read_rows(path)
-    assert rows[1].record == {"q": "b?", "a": "2"} and [row.where for row in rows] == [f"{path} item 1", f"{path} item 2"]
+    assert rows[1].record == {"q": "b?", "a": "2"}
+    assert [row.where for row in rows] == [f"{path} item 1", f"{path} item 2"]
     path.write_text('[{"q": "a?", "a": "1"}, {"q": "longer b?", "a": "2"}]')
     with pytest.raises(ValueError, match="rows.json: the file changed after it was read"):
         rows[1]

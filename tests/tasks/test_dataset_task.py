@@ -12,7 +12,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.config import load_config
-from rlvr.tasks import VERIFIERS, Verdict, build_task
+from rlvr.tasks import VERIFIERS, build_task
 from rlvr.tasks.prompts import R1_ZERO_TEMPLATE
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
@@ -66,7 +66,8 @@ def test_held_out_slice_is_seeded_and_disjoint(tmp_path):
 
 
 def test_separate_eval_file_and_a_local_hugging_face_dataset(tmp_path, monkeypatch):
-    train_file, eval_file = write_rows(tmp_path / "train.jsonl", ROWS[:15]), write_rows(tmp_path / "test.jsonl", ROWS[12:])
+    train_file, eval_file = (write_rows(tmp_path / "train.jsonl", ROWS[:15]),
+                             write_rows(tmp_path / "test.jsonl", ROWS[12:]))
     task = dataset_task(train_path=str(train_file), eval_path=str(eval_file))
     assert [e.ground_truth for e in task.iter_eval()] == [r["a"] for r in ROWS[12:]]
     assert len(task.train) == 12  # rows 12-14 are in the eval file too: dropped from training
@@ -106,7 +107,8 @@ def test_template_and_system_prompt(tmp_path):
 @pytest.mark.parametrize("rows, options, message", [
     (ROWS[:2] + [{"q": "x"}], {}, r"rows.jsonl:3: no field 'a' \(task.options.answer_field\); fields: q"),
     (ROWS[:1] + [{"a": 1}], {}, r"rows.jsonl:2: no field 'q' \(task.options.prompt_field\)"),
-    (ROWS[:3], {"prompt_template": "{q} ({level})"}, "jsonl:1: no field 'level' \\(used in task.options.prompt_template"),
+    (ROWS[:3], {"prompt_template": "{q} ({level})"},
+     "jsonl:1: no field 'level' \\(used in task.options.prompt_template"),
     (ROWS[:1] + [{"q": "x", "a": "two"}], {"verifier": "integer"}, "jsonl:2: ground truth 'two' is not an integer"),
     (ROWS[:1] + [{"q": "x", "a": "1/0x"}], {"verifier": "number"}, "jsonl:2: ground truth '1/0x' is not a number"),
 ])
@@ -135,7 +137,8 @@ def test_exact_refuses_non_finite_ground_truths_naming_the_row(tmp_path, line, m
 
 
 @pytest.mark.parametrize("line, message", [
-    ('{"q": "x", "a": {"value": 4}}', r"rows.jsonl:2: ground truth \{'value': 4\} is a dict; verifier `exact` compares"),
+    ('{"q": "x", "a": {"value": 4}}',
+     r"rows.jsonl:2: ground truth \{'value': 4\} is a dict; verifier `exact` compares"),
     ('{"q": "x", "a": [["4"]]}', r"rows.jsonl:2: ground truth \['4'\] is a list; verifier `exact` compares"),
     ('{"q": "x", "a": []}', r"rows.jsonl:2: ground truth is an empty list"),
 ])
@@ -150,7 +153,8 @@ def test_csv_rows_are_counted_from_the_first_data_row(tmp_path):
     with pytest.raises(ValueError, match=r"rows.csv row 2: field 'a' \(task.options.answer_field\) is empty"):
         dataset_task(path=str(path), verifier="integer")
     path.write_text("q,answer\nfirst,1\n")
-    with pytest.raises(ValueError, match=r"rows.csv row 1: no field 'a' \(task.options.answer_field\); fields: q, answer"):
+    with pytest.raises(ValueError,
+                       match=r"rows.csv row 1: no field 'a' \(task.options.answer_field\); fields: q, answer"):
         dataset_task(path=str(path))
 
 

@@ -4,7 +4,6 @@ examples/reverse_words.py, and the errors that name the problem before any model
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest

@@ -68,7 +68,7 @@ CHECKS = textwrap.dedent("""
     verdict = integer.score(flood + str(example.ground_truth), example)
     assert verdict.correct and verdict.components["format"] == 0.0
     print("checked")
-""")
+""")  # noqa: E501 (the subprocess's program, kept byte for byte)
 
 
 def test_format_checks_are_linear_on_huge_inputs():

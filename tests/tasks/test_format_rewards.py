@@ -15,7 +15,8 @@ R1_PROMPT = R1_ZERO_TEMPLATE.format(question="How many legs do 2 cats have?")
 # `</answer>`, and the longer copy that goes on to the template's own example.
 ECHO_SHORT = (" The reasoning process is enclosed within <think> </think> and answer is enclosed within "
               "<answer> </answer>")
-ECHO_LONG = ECHO_SHORT + " tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>"
+ECHO_LONG = ECHO_SHORT + (" tags, respectively, i.e., <think> reasoning process here </think> "
+                          "<answer> answer here </answer>")
 
 
 def old_tag_format(completion: str) -> float:

@@ -35,7 +35,8 @@ def judge_dir(tmp_path_factory):
 
 
 def local_judge(judge_dir, **options):
-    options = {"backend": "local", "model": str(judge_dir), "device": "cpu", "max_tokens": 6, "rubric": RUBRIC, **options}
+    options = {"backend": "local", "model": str(judge_dir), "device": "cpu", "max_tokens": 6, "rubric": RUBRIC,
+               **options}
     return build_task("judge:integer", reward_weights=JUDGE_ONLY, options=options)
 
 

@@ -113,7 +113,8 @@ WHERE = "(tests.tasks.test_judging.ScriptedTask.score)"
 def test_a_score_raising_system_exit_is_an_error_verdict_naming_the_function(task, sigint_handler_restored):
     verdict = judged(task, "exit")
     assert verdict.status == "error" and math.isnan(verdict.total)
-    assert verdict.detail.startswith(f"score of task 'scripted_reward' {WHERE} raised SystemExit: 3 (at test_judging.py:")
+    assert verdict.detail.startswith(f"score of task 'scripted_reward' {WHERE} raised SystemExit: 3 "
+                                     "(at test_judging.py:")
 
 
 def test_a_custom_base_exception_and_generator_exit_are_contained(task, sigint_handler_restored):
@@ -126,7 +127,7 @@ def test_a_custom_base_exception_and_generator_exit_are_contained(task, sigint_h
 
 def test_a_keyboard_interrupt_raised_by_score_itself_is_contained(task, sigint_handler_restored):
     verdict = judged(task, "keyboard")
-    assert verdict.status == "error" and f"raised KeyboardInterrupt: pressed by the verifier" in verdict.detail
+    assert verdict.status == "error" and "raised KeyboardInterrupt: pressed by the verifier" in verdict.detail
     assert judged(task, "0.5").status == "ok"  # and the next completion is judged as usual
 
 

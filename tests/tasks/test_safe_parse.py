@@ -138,8 +138,10 @@ def test_every_installed_dataset_is_audited_exactly_once():
     ("puzzle24", "9*3*8/9", "((9 * 3) * 8) / 9"),
     ("polynomial_multiplication", "-x**2 + 3*y", "(-(x ** 2)) + (3 * y)"),
     ("simple_integration", "x**2/2 + C", "((x ** 2) / 2) + C"),
-    ("intermediate_integration", "E**x*sin(pi*x) + Integral(log(x), x)", "((E ** x) * sin(pi * x)) + Integral(log(x), x)"),
-    ("spell_backward", "__import__('os') # not evaluated by this scorer", "__import__('os') # not evaluated by this scorer"),
+    ("intermediate_integration", "E**x*sin(pi*x) + Integral(log(x), x)",
+     "((E ** x) * sin(pi * x)) + Integral(log(x), x)"),
+    ("spell_backward", "__import__('os') # not evaluated by this scorer",
+     "__import__('os') # not evaluated by this scorer"),
 ])
 def test_scorer_text_is_the_canonical_rendering(dataset, answer, text):
     assert scorer_text(dataset, answer, {"metadata": {"source_dataset": dataset}}) == text

@@ -53,7 +53,8 @@ def test_extract_answer_tag(text, expected):
 ])
 def test_parse_rational(text, value):
     parsed = parse_rational(text)
-    assert (parsed is None) if value is None else (parsed is not None and (parsed.numerator, parsed.denominator) == value)
+    assert ((parsed is None) if value is None
+            else (parsed is not None and (parsed.numerator, parsed.denominator) == value))
 
 
 def test_drop_trailing_prose_keeps_hedges():

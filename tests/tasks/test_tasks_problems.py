@@ -1,4 +1,5 @@
-"""gsm8k and math tasks: data sources, held-out splits, prompts, filters and verdicts (integer: test_integer_task.py)."""
+"""gsm8k and math tasks: data sources, held-out splits, prompts, filters and verdicts
+(integer: test_integer_task.py)."""
 
 import json
 import math
@@ -244,8 +245,9 @@ def unloadable_model(tmp_path):
 def test_a_bad_task_option_fails_before_the_model_is_loaded(tmp_path, capsys):
     from rlvr.cli import main
 
-    assert main(["train", f"model.name={unloadable_model(tmp_path)}", "task.name=format_copy", "task.options={eval_size: -1}",
-                 f"train.output_dir={tmp_path}", "train.run_name=run", "train.progress=false"]) == 2
+    assert main(["train", f"model.name={unloadable_model(tmp_path)}", "task.name=format_copy",
+                 "task.options={eval_size: -1}", f"train.output_dir={tmp_path}", "train.run_name=run",
+                 "train.progress=false"]) == 2
     assert "format_copy: task.options.eval_size=-1 must be an integer >= 0" in capsys.readouterr().err
 
 

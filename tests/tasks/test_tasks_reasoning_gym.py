@@ -55,7 +55,8 @@ def test_format_needs_an_answer_span_of_its_own(spell):
     assert missing.components == {"answer": 0.0, "format": 0.0, "binary": 0.0} and missing.status == "ok"
     no_close = spell.score(" thinking <answer>zzz</answer>", example)  # never closed <think>
     assert no_close.components["format"] == 0.0
-    chat = build_task("reasoning_gym:spell_backward", options={**SHORT_WORDS, "eval_size": 2, "prompt": "question_only"})
+    chat = build_task("reasoning_gym:spell_backward",
+                      options={**SHORT_WORDS, "eval_size": 2, "prompt": "question_only"})
     chat_example = chat.examples("eval", 1, 0)[0]
     assert chat.score("<answer>zzz</answer>", chat_example).components["format"] == 1.0  # no </think> asked for
     assert chat.score("<answer> </answer>", chat_example).components["format"] == 0.0

@@ -331,7 +331,8 @@ def test_no_worker_or_spare_outlives_the_process_that_started_them():
     )
     env = {**os.environ, "PYTHONPATH": str(repo)}
     env.pop("RLVR_TEST_WORKER_SLOW_START", None)
-    done = subprocess.run([sys.executable, "-c", script], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     pids = [int(pid) for pid in done.stdout.split()]
     assert len(pids) == 2 and _all_gone(pids, 5)

@@ -61,7 +61,8 @@ class ScriptedBackend(RolloutBackend):
         rows = len(texts)
         ones = torch.ones(rows, 2, dtype=torch.long)  # [N, P + C]
         return Generation(input_ids=ones, attention_mask=ones, prompt_len=1, completion_texts=texts,
-                          completion_lengths=torch.ones(rows, dtype=torch.long), truncated=torch.zeros(rows, dtype=torch.bool))
+                          completion_lengths=torch.ones(rows, dtype=torch.long),
+                          truncated=torch.zeros(rows, dtype=torch.bool))
 
 
 def _config(batch_size=4, max_rounds=4, dynamic_sampling=True):

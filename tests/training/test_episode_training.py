@@ -147,7 +147,8 @@ def test_rlvr_train_runs_grpo_on_guess_number(tiny_model_dir, tmp_path, backend)
     for reader in ("rlvr/observe/health.py", "rlvr/report/figures.py"):
         for name in names_used((REPO / reader).read_text()):
             if name.startswith("episode/") and name not in (EPISODE_TOOL_CALLS_PREFIX, EPISODE_TOOL_ERRORS_PREFIX):
-                assert name in written or (name in PREFIXES and any(k.startswith(name) for k in written)), (reader, name)
+                assert name in written or (name in PREFIXES and any(k.startswith(name) for k in written)), (
+                    reader, name)
     samples = read_jsonl(run_dir / "samples.jsonl")
     assert any("⟦user: " in sample["transcript"] for sample in samples)
     assert all(sample["turns"] >= 1 for sample in samples)

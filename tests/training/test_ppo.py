@@ -141,8 +141,9 @@ def _algo(**changes):
 def _ppo_batch(old_values, mask, old_logprobs=None, ref_logprobs=None) -> RolloutBatch:
     rows, width = mask.shape
     return RolloutBatch(
-        input_ids=torch.ones(rows, width + 1, dtype=torch.long), attention_mask=torch.ones(rows, width + 1, dtype=torch.long),
-        prompt_len=2, completion_mask=mask, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs,
+        input_ids=torch.ones(rows, width + 1, dtype=torch.long),
+        attention_mask=torch.ones(rows, width + 1, dtype=torch.long), prompt_len=2, completion_mask=mask,
+        old_logprobs=old_logprobs, ref_logprobs=ref_logprobs,
         rewards=torch.zeros(rows), advantages=None, group_ids=torch.arange(rows), old_values=old_values,
     )
 

@@ -75,8 +75,8 @@ def test_sft_scores_responses_on_the_rl_path_as_the_full_logits_path_does():
         ours = log_probs[row][mask[row] != 0]
         theirs = full["log_probs"][row][batch["response_mask"][row]]
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(entropy[row][mask[row] != 0], full["token_entropy"][row][batch["response_mask"][row]],
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(entropy[row][mask[row] != 0],
+                                   full["token_entropy"][row][batch["response_mask"][row]], rtol=1e-5, atol=1e-5)
     ours_grad = torch.autograd.grad((log_probs * mask).sum(), list(model.parameters()), allow_unused=True)
     theirs_grad = torch.autograd.grad((full["log_probs"] * batch["response_mask"]).sum(), list(model.parameters()),
                                       allow_unused=True)

@@ -129,7 +129,8 @@ def test_sft_demonstrations_of_spell_backward_render_the_raw_prompt_and_end_with
     assert len(pairs) == 10
     for pair in pairs:
         assert pair["prompt"].endswith("Assistant: <think>") and pair["response"].endswith(eos)
-        assert pair["response"].startswith(pair["ground_truth"][-1] + " ") and f"<answer>{pair['ground_truth']}</answer>" in pair["response"]
+        assert pair["response"].startswith(pair["ground_truth"][-1] + " ")
+        assert f"<answer>{pair['ground_truth']}</answer>" in pair["response"]
         forward, backward = pair["response"].split("</think>")[0].split(" -> ")
         assert backward.split() == forward.split()[::-1] and len(forward.split()) == len(pair["ground_truth"])
 
@@ -228,7 +229,8 @@ def test_filtered_sft_on_demonstrations_with_slips_trains_on_the_right_ones_and_
 
     config = Config(model={"name": str(save_tiny_model(tmp_path / "tiny")), "lora": False},
                     task={"name": "reasoning_gym:basic_arithmetic", "use_chat_template": False,
-                          "options": {"eval_size": 4, "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}},
+                          "options": {"eval_size": 4, "min_terms": 2, "max_terms": 2, "min_digits": 1,
+                                      "max_digits": 1}},
                     sft={"demonstrations": 8, "demonstration_slips": 0.25, "filter_correct": True, "batch_size": 2,
                          "microbatch_size": 2},
                     train={"seed": 0, "eval_size": 0, "output_dir": str(tmp_path / "runs"), "run_name": "filtered",

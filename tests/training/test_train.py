@@ -58,7 +58,8 @@ def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
         used = {name for name in names_used((REPO / reader).read_text())
                 if not name.startswith(("episode/", *SAMPLED_EVAL_PREFIXES))}
         for name in used - set(PPO_METRICS):
-            assert name in written or (name in PREFIXES and any(key.startswith(name) for key in written)), (reader, name)
+            assert name in written or (name in PREFIXES and any(key.startswith(name) for key in written)), (
+                reader, name)
     assert records[0]["kl"] == 0.0  # the policy starts equal to the reference (LoRA B = 0)
     assert records[1]["kl"] > 0  # and moves away from it
     # First epoch is on-policy: the ratio is exactly 1 there.
@@ -182,7 +183,8 @@ def test_nonfinite_updates_are_skipped_and_counted(tiny_model_dir, tmp_path):
             return logprobs * float("nan"), {}
 
     run_dir = tmp_path / "nan"
-    overrides = tiny_overrides(tiny_model_dir, run_dir, **{"train.iterations": 1, "algorithm.policy_loss": "test_nan_loss",
+    overrides = tiny_overrides(tiny_model_dir, run_dir, **{"train.iterations": 1,
+                                                           "algorithm.policy_loss": "test_nan_loss",
                                                            "model.lora_rank": 4, "model.lora_alpha": 8})
     assert main(["train", *overrides]) == 0
     (record,) = read_jsonl(run_dir / "metrics.jsonl")

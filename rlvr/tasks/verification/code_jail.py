@@ -49,7 +49,8 @@ class Jail:
     def describe(self) -> str:
         if self.kind == "bwrap":
             return ("model code runs in bubblewrap (user, pid, net, ipc, uts and cgroup namespaces; uid 65534 without "
-                    "capabilities; read-only /usr and Python; a private writable folder), behind it rlimits and the audit hook; "
+                    "capabilities; read-only /usr and Python; a private writable folder), "
+                    "behind it rlimits and the audit hook; "
                     "the tests run in a second jailed process; "
                     + ("seccomp filter on (no processes, sockets, signals, ptrace, mounts)" if self.seccomp else
                        "no seccomp filter (written for x86_64 only)"))
@@ -122,8 +123,9 @@ def jail_argv(jail: Jail) -> tuple[list[str], tuple[int, ...]]:
 def jailed_worker_command(command: list[str], env: dict[str, str], readable: str,
                           ) -> tuple[list[str], tuple[int, ...], Jail]:
     """`command` (a long-lived worker, e.g. the `python` tool's) behind bubblewrap where it runs here: `readable`
-    (the folder holding the rlvr package) and the Python environment (`sys.prefix`) mounted read-only, a private writable folder
-    (JAIL_FOLDER) as its RLVR_VERIFIER_TMPDIR, only the RLVR_*, PYTHON* and *_NUM_THREADS variables of `env`.
+    (the folder holding the rlvr package) and the Python environment (`sys.prefix`) mounted read-only, a private
+    writable folder (JAIL_FOLDER) as its RLVR_VERIFIER_TMPDIR, only the RLVR_*, PYTHON* and *_NUM_THREADS
+    variables of `env`.
     -> (the command line, the descriptors it must inherit, which the caller closes after the start, the jail);
     where bubblewrap cannot run, `command` unchanged and a jail of kind "none" that says why."""
     jail = detect_jail()

@@ -75,7 +75,8 @@ class HttpJudge:
     def reply(self, contents: Sequence[str]) -> list[Reply]:
         if not contents:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(contents)), thread_name_prefix="rlvr-judge") as pool:
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(contents)),
+                                thread_name_prefix="rlvr-judge") as pool:
             return list(pool.map(lambda content: chat_completion(self.endpoint, content), contents))
 
     def down_message(self, reply: Reply) -> str:

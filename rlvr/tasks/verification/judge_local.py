@@ -15,10 +15,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from rlvr.tasks.base import check_count_option
 from rlvr.tasks.verification.judge_client import Reply
+
+if TYPE_CHECKING:  # the annotations' torch only: nothing is imported at run time
+    import torch
 
 # torch (and the model loaders) are imported when a local judge is built: `rlvr.tasks` is imported by the
 # verifier worker and the command line's start-up checks, which must not pay for torch.

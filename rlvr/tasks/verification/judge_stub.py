@@ -6,10 +6,10 @@ with a fixed, known rule, to show a run learning through the whole judge path (r
 `StubJudge(plan)` serves on 127.0.0.1 at a free port in a thread. For each request, `plan(answer, count)`
 (the text between the rubric's answer tags in the user message, `<answer>` or the default rubric's
 `<answer-NONCE>`, and how many requests this answer has had before, 0 first; with `whole_prompt=True` the
-whole user message instead, for a judge that reads all of it) returns what to do: `Reply(text)`, `Status(code, retry_after)`, `Slow(seconds, text)`,
-`Raw(body)` (a 200 whose body is not the expected JSON), `Drop()` (close the connection unanswered) or
-`StopServer()` (drop, then stop serving: later connections are refused). It counts requests, requests per
-answer, the most running at once, and the Authorization headers it saw.
+whole user message instead, for a judge that reads all of it) returns what to do: `Reply(text)`,
+`Status(code, retry_after)`, `Slow(seconds, text)`, `Raw(body)` (a 200 whose body is not the expected JSON),
+`Drop()` (close the connection unanswered) or `StopServer()` (drop, then stop serving: later connections are
+refused). It counts requests, requests per answer, the most running at once, and the Authorization headers it saw.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Optional
 
-ANSWER_RE = re.compile(r"<answer(-[0-9a-f]+|)>\n(?P<answer>.*?)\n</answer\1>", re.DOTALL)  # the nonce closes its own fence
+# the nonce closes its own fence
+ANSWER_RE = re.compile(r"<answer(-[0-9a-f]+|)>\n(?P<answer>.*?)\n</answer\1>", re.DOTALL)
 
 
 @dataclass

@@ -16,8 +16,8 @@ from typing import Callable, Optional
 
 from rlvr.registry import Registry
 from rlvr.tasks.verification.answers import extract_answer_tag, parse_rational
-from rlvr.tasks.verification.grading import (GroundTruth, Grade, Judgement, grade_math, grade_number, judge_question_only,
-                                judge_r1_zero)
+from rlvr.tasks.verification.grading import (GroundTruth, Grade, Judgement, grade_math, grade_number,
+                                             judge_question_only, judge_r1_zero)
 from rlvr.tasks.integer import judge_integer, parse_integer_truth
 
 
