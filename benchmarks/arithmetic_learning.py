@@ -19,7 +19,7 @@ the new ones (not rewriting that file), so TRL can be added to rlvr results alre
 
     python benchmarks/arithmetic_learning.py --config configs/integer_mul_2to12.yaml --seeds 0 1 2 --trl-only \
       --also benchmarks/results/arithmetic_mul.json --json benchmarks/results/arithmetic_mul_trl.json \
-      --out docs/arithmetic_mul_vs_trl.png
+      --out docs/figures/arithmetic_mul_vs_trl.png
 
 Runs go to `runs/bench-arith-<config>-<side>-s<seed>` (deleted first); the summary to
 `benchmarks/results/arithmetic_learning.json` and the curves (accuracy with intervals, and rollout

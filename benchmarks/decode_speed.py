@@ -18,7 +18,7 @@ the same run by copying a 512 MiB tensor (counted as read + write, as STREAM doe
 The configurations compared in each part run in lockstep, one step each in turn, the order
 reversed every other step (A B B A ...): on a shared machine a change in load hits them alike.
 
-Writes benchmarks/results/decode_speed.json and docs/decode_speed.png, prints the targets: at
+Writes benchmarks/results/decode_speed.json and docs/figures/decode_speed.png, prints the targets: at
 16 rows, ms per step within 2x the weight floor, and flat (last 100 positions <= 1.2x first 100).
 
     OMP_NUM_THREADS=2 python benchmarks/decode_speed.py            # about 10 minutes on 2 idle cores
@@ -223,7 +223,7 @@ def main() -> int:
     parser.add_argument("--step-dtype", choices=["bfloat16", "float16"],
                         help="also decode the position sweep on a copy of the weights in this dtype")
     parser.add_argument("--output", default=str(ROOT / "benchmarks/results/decode_speed.json"))
-    parser.add_argument("--figure", default=str(ROOT / "docs/decode_speed.png"))
+    parser.add_argument("--figure", default=str(ROOT / "docs/figures/decode_speed.png"))
     args = parser.parse_args()
 
     from rlvr.models import LoraSettings, load_policy

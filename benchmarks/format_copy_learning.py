@@ -8,10 +8,10 @@ reward and eval curves.
     python benchmarks/format_copy_learning.py                       # grpo (the default) and gr_reinforce
     python benchmarks/format_copy_learning.py --configs configs/format_copy_rloo.yaml --out docs/rloo.png
     python benchmarks/format_copy_learning.py --configs configs/format_copy_grpo.yaml configs/format_copy_ppo.yaml \
-        --out docs/format_copy_ppo_vs_grpo.png --json benchmarks/results/format_copy_ppo_vs_grpo.json
+        --out docs/figures/format_copy_ppo_vs_grpo.png --json benchmarks/results/format_copy_ppo_vs_grpo.json
     python benchmarks/format_copy_learning.py --configs configs/format_copy_grpo.yaml --num-processes 2 \
         --override model.num_threads=1 --compare benchmarks/results/format_copy_learning.json \
-        --out docs/format_copy_data_parallel.png --json benchmarks/results/format_copy_data_parallel.json \
+        --out docs/figures/format_copy_data_parallel.png --json benchmarks/results/format_copy_data_parallel.json \
         --x-axis iteration
 
 The runs go to `runs/bench-<config name>` (deleted first). Numbers are for the machine it runs on.
@@ -97,7 +97,7 @@ def main() -> int:
     parser.add_argument("--compare", default=None, help="a results JSON whose runs are plotted alongside")
     parser.add_argument("--x-axis", choices=("seconds", "iteration"), default="seconds")
     parser.add_argument("--replot", action="store_true", help="only redraw the plot from --json (and --compare)")
-    parser.add_argument("--out", default="docs/format_copy_learning.png")
+    parser.add_argument("--out", default="docs/figures/format_copy_learning.png")
     parser.add_argument("--json", default="benchmarks/results/format_copy_learning.json")
     args = parser.parse_args()
     configs = DEFAULT_CONFIGS if args.configs is None else [None if c == "default" else c for c in args.configs]

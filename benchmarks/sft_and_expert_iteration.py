@@ -88,7 +88,7 @@ def main() -> int:
     parser.add_argument("--skip-sft", action="store_true",
                         help="run expert iteration only; keep the SFT result already in --json")
     parser.add_argument("--runs-dir", default="runs")
-    parser.add_argument("--out", default="docs/sft_and_expert_iteration.png")
+    parser.add_argument("--out", default="docs/figures/sft_and_expert_iteration.png")
     parser.add_argument("--json", default="benchmarks/results/sft_and_expert_iteration.json")
     args = parser.parse_args()
     if args.write_sft_data:

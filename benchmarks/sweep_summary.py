@@ -10,7 +10,7 @@ draws held-out accuracy, the main component, the zero-contrast share and the ent
 over `--smooth` iterations) against iterations (top row) and seconds (bottom row).
 
     python benchmarks/sweep_summary.py runs/sweep-algorithms_arithmetic runs/sweep-grpo_seeds_arithmetic \
-      --json benchmarks/results/algorithms_arithmetic.json --out docs/algorithms_arithmetic.png
+      --json benchmarks/results/algorithms_arithmetic.json --out docs/figures/algorithms_arithmetic.png
 
 Prints a markdown table of runs, then one of presets: each preset's seeds pooled (final and best
 held-out accuracy: mean, lowest, highest) and set against the seed spread of `--reference` (grpo by
@@ -23,7 +23,7 @@ gone) to the table and the figure, before the new ones:
 
     python benchmarks/sweep_summary.py runs/sweep-algorithms_arithmetic_more \
       --also benchmarks/results/algorithms_arithmetic.json \
-      --json benchmarks/results/algorithms_arithmetic_more.json --out docs/algorithms_arithmetic_all.png
+      --json benchmarks/results/algorithms_arithmetic_more.json --out docs/figures/algorithms_arithmetic_all.png
 
 `--plot-presets grpo,dapo` draws only those presets (each with all its seeds) in the figure; the tables keep
 every run.

@@ -60,9 +60,10 @@ class TaskRun:
 
 TASK_RUNS = {
     "calculator_arithmetic": TaskRun("configs/calculator_sft.yaml", "configs/calculator_arithmetic.yaml",
-                                     "benchmarks/results/tool_learning.json", "docs/tool_learning.png", "answer"),
+                                     "benchmarks/results/tool_learning.json", "docs/figures/tool_learning.png",
+                                     "answer"),
     "guess_number": TaskRun("configs/guess_number_sft.yaml", "configs/guess_number.yaml",
-                            "benchmarks/results/guess_number_learning.json", "docs/guess_number_learning.png",
+                            "benchmarks/results/guess_number_learning.json", "docs/figures/guess_number_learning.png",
                             "solved"),
 }
 # What each eval and each iteration also keeps of the episodes: turns, calls and failed calls per episode.

@@ -78,8 +78,8 @@ def test_a_broken_link_or_anchor_fails_the_strict_build(tmp_path):
     for name in ("mkdocs.yml", "README.md"):
         shutil.copy(REPO / name, site_src / name)
     (site_src / "rlvr").symlink_to(REPO / "rlvr")
-    for png in (REPO / "docs").glob("*.png"):  # the pictures the pages show, without copying them
-        (site_src / "docs" / png.name).symlink_to(png)
+    for png in (REPO / "docs").rglob("*.png"):  # the pictures the pages show, without copying them
+        (site_src / "docs" / png.relative_to(REPO / "docs")).symlink_to(png)
     page = site_src / "docs" / "guides" / "health.md"
     page.write_text(page.read_text()
                     + "\nSee [the outputs](outputs.md#no-such-section) and [a page](no-such-page.md).\n")
