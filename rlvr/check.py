@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.core import compute_per_token_logprobs, kl_per_token
+from rlvr.core import ADVANTAGE_ESTIMATORS, compute_per_token_logprobs, kl_per_token
 from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
 from rlvr.observe.metric_names import GRAD_NORM, LOSS, TRUNCATED_FRAC
 from rlvr.models import compute_completion_logprobs, reference_context, trainable_parameters
@@ -34,9 +34,6 @@ from rlvr.run.setup import load_model_and_task, rollout_backend, set_up_value_mo
 from rlvr.training.update import update_policy
 from rlvr.training.microbatching import forward_group_size, training_microbatches
 from rlvr.training.values import with_old_values
-
-# Estimators whose advantages sum to 0 within each group (z-score, mean-centring, leave-one-out).
-CENTRING_ESTIMATORS = ("grpo", "mean_centered", "rloo")
 
 RATIO_TOLERANCE = 1e-3  # max |pi_update / pi_sampling - 1| on the first minibatch
 ADVANTAGE_SUM_TOLERANCE = 1e-4  # max |sum of a group's advantages|
@@ -179,8 +176,8 @@ def run_check(config) -> list[CheckRow]:
     else:
         rows.append(completion_mask_row(batch, tokenizer, policy, rollout, settings))
 
-    # 4. Advantages sum to 0 within each group (for the estimators that centre).
-    if algo.advantage_estimator in CENTRING_ESTIMATORS and algo.advantage_clip == 0:
+    # 4. Advantages sum to 0 within each group (for the estimators that centre: `EstimatorTraits.centring`).
+    if ADVANTAGE_ESTIMATORS.traits(algo.advantage_estimator).centring and algo.advantage_clip == 0:
         sums = torch.zeros(int(batch.group_ids.max()) + 1).index_add_(0, batch.group_ids, batch.advantages.float())
         worst = float(sums.abs().max())
         rows.append(row("advantages centred", worst, f"|group sum| <= {ADVANTAGE_SUM_TOLERANCE:g}",
