@@ -242,11 +242,6 @@ def gae_estimator(
     return advantages  # [N, T]
 
 
-# The estimators whose baseline is the reward of one more, greedy, completion per prompt (ReMax):
-# the training loop decodes and scores it and passes `reward_baselines` [N].
-GREEDY_BASELINE_ESTIMATORS = frozenset({"remax"})
-
-
 def maybe_normalize_advantages(advantages: torch.Tensor, enabled: bool, eps: float = 1e-8) -> torch.Tensor:
     """Batch-level z-score (population std) when enabled. [N] -> [N]; a constant batch gives zeros.
 

@@ -2,8 +2,8 @@
 
 Each iteration runs named stages, each a function with a small typed result: sample B prompts x G
 completions and judge them (`collect_groups`, prompt-major groups), lay them out as one batch
-(`rollout_batch`), ReMax only: score one greedy completion per prompt as the baseline
-(`greedy_baselines`), add reference log-probs when a KL term needs them (`with_reference_logprobs`),
+(`rollout_batch`), make the inputs the estimator declares (`estimator_inputs`; ReMax: one greedy
+completion per prompt, scored), add reference log-probs when a KL term needs them (`with_reference_logprobs`),
 PPO only: the value model's values at sampling time (`with_old_values`), then turn the rewards
 into advantages (`with_advantages`: group-relative, or GAE against the values) and run
 `ppo_epochs` passes over the batch, each one optimizer step or `optim.steps_per_epoch` (`update_policy`); then log one line of metrics,
@@ -108,14 +108,12 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             iteration_started = time.perf_counter()
             done = iteration + 1  # iterations finished at the end of this one
             # 1-2. Sample B prompts x G completions and judge them (DAPO: more rounds until B groups have contrast);
-            #      ReMax: and one greedy completion per prompt. async_steps=1: sampled during the last iteration.
+            #      and the estimator's inputs (ReMax: a greedy decode per prompt). async_steps=1: during the last one.
             sampled = rollouts.take(iteration)
             collected, batch = sampled.collected, sampled.batch  # batch: [N, L] ids and masks
             timings = {TIME_GENERATION: collected.generation_seconds, TIME_SCORING: collected.scoring_seconds}
-            reward_baselines = None
-            if sampled.baselines is not None:  # ReMax
-                reward_baselines = sampled.baselines.rewards  # [N]
-                timings[TIME_GENERATION] += sampled.baselines.seconds
+            if sampled.inputs.values:  # ReMax: its greedy completions
+                timings[TIME_GENERATION] += sampled.inputs.seconds
             rollouts.prefetch(iteration + 1)  # async_steps=1: the next batch samples these weights while 3-6 run
             # 3. Reference log-probs, only for a KL term (in the loss, or PPO's in the reward).
             if needs_reference_logprobs(algo):
@@ -131,7 +129,7 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             # 5. Advantages: each prompt's group against itself, or GAE against the values (then also the
             #    returns); unscorable rows and groups without contrast get 0.
             batch = with_advantages(batch, collected.rewards, algo, dist,
-                                    reward_baselines=reward_baselines)  # advantages [N] or [N, L-1]
+                                    **sampled.inputs.values)  # advantages [N] or [N, L-1]
             rows = gather_rollout(collected, batch, dist)  # every rank's rows, for the statistics
             # 6. Update: ppo_epochs passes over the whole batch, each steps_per_epoch optimizer steps (moved to the
             #    model one minibatch at a time); the first value_warmup_iterations train only the value model.
