@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.core import compute_per_token_logprobs, kl_per_token
-from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
+from rlvr.core import ADVANTAGE_ESTIMATORS, compute_per_token_logprobs, kl_per_token
 from rlvr.observe.metric_names import GRAD_NORM, LOSS, TRUNCATED_FRAC
 from rlvr.models import compute_completion_logprobs, reference_context, trainable_parameters
 from rlvr.models.policy import dtype_name, resolve_dtype
@@ -26,7 +25,8 @@ from rlvr.rollout import SamplingSettings
 from rlvr.rollout.base import eos_token_ids
 from rlvr.rollout.episodes import ENV_SPAN_CLOSE, ENV_SPAN_OPEN, transcript
 from rlvr.training.advantages import with_advantages
-from rlvr.training.collect import collect_groups, greedy_baselines, rollout_batch
+from rlvr.training.collect import collect_groups, rollout_batch
+from rlvr.training.estimator_inputs import InputContext, estimator_inputs
 from rlvr.training.optim import make_optimizer, make_scheduler
 from rlvr.training.reference import needs_reference_logprobs, with_reference_logprobs
 from rlvr.observe.rollout_stats import advantage_per_row, gather_rollout, rollout_stats
@@ -34,9 +34,6 @@ from rlvr.run.setup import load_model_and_task, rollout_backend, set_up_value_mo
 from rlvr.training.update import update_policy
 from rlvr.training.microbatching import forward_group_size, training_microbatches
 from rlvr.training.values import with_old_values
-
-# Estimators whose advantages sum to 0 within each group (z-score, mean-centring, leave-one-out).
-CENTRING_ESTIMATORS = ("grpo", "mean_centered", "rloo")
 
 RATIO_TOLERANCE = 1e-3  # max |pi_update / pi_sampling - 1| on the first minibatch
 ADVANTAGE_SUM_TOLERANCE = 1e-4  # max |sum of a group's advantages|
@@ -163,10 +160,9 @@ def run_check(config) -> list[CheckRow]:
         batch = with_reference_logprobs(loaded, batch, config)
     if value_model is not None:
         batch = with_old_values(policy, value_model, batch, config, with_logprobs=algo.kl_in_reward > 0)
-    reward_baselines = None
-    if algo.advantage_estimator in GREEDY_BASELINE_ESTIMATORS:  # ReMax: as `rlvr train` builds it
-        reward_baselines = greedy_baselines(backend, task, settings, collected, config).rewards  # [N]
-    batch = with_advantages(batch, collected.rewards, algo, reward_baselines=reward_baselines)
+    # The estimator's extra inputs (ReMax: a greedy completion per prompt), as `rlvr train` makes them.
+    inputs = estimator_inputs(algo.advantage_estimator, InputContext(backend, task, settings, collected, batch, config))
+    batch = with_advantages(batch, collected.rewards, algo, **inputs.values)
     stats = rollout_stats(gather_rollout(collected, batch), algo.dynamic_sampling)
     _stage(f"sampled {len(batch)} completions; recomputing log-probs", check_started)
 
@@ -181,8 +177,8 @@ def run_check(config) -> list[CheckRow]:
     else:
         rows.append(completion_mask_row(batch, tokenizer, policy, rollout, settings))
 
-    # 4. Advantages sum to 0 within each group (for the estimators that centre).
-    if algo.advantage_estimator in CENTRING_ESTIMATORS and algo.advantage_clip == 0:
+    # 4. Advantages sum to 0 within each group (for the estimators that centre: `EstimatorTraits.centring`).
+    if ADVANTAGE_ESTIMATORS.traits(algo.advantage_estimator).centring and algo.advantage_clip == 0:
         sums = torch.zeros(int(batch.group_ids.max()) + 1).index_add_(0, batch.group_ids, batch.advantages.float())
         worst = float(sums.abs().max())
         rows.append(row("advantages centred", worst, f"|group sum| <= {ADVANTAGE_SUM_TOLERANCE:g}",

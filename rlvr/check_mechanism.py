@@ -21,13 +21,13 @@ import torch
 from rlvr.check import CheckRow, row
 from rlvr.config import ConfigError, resolve
 from rlvr.core import ADVANTAGE_ESTIMATORS, RolloutBatch, build_completion_mask, no_contrast_groups
-from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
 from rlvr.observe.metric_names import CLIP_FRAC_HIGH, CLIP_FRAC_LOW
 from rlvr.models import compute_completion_logprobs, trainable_parameters
 from rlvr.registry import Registry
 from rlvr.rollout import render_prompts, score_completions
 from rlvr.rollout.base import fill_token_id
 from rlvr.training.advantages import compute_advantages
+from rlvr.training.estimator_inputs import input_needs
 from rlvr.training.optim import make_optimizer, make_scheduler
 from rlvr.training.reference import with_reference_logprobs
 from rlvr.run.setup import load_model_and_task
@@ -80,11 +80,12 @@ def _mechanism_config(config, group_size: int = len(CANDIDATE_LABELS)):
         raise ConfigError(f"rlvr check --mechanism compares fixed candidate responses within their group; "
                           f"algorithm.value_model={config.algorithm.value_model!r} ({config.algorithm.name}) has no "
                           "group baseline to compare against: run rlvr check without --mechanism")
-    if config.algorithm.advantage_estimator in GREEDY_BASELINE_ESTIMATORS:
+    inputs = ADVANTAGE_ESTIMATORS.traits(config.algorithm.advantage_estimator).inputs
+    if inputs:  # made from a rollout, which the mechanism check does not sample
         raise ConfigError(f"rlvr check --mechanism scores fixed responses and decodes nothing; "
                           f"algorithm.advantage_estimator={config.algorithm.advantage_estimator!r} "
-                          f"({config.algorithm.name}) needs a greedy completion per prompt as its baseline: run "
-                          "rlvr check without --mechanism")
+                          f"({config.algorithm.name}) needs {' and '.join(input_needs(name) for name in inputs)}: "
+                          "run rlvr check without --mechanism")
     mech = copy.deepcopy(config)
     mech.model.lora = True
     mech.rollout.batch_size, mech.rollout.group_size = MECHANISM_PROMPTS, group_size

@@ -1003,10 +1003,11 @@ NEW_LOSSES = [
     ),
     mutation(
         "remax_unjudged_baseline_kept", "rlvr/training/advantages.py",
-        "a greedy completion that could not be judged still serves as a baseline",
-        ("        scorable = scorable & torch.isfinite(reward_baselines)  # [N]", "        scorable = scorable  # [N]"),
+        "an estimator input that is not finite still counts (ReMax: an unjudged greedy completion is a baseline)",
+        ("        scorable = scorable & torch.isfinite(value)  # [N]", "        scorable = scorable  # [N]"),
         tests=("tests/training/test_advantage_stage.py::test_remax_baselines_reach_the_estimator_and_an_unjudged_one_zeroes_its_row",
-               "tests/training/test_advantage_stage.py::test_remax_with_no_judged_baseline_learns_nothing"),
+               "tests/training/test_advantage_stage.py::test_remax_with_no_judged_baseline_learns_nothing",
+               "tests/training/test_estimator_inputs.py::test_a_row_whose_input_is_not_finite_gets_zero_and_the_estimator_sees_zero"),
     ),
 ]
 
@@ -1225,6 +1226,19 @@ LEFTOVERS = [
         "get on a retired name looks it up among the registered ones and gives the plain unknown-name error",
         ("            if name in self.renamed:", "            if name in self._items:"),
         tests=("tests/core/test_policy_losses.py", "tests/core/test_advantages.py"),
+    ),
+    mutation(
+        "registry_traits_dropped", "rlvr/registry.py",
+        "traits declared at registration are not kept: every estimator and loss reads as needing nothing",
+        ("            self._traits[name] = traits", "            pass"),
+        tests=("tests/core/test_traits.py",
+               "tests/cli/test_config.py::test_group_baseline_estimators_are_exactly_those_that_zero_a_group_of_one"),
+    ),
+    mutation(
+        "declared_inputs_not_made", "rlvr/training/estimator_inputs.py",
+        "the inputs an estimator declares are never made, so it runs without them (ReMax without its baseline)",
+        ("    for name in ADVANTAGE_ESTIMATORS.traits(estimator).inputs:\n", "    for name in ():\n"),
+        tests=("tests/training/test_estimator_inputs.py",),
     ),
     mutation(
         "saved_run_keeps_a_retired_name", "rlvr/config/loading.py",

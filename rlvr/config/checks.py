@@ -82,8 +82,7 @@ def _derive_batch(config) -> None:
 
 def validate(config) -> None:
     """Cross-field invariants (a key's own range and names are declared with its field); messages name the keys."""
-    from rlvr.core.advantages import GROUP_BASELINE_ESTIMATORS
-    from rlvr.core.policy_losses import SEQUENCE_LEVEL_LOSSES
+    from rlvr.core import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
     from rlvr.tasks import check_task_name
 
     r, a, o, t = config.rollout, config.algorithm, config.optim, config.train
@@ -115,17 +114,18 @@ def validate(config) -> None:
         )
     if a.dynamic_sampling and r.group_size < 2:
         raise ConfigError("algorithm.dynamic_sampling needs rollout.group_size >= 2")
-    if a.entropy_top_fraction < 1 and a.policy_loss in SEQUENCE_LEVEL_LOSSES:
+    if a.entropy_top_fraction < 1 and POLICY_LOSSES.traits(a.policy_loss).sequence_level:
+        sequence_level = POLICY_LOSSES.names_where(lambda traits: traits.sequence_level)
         raise ConfigError(
             f"algorithm.entropy_top_fraction={a.entropy_top_fraction} selects tokens, and "
             f"algorithm.policy_loss={a.policy_loss!r} gives every token of a sequence the same sequence-level "
-            f"loss; use a token-level loss (not {', '.join(sorted(SEQUENCE_LEVEL_LOSSES))}) or set "
+            f"loss; use a token-level loss (not {', '.join(sequence_level)}) or set "
             "entropy_top_fraction=1"
         )
     if a.clip_cov_lb >= a.clip_cov_ub:
         raise ConfigError(f"algorithm.clip_cov_lb={a.clip_cov_lb} must be below algorithm.clip_cov_ub="
                           f"{a.clip_cov_ub}: no covariance lies in between")
-    if a.advantage_estimator in GROUP_BASELINE_ESTIMATORS and r.group_size < 2:
+    if ADVANTAGE_ESTIMATORS.traits(a.advantage_estimator).group_baseline and r.group_size < 2:
         raise ConfigError(
             f"algorithm.advantage_estimator={a.advantage_estimator!r} compares each completion with the rest of "
             f"its group, so rollout.group_size={r.group_size} gives every advantage 0 and nothing is learned; "
@@ -158,16 +158,17 @@ def validate(config) -> None:
 
 def _validate_value_model(config) -> None:
     """PPO's keys fit together: GAE needs a value model and a value model needs GAE."""
-    from rlvr.core.advantages import VALUE_BASELINE_ESTIMATORS
+    from rlvr.core import ADVANTAGE_ESTIMATORS
 
     a = config.algorithm
-    value_based = a.advantage_estimator in VALUE_BASELINE_ESTIMATORS
+    value_based = ADVANTAGE_ESTIMATORS.traits(a.advantage_estimator).value_baseline
     if value_based and a.value_model == "none":
         raise ConfigError(f"algorithm.advantage_estimator={a.advantage_estimator!r} needs a learned value: set "
                           "algorithm.value_model to shared or separate (or use algorithm.name=ppo)")
     if a.value_model != "none" and not value_based:
         raise ConfigError(f"algorithm.value_model={a.value_model!r} is only used by a value-based estimator "
-                          f"({', '.join(sorted(VALUE_BASELINE_ESTIMATORS))}); algorithm.advantage_estimator="
+                          f"({', '.join(ADVANTAGE_ESTIMATORS.names_where(lambda traits: traits.value_baseline))}); "
+                          f"algorithm.advantage_estimator="
                           f"{a.advantage_estimator!r} uses its group instead: set algorithm.value_model=none")
     for key, value in (("algorithm.kl_in_reward", a.kl_in_reward),
                        ("algorithm.value_warmup_iterations", a.value_warmup_iterations)):

@@ -51,6 +51,7 @@ from rlvr.core.policy_losses import (
 )
 import rlvr.core.covariance_losses  # noqa: F401,E402  (registers clip_cov, kl_cov)
 import rlvr.core.surrogate_losses  # noqa: F401,E402  (registers cispo, sapo, geo_mean, dual_clip, gpg)
+from rlvr.core.traits import EstimatorTraits, LossTraits
 from rlvr.core.sampler_correction import (MISMATCH_BAND, SAMPLER_CORRECTIONS, SamplerGap, mismatch_ratio_out,
                                           sampler_gap, tis_weights)
 from rlvr.core.value import (
@@ -70,6 +71,8 @@ __all__ = [
     "loss_options",
     "top_entropy_mask",
     "ADVANTAGE_ESTIMATORS",
+    "EstimatorTraits",
+    "LossTraits",
     "NO_CONTRAST_EPS",
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",

@@ -10,6 +10,10 @@ More outcome estimators (REINFORCE++, ReMax, OPO, pass@k, GPG) are in `outcome_a
 The token-level estimator `gae` takes rewards [N, T] with `completion_mask` and `values` [N, T]
 and returns [N, T] (`rlvr.core.value.gae_advantages`); it ignores groups.
 
+What each estimator needs or guarantees (a group baseline, a learned value, centred groups, extra
+inputs such as ReMax's `reward_baselines`) is declared where it is registered, as `EstimatorTraits`
+(`rlvr.core.traits`), and read back with `ADVANTAGE_ESTIMATORS.traits(name)`.
+
 Groups without reward contrast (a single member, or all rewards equal;
 `rlvr.core.groups.no_contrast`, the definition dynamic sampling and the statistics use too) carry
 no learning signal; their advantages are exactly 0, never NaN or a huge number from dividing by a zero std.
@@ -22,12 +26,13 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rlvr.core.groups import NO_CONTRAST_EPS, no_contrast
+from rlvr.core.traits import EstimatorTraits
 from rlvr.core.value import gae_advantages, masked_whiten
 from rlvr.registry import Registry
 
 AdvantageFn = Callable[..., torch.Tensor]
 
-ADVANTAGE_ESTIMATORS: Registry[AdvantageFn] = Registry("advantage estimator")
+ADVANTAGE_ESTIMATORS: Registry[AdvantageFn] = Registry("advantage estimator", traits=EstimatorTraits())
 
 
 def _check_rewards(rewards: torch.Tensor | Sequence[float]) -> torch.Tensor:
@@ -152,18 +157,26 @@ def compute_rloo_advantages(
 
 
 # Registered estimators share one call: fn(rewards, group_size=None, group_ids=None, **options),
-# with options drawn from COMMON_OPTIONS, so a training loop passes the same keywords whatever
-# estimator is configured. An option that means nothing to an estimator is accepted and ignored.
+# with options drawn from COMMON_OPTIONS and the extra inputs registered estimators declare
+# (`EstimatorTraits.inputs`, e.g. ReMax's `reward_baselines`), so a training loop passes the same keywords
+# whatever estimator is configured. An option that means nothing to an estimator is accepted and ignored.
 # The group estimators are sequence-level: rewards [N] -> advantages [N]. A token-level one (GAE)
 # takes per-token rewards [N, T] with `completion_mask` [N, T] (and `values`, `gamma`, `lam`) and
 # returns [N, T]; the training loop and the losses accept either shape.
-COMMON_OPTIONS = ("std", "eps", "completion_mask", "values", "gamma", "lam", "reward_baselines")
+COMMON_OPTIONS = ("std", "eps", "completion_mask", "values", "gamma", "lam")
+
+
+def estimator_options() -> tuple[str, ...]:
+    """The keywords a registered estimator accepts: COMMON_OPTIONS, then every declared input (sorted)."""
+    inputs = {name for estimator in ADVANTAGE_ESTIMATORS for name in ADVANTAGE_ESTIMATORS.traits(estimator).inputs}
+    return COMMON_OPTIONS + tuple(sorted(inputs - set(COMMON_OPTIONS)))
 
 
 def _check_options(name: str, options: dict[str, Any]) -> None:
-    unknown = sorted(set(options) - set(COMMON_OPTIONS))
+    valid = estimator_options()
+    unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise TypeError(f"advantage estimator {name!r} got unknown options {unknown}; valid: {list(COMMON_OPTIONS)}")
+        raise TypeError(f"advantage estimator {name!r} got unknown options {unknown}; valid: {list(valid)}")
 
 
 def _std_and_eps(options: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +184,7 @@ def _std_and_eps(options: dict[str, Any]) -> dict[str, Any]:
     return {key: options[key] for key in ("std", "eps") if key in options}
 
 
-@ADVANTAGE_ESTIMATORS.register("grpo")
+@ADVANTAGE_ESTIMATORS.register("grpo", traits=EstimatorTraits(group_baseline=True, centring=True))
 def grpo_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
@@ -180,7 +193,7 @@ def grpo_advantages(
     return compute_group_advantages(rewards, group_size, group_ids, scale="std", **_std_and_eps(options))
 
 
-@ADVANTAGE_ESTIMATORS.register("mean_centered")
+@ADVANTAGE_ESTIMATORS.register("mean_centered", traits=EstimatorTraits(group_baseline=True, centring=True))
 def mean_centered_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
@@ -190,7 +203,7 @@ def mean_centered_advantages(
     return compute_group_advantages(rewards, group_size, group_ids, scale="none", **_std_and_eps(options))
 
 
-@ADVANTAGE_ESTIMATORS.register("rloo")
+@ADVANTAGE_ESTIMATORS.register("rloo", traits=EstimatorTraits(group_baseline=True, centring=True))
 def rloo_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
@@ -212,7 +225,7 @@ ADVANTAGE_ESTIMATORS.rename("none", "no_baseline")
 ADVANTAGE_ESTIMATORS.rename("dr_grpo", "mean_centered")  # the estimator says what it does; the preset keeps the name
 
 
-@ADVANTAGE_ESTIMATORS.register("gae")
+@ADVANTAGE_ESTIMATORS.register("gae", traits=EstimatorTraits(value_baseline=True))
 def gae_estimator(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
@@ -227,17 +240,6 @@ def gae_estimator(
     advantages, _ = gae_advantages(rewards, options["values"], options["completion_mask"], options["gamma"],
                                    options["lam"])
     return advantages  # [N, T]
-
-
-# The estimators whose baseline comes from the other members of the group: a group of one
-# (group_size 1) gives every completion advantage 0, so a run with them could never learn.
-GROUP_BASELINE_ESTIMATORS = frozenset({"grpo", "mean_centered", "rloo", "reinforce_plus_plus_baseline", "opo",
-                                       "grpo_passk", "gpg"})
-# The estimators whose baseline is a learned value: they need a value model and per-token rewards.
-VALUE_BASELINE_ESTIMATORS = frozenset({"gae"})
-# The estimators whose baseline is the reward of one more, greedy, completion per prompt (ReMax):
-# the training loop decodes and scores it and passes `reward_baselines` [N].
-GREEDY_BASELINE_ESTIMATORS = frozenset({"remax"})
 
 
 def maybe_normalize_advantages(advantages: torch.Tensor, enabled: bool, eps: float = 1e-8) -> torch.Tensor:

@@ -5,8 +5,9 @@ Same call as `rlvr.core.advantages`: fn(rewards [N], group_size=None, group_ids=
 -> advantages [N], one scalar per completion (the reward is one per completion, so verl's
 per-token returns with gamma = 1 are that scalar on every token). Options used here:
 `completion_mask` [N, T] (token-weighted statistics) and `reward_baselines` [N] (ReMax's greedy
-completion's reward, built by the training loop). As for the other group estimators, groups
-without reward contrast give exactly 0 (verl gives a group of one its raw reward instead).
+completion's reward: an input ReMax declares in its traits, which the training loop's input provider
+makes). As for the other group estimators, groups without reward contrast give exactly 0 (verl
+gives a group of one its raw reward instead).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rlvr.core.advantages import (
 )
 from rlvr.core.groups import NO_CONTRAST_EPS
 from rlvr.core.masks import masked_mean_per_row
+from rlvr.core.traits import EstimatorTraits
 from rlvr.core.value import masked_whiten
 
 
@@ -64,7 +66,7 @@ def reinforce_plus_plus_advantages(
     return token_weighted_whiten(rewards, mask)  # [N]
 
 
-@ADVANTAGE_ESTIMATORS.register("reinforce_plus_plus_baseline")
+@ADVANTAGE_ESTIMATORS.register("reinforce_plus_plus_baseline", traits=EstimatorTraits(group_baseline=True))
 def reinforce_plus_plus_baseline_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
@@ -84,7 +86,7 @@ def reinforce_plus_plus_baseline_advantages(
     return torch.where(no_contrast_row, torch.zeros_like(rewards), token_weighted_whiten(centred, mask))
 
 
-@ADVANTAGE_ESTIMATORS.register("remax")
+@ADVANTAGE_ESTIMATORS.register("remax", traits=EstimatorTraits(inputs=("reward_baselines",)))
 def remax_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
@@ -99,7 +101,7 @@ def remax_advantages(
     return rewards - baselines.to(rewards.dtype)  # [N]
 
 
-@ADVANTAGE_ESTIMATORS.register("opo")
+@ADVANTAGE_ESTIMATORS.register("opo", traits=EstimatorTraits(group_baseline=True))
 def opo_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
@@ -123,7 +125,7 @@ def opo_advantages(
     return torch.where(no_contrast_row, torch.zeros_like(advantages), advantages)
 
 
-@ADVANTAGE_ESTIMATORS.register("grpo_passk")
+@ADVANTAGE_ESTIMATORS.register("grpo_passk", traits=EstimatorTraits(group_baseline=True))
 def grpo_passk_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
@@ -154,7 +156,7 @@ def grpo_passk_advantages(
     return advantages
 
 
-@ADVANTAGE_ESTIMATORS.register("gpg")
+@ADVANTAGE_ESTIMATORS.register("gpg", traits=EstimatorTraits(group_baseline=True))
 def gpg_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:

@@ -8,8 +8,10 @@ choice. `metrics` holds detached [B, T] tensors `ratio`, `clipped_low`, `clipped
 (float 0/1 flags), so the caller computes clip fractions with its own mask.
 A loss may declare more keyword options (`LOSS_OPTIONS`: verl's config names, e.g. `clip_ratio_c`,
 `tau_pos`) and a `generator` when it draws tokens at random; the caller passes it only the ones it
-declares (`loss_options`). Losses beyond the GRPO family live in `surrogate_losses.py`
-(CISPO, SAPO, GMPO, dual-clip, GPG) and `covariance_losses.py` (Clip-Cov, KL-Cov).
+declares (`loss_options`). What a consumer asks of a loss by name is declared where it is
+registered (`LossTraits`, read by `POLICY_LOSSES.traits(name)`: e.g. `sequence_level`).
+Losses beyond the GRPO family live in `surrogate_losses.py` (CISPO, SAPO, GMPO, dual-clip, GPG)
+and `covariance_losses.py` (Clip-Cov, KL-Cov).
 CS336 assignment 5's function names and signatures for these losses are in `rlvr.compat.cs336`.
 """
 
@@ -21,13 +23,15 @@ from typing import Any, Callable
 import torch
 
 from rlvr.core.masks import masked_mean_per_row
+from rlvr.core.traits import LossTraits
 from rlvr.registry import Registry
 
 LOG_RATIO_CLIP = 20.0  # exp(20) ~ 5e8: a ratio this far from 1 is already clipped or meaningless
 Metrics = dict[str, torch.Tensor]
 PolicyLossFn = Callable[..., tuple[torch.Tensor, Metrics]]
 
-POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
+# Each loss's traits (`LossTraits`: e.g. sequence_level) are declared where it is registered.
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss", traits=LossTraits())
 
 # Keyword options beyond clip_low / clip_high that some losses declare, named as verl's config names
 # them; the defaults are in each loss's signature and in the `algorithm` config section
@@ -35,11 +39,6 @@ POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
 # picks tokens at random.
 LOSS_OPTIONS = ("clip_ratio_c", "tau_pos", "tau_neg", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub",
                 "kl_cov_ratio", "ppo_kl_coef")
-
-
-# Losses whose every token of a row carries the same sequence-level value: selecting tokens
-# (algorithm.entropy_top_fraction) would only rescale a sequence, so the config refuses it.
-SEQUENCE_LEVEL_LOSSES = frozenset({"gspo", "geo_mean"})
 
 
 def loss_options(loss_fn: PolicyLossFn, values: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +135,7 @@ def grpo_no_clip_loss(
     return loss, {"ratio": ratio.detach(), **_no_clip_flags(logprobs)}
 
 
-@POLICY_LOSSES.register("gspo")
+@POLICY_LOSSES.register("gspo", traits=LossTraits(sequence_level=True))
 def gspo_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,

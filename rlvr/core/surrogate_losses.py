@@ -22,6 +22,7 @@ from rlvr.core.policy_losses import (
     grpo_clip_loss,
     reinforce_loss,
 )
+from rlvr.core.traits import LossTraits
 
 
 @POLICY_LOSSES.register("cispo")
@@ -83,7 +84,7 @@ def sapo_loss(
     return loss, {"ratio": ratio.detach(), **_no_clip_flags(logprobs)}
 
 
-@POLICY_LOSSES.register("geo_mean")
+@POLICY_LOSSES.register("geo_mean", traits=LossTraits(sequence_level=True))
 def geo_mean_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,

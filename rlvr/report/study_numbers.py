@@ -109,7 +109,8 @@ def metric_stats(run: RunData, metric: str, last: int) -> MetricStats | None:
 def completions_per_iteration(record: dict, config: dict) -> int | None:
     """Completions generated in one iteration: with dynamic sampling every group sampled, kept or not, times the group
     size; otherwise the batch's sequences (`num_sequences`, or batch_size x group_size of the saved config for
-    records without it); ReMax adds its greedy completion per prompt. None when neither is known."""
+    records without it); an estimator's extra inputs add the completions their providers decode per prompt (ReMax's
+    greedy one). None when neither is known."""
     group_size, batch_size = config.get("rollout.group_size"), config.get("rollout.batch_size")
     sampled_groups = record.get(DYNAMIC_SAMPLING_SAMPLED_GROUPS)
     if _finite(sampled_groups) and group_size:
@@ -122,10 +123,11 @@ def completions_per_iteration(record: dict, config: dict) -> int | None:
         return None
     estimator = config.get("algorithm.advantage_estimator")
     if estimator is not None and group_size:
-        from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS  # imports torch: only when a run is read
+        from rlvr.training.estimator_inputs import input_completions_per_prompt  # imports torch: when a run is read
 
-        if estimator in GREEDY_BASELINE_ESTIMATORS:  # one greedy completion per kept prompt
-            count += record[NUM_SEQUENCES] // group_size if _finite(record.get(NUM_SEQUENCES)) else batch_size or 0
+        per_prompt = input_completions_per_prompt(estimator)  # ReMax: one greedy completion per kept prompt
+        prompts = record[NUM_SEQUENCES] // group_size if _finite(record.get(NUM_SEQUENCES)) else batch_size or 0
+        count += per_prompt * prompts
     return int(count)
 
 

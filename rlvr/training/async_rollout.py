@@ -37,10 +37,10 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.core import POLICY_LOSSES, RolloutBatch, draws_tokens_at_random
-from rlvr.core.advantages import GREEDY_BASELINE_ESTIMATORS
 from rlvr.models.merge import merges_in_place
 from rlvr.rollout import InProcessBackend, RolloutBackend, SamplingSettings
-from rlvr.training.collect import CollectedGroups, GreedyBaselines, collect_groups, greedy_baselines, rollout_batch
+from rlvr.training.collect import CollectedGroups, collect_groups, rollout_batch
+from rlvr.training.estimator_inputs import EstimatorInputs, InputContext, estimator_inputs
 from rlvr.training.reference import batch_logprobs
 
 # The key of the loop counters (`state`, saved in trainer_state.pt) that holds the pending rollout.
@@ -53,20 +53,27 @@ class Rollout:
 
     collected: CollectedGroups
     batch: RolloutBatch  # [N, L]; one step off-policy: sampler_logprobs [N, L-1] of the sampling weights
-    baselines: GreedyBaselines | None  # ReMax: the greedy completions' rewards, from the same weights
+    inputs: EstimatorInputs  # the estimator's declared inputs (ReMax: the greedy rewards), from the same weights
     policy_version: int  # iterations finished by the weights that sampled it
+
+    def __setstate__(self, state: dict) -> None:
+        """A pending rollout checkpointed before inputs were declared held ReMax's `baselines` (or None)."""
+        if "inputs" not in state:
+            baselines = state.pop("baselines", None)
+            state["inputs"] = EstimatorInputs({}) if baselines is None else EstimatorInputs(
+                {"reward_baselines": baselines.rewards}, baselines.seconds)
+        self.__dict__.update(state)
 
 
 def sample_rollout(backend: RolloutBackend, task, tokenizer, settings: SamplingSettings, config, iteration: int,
                    policy_version: int, dist, collect=collect_groups) -> Rollout:
     """Stages 1-2 of an iteration: sample and judge B x G completions (`collect`), lay them out as a batch,
-    and for ReMax score one greedy completion per prompt."""
+    and make the extra inputs the estimator declares (ReMax: score one greedy completion per prompt)."""
     collected = collect(backend, task, settings, config, iteration, dist)
     batch = rollout_batch(collected, tokenizer, task.name)  # [N, L] ids and masks
-    baselines = None
-    if config.algorithm.advantage_estimator in GREEDY_BASELINE_ESTIMATORS:
-        baselines = greedy_baselines(backend, task, settings, collected, config)
-    return Rollout(collected=collected, batch=batch, baselines=baselines, policy_version=policy_version)
+    inputs = estimator_inputs(config.algorithm.advantage_estimator,
+                              InputContext(backend, task, settings, collected, batch, config))
+    return Rollout(collected=collected, batch=batch, inputs=inputs, policy_version=policy_version)
 
 
 def policy_logprobs(model, batch: RolloutBatch, config) -> torch.Tensor:

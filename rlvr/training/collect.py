@@ -10,7 +10,7 @@ kept (at most `dynamic_sampling_max_rounds`; a shortfall is filled with set-asid
 counted). Data-parallel, each rank samples its share of every round. `rollout_batch` then lays
 the kept groups out as one `RolloutBatch` (the later stages add reference log-probs, PPO's old
 values, and the advantages). `greedy_baselines` decodes one more, greedy, completion per kept
-prompt and scores it: ReMax's baseline.
+prompt and scores it: ReMax's baseline (its `reward_baselines` input, `rlvr.training.estimator_inputs`).
 """
 
 from __future__ import annotations

@@ -1,21 +1,21 @@
 """`rlvr train`: the RL loop, top to bottom.
 
 Each iteration runs named stages, each a function with a small typed result: sample B prompts x G completions
-and judge them (`collect_groups`, prompt-major groups), lay them out as one batch (`rollout_batch`), ReMax
-only: score one greedy completion per prompt as the baseline (`greedy_baselines`), add reference log-probs
-when a KL term needs them (`with_reference_logprobs`), PPO only: the value model's values at sampling time
-(`with_old_values`), then turn the rewards into advantages (`with_advantages`: group-relative, or GAE against
-the values) and run `ppo_epochs` passes over the batch, each one optimizer step or `optim.steps_per_epoch`
-(`update_policy`); then log one line of metrics, evaluate and checkpoint now and then. With
-`rollout.async_steps=1` the next iteration's stages 1-2 run while 3-6 run, at the weights before this update
-(one step off-policy, async_rollout.py). The run around the loop (folder, model, value model, task, rollout
-backend, evaluation, checkpoints) is a `RunSession` (session.py). Launched data-parallel, each rank does this
-on its share of the B prompts (distributed.py), optionally with the decoder layers sharded (FSDP, fsdp.py).
-Shortcuts taken, on purpose: rollouts and update share one model (one step off-policy: a copy sharing the
-frozen weights; LoRA's reference is the same model with the adapter disabled), and the old log-probs come from
-the first update epoch instead of a separate forward pass (PPO's value pass gives them when the KL penalty is
-in the reward, which needs them before the advantages; several optimizer steps per epoch need them before the
-first step, so the update computes them first).
+and judge them (`collect_groups`, prompt-major groups), lay them out as one batch (`rollout_batch`), make the
+inputs the estimator declares (`estimator_inputs`; ReMax: one greedy completion per prompt, scored), add
+reference log-probs when a KL term needs them (`with_reference_logprobs`), PPO only: the value model's values
+at sampling time (`with_old_values`), then turn the rewards into advantages (`with_advantages`: group-relative,
+or GAE against the values) and run `ppo_epochs` passes over the batch, each one optimizer step or
+`optim.steps_per_epoch` (`update_policy`); then log one line of metrics, evaluate and checkpoint now and then.
+With `rollout.async_steps=1` the next iteration's stages 1-2 run while 3-6 run, at the weights before this
+update (one step off-policy, async_rollout.py). The run around the loop (folder, model, value model, task,
+rollout backend, evaluation, checkpoints) is a `RunSession` (session.py). Launched data-parallel, each rank
+does this on its share of the B prompts (distributed.py), optionally with the decoder layers sharded (FSDP,
+fsdp.py). Shortcuts taken, on purpose: rollouts and update share one model (one step off-policy: a copy sharing
+the frozen weights; LoRA's reference is the same model with the adapter disabled), and the old log-probs come
+from the first update epoch instead of a separate forward pass (PPO's value pass gives them when the KL penalty
+is in the reward, which needs them before the advantages; several optimizer steps per epoch need them before
+the first step, so the update computes them first).
 """
 
 from __future__ import annotations
@@ -107,14 +107,12 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             iteration_started = time.perf_counter()
             done = iteration + 1  # iterations finished at the end of this one
             # 1-2. Sample B prompts x G completions and judge them (DAPO: more rounds until B groups have contrast);
-            #      ReMax: and one greedy completion per prompt. async_steps=1: sampled during the last iteration.
+            #      and the estimator's inputs (ReMax: a greedy decode per prompt). async_steps=1: during the last one.
             sampled = rollouts.take(iteration)
             collected, batch = sampled.collected, sampled.batch  # batch: [N, L] ids and masks
             timings = {TIME_GENERATION: collected.generation_seconds, TIME_SCORING: collected.scoring_seconds}
-            reward_baselines = None
-            if sampled.baselines is not None:  # ReMax
-                reward_baselines = sampled.baselines.rewards  # [N]
-                timings[TIME_GENERATION] += sampled.baselines.seconds
+            if sampled.inputs.values:  # ReMax: its greedy completions
+                timings[TIME_GENERATION] += sampled.inputs.seconds
             rollouts.prefetch(iteration + 1)  # async_steps=1: the next batch samples these weights while 3-6 run
             # 3. Reference log-probs, only for a KL term (in the loss, or PPO's in the reward).
             if needs_reference_logprobs(algo):
@@ -130,7 +128,7 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             # 5. Advantages: each prompt's group against itself, or GAE against the values (then also the
             #    returns); unscorable rows and groups without contrast get 0.
             batch = with_advantages(batch, collected.rewards, algo, dist,
-                                    reward_baselines=reward_baselines)  # advantages [N] or [N, L-1]
+                                    **sampled.inputs.values)  # advantages [N] or [N, L-1]
             rows = gather_rollout(collected, batch, dist)  # every rank's rows, for the statistics
             # 6. Update: ppo_epochs passes over the whole batch, each steps_per_epoch optimizer steps (moved to the
             #    model one minibatch at a time); the first value_warmup_iterations train only the value model.

@@ -13,7 +13,6 @@ from rlvr.core import (
     compute_rloo_advantages,
     maybe_normalize_advantages,
 )
-from rlvr.core.advantages import VALUE_BASELINE_ESTIMATORS
 
 
 def test_prompt_major_groups_not_transposed():
@@ -161,7 +160,8 @@ def test_registry_and_no_baseline():
     # The token-weighted ones read the completion mask, ReMax its greedy rewards (the loop passes both).
     group_ids = torch.tensor([0, 0, 1, 1])
     extra = dict(completion_mask=torch.ones(4, 3), reward_baselines=torch.zeros(4))
-    for name in sorted(set(ADVANTAGE_ESTIMATORS.names()) - VALUE_BASELINE_ESTIMATORS):
+    value_based = set(ADVANTAGE_ESTIMATORS.names_where(lambda traits: traits.value_baseline))
+    for name in sorted(set(ADVANTAGE_ESTIMATORS.names()) - value_based):
         advantages = ADVANTAGE_ESTIMATORS.get(name)(rewards, group_ids=group_ids, std="sample", eps=1e-6, **extra)
         assert advantages.shape == (4,) and torch.isfinite(advantages).all()
         with pytest.raises(TypeError, match="scale_by"):
