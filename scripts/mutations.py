@@ -2434,6 +2434,20 @@ WARM_UPS = [
         tests=("tests/training/test_time_budget.py",),
     ),
     mutation(
+        "stages_ignore_the_command_line", "rlvr/sweep_stages.py",
+        "a sweep's command-line overrides skip its before: stages: `rlvr study --threads 1` runs a 2-thread warm-up",
+        ("config = load_config(stage.config, stage.overrides + list(command_line)",
+         "config = load_config(stage.config, stage.overrides + []"),
+        tests=("tests/cli/test_sweep_stages.py",),
+    ),
+    mutation(
+        "sft_eval_on_start_ignored", "rlvr/training/sft.py",
+        "train.eval_on_start: false still evaluates the starting weights of an SFT run (minutes per chained run)",
+        ("if not session.resumed and train_cfg.eval_size > 0 and train_cfg.eval_on_start:",
+         "if not session.resumed and train_cfg.eval_size > 0:"),
+        tests=("tests/training/test_eval_on_start.py",),
+    ),
+    mutation(
         "restart_appends_to_stale_logs", "rlvr/sweep_runs.py",
         "a run that crashed before its first checkpoint starts over on top of its old metrics, samples and evals",
         ("            (run_dir / stale).unlink(missing_ok=True)", "            pass"),

@@ -131,6 +131,24 @@ def test_the_command_line_overrides_reach_every_stage_after_its_own(tmp_path, mo
     assert config.sft.batch_size != 4
 
 
+def test_rlvr_study_threads_reach_the_warm_up(tmp_path, monkeypatch):
+    from rlvr.study import run_study
+    from rlvr.sweep_runs import RUN_COMMANDS, RunCommand
+
+    path = _sweep_file(tmp_path, {"warm": {"command": "sft", "config": "sft.yaml"}})
+    data = yaml.safe_load(open(path))
+    data["study"] = {"title": "t", "output": str(tmp_path / "out"), "metrics": ["eval/accuracy"]}
+    yaml.safe_dump(data, open(path, "w"))
+    threads = []
+    monkeypatch.setitem(RUN_COMMANDS, "sft", RunCommand(lambda config, run_dir: threads.append(
+        config.model.num_threads), None))
+    monkeypatch.setitem(RUN_COMMANDS, "train", RunCommand(lambda config, run_dir: threads.append(
+        config.model.num_threads), None))
+    with pytest.raises(FileNotFoundError, match="is not a run folder"):  # the stand-in runs write no records
+        run_study(path, threads=1)
+    assert threads == [1, 1, 1]  # the warm-up, then the two grid runs
+
+
 def _tiny_base(tmp_path, tiny_model_dir, **sections) -> None:
     (tmp_path / "base.yaml").write_text(yaml.safe_dump({
         "model": {"name": str(tiny_model_dir), "lora": False},

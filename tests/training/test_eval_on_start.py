@@ -44,3 +44,10 @@ def test_true_evaluates_the_starting_weights_first(tiny_model_dir, tmp_path):
     run_dir = tmp_path / "run"
     assert main(_command("sft", tiny_model_dir, run_dir, tmp_path, "true")) == 0
     assert [r["iteration"] for r in read_jsonl(run_dir / "eval.jsonl")] == [0, 1, 2]
+
+
+def test_false_writes_no_generations_of_the_starting_weights(tiny_model_dir, tmp_path):
+    # sft.log_generations writes each eval's generations: none at iteration 0 when the start is not evaluated
+    run_dir = tmp_path / "run"
+    assert main(_command("sft", tiny_model_dir, run_dir, tmp_path, "false") + ["sft.log_generations=1"]) == 0
+    assert sorted({r["iteration"] for r in read_jsonl(run_dir / "generations.jsonl")}) == [1, 2]
