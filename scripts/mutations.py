@@ -2590,6 +2590,14 @@ JUDGE_AUDIT = [
 
 LOCAL_JUDGE = [
     mutation(
+        "local_judge_reads_past_its_context", "rlvr/tasks/verification/judge_local.py",
+        "a prompt longer than the local judge's context is generated anyway (minutes of prefill, a reply past what "
+        "the model can read) instead of an error verdict",
+        ("if self.context is not None and len(ids) + self.max_tokens > self.context:",
+         "if self.context is not None and len(ids) + self.max_tokens > 2 * self.context:"),
+        tests=("tests/tasks/test_judge_local.py",),
+    ),
+    mutation(
         "local_judge_without_attention_mask", "rlvr/tasks/verification/judge_local.py",
         "the left-padded batch is generated without its attention mask: a shorter prompt attends to the pad "
         "tokens before it, so a reply depends on which prompts share its batch",

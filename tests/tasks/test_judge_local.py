@@ -167,3 +167,38 @@ def test_the_embedded_model_judges_two_completions_end_to_end(capsys):
                for v in verdicts)
     assert all(v.status == "ok" or (v.status == "unjudgeable" and math.isnan(v.total)) for v in verdicts)
     assert task.judge_backend.model == "smollm2-135m-instruct"
+
+
+def test_a_prompt_beyond_the_judges_context_is_an_error_and_never_generated(judge_dir, monkeypatch):
+    generated = []
+    real = judge_local.greedy_replies
+
+    def counting(model, tokenizer, prompt_ids, max_tokens, eos_ids):
+        generated.extend(len(ids) for ids in prompt_ids)
+        return real(model, tokenizer, prompt_ids, max_tokens, eos_ids)
+
+    monkeypatch.setattr(judge_local, "greedy_replies", counting)
+    task = local_judge(judge_dir, on_judge_down="skip")  # the tiny model reads 256 positions; max_tokens 6
+    backend = task.judge_backend
+    assert backend.context == 256
+    short = task.rendered("7", QUESTION)
+    fits = len(backend.prompt_ids(short))
+    room = 256 - 6 - fits  # characters of padding that still fit (the tiny tokenizer: one token per character)
+    edge = task.rendered("7" + " " * room, QUESTION)
+    over = task.rendered("7" + " " * (room + 1), QUESTION)
+    assert len(backend.prompt_ids(edge)) + 6 == 256 and len(backend.prompt_ids(over)) + 6 == 257
+    replies = backend.reply([short, over, edge])
+    assert [reply.status for reply in replies] == ["ok", "error", "ok"]
+    assert replies[1].detail == ("the prompt's 251 tokens and max_tokens 6 exceed the local judge's context of "
+                                 "256 tokens")
+    assert sorted(generated) == sorted([fits, 250])  # the long prompt was never generated
+    (verdict,) = task.score_batch(["7" + " " * (room + 1)], [QUESTION])
+    assert verdict.status == "error" and math.isnan(verdict.total)
+
+
+def test_one_over_long_completion_is_an_error_verdict_beside_judged_ones_and_the_run_goes_on(judge_dir):
+    task = local_judge(judge_dir)  # on_judge_down: stop; the batch is not down, one request was refused
+    completions = ["7", "x" * 200, "44"]  # the rubric and 200 characters: about 350 of the tiny judge's 256 positions
+    verdicts = task.score_batch(completions, [QUESTION] * 3)
+    assert [v.status for v in verdicts] == ["unjudgeable", "error", "unjudgeable"]  # gibberish replies: read, unscored
+    assert "context of 256 tokens" in verdicts[1].detail and not verdicts[1].judge_call.unparsed

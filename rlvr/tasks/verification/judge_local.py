@@ -104,6 +104,9 @@ class LocalJudge:
         self.lm, self.tokenizer = load_judge_model(self.spec, DTYPES[dtype], self.device)
         self.templated = getattr(self.tokenizer, "chat_template", None) is not None
         self.eos_ids = eos_token_ids(self.tokenizer, self.lm)
+        # The positions the model was trained on (None: not declared): a longer prompt is refused as a server
+        # refuses it, not run for minutes past what the model can read.
+        self.context = getattr(self.lm.config, "max_position_embeddings", None)
 
     def __repr__(self) -> str:
         return f"LocalJudge(model={self.spec!r}, device={str(self.device)!r})"
@@ -118,10 +121,19 @@ class LocalJudge:
 
     def reply(self, contents: Sequence[str]) -> list[Reply]:
         """Greedy replies in batches of `batch_size`, shortest prompts together; a batch whose generation
-        fails (out of memory) gives `error` replies, so the task's stop-when-down rule applies."""
+        fails (out of memory) gives `error` replies, so the task's stop-when-down rule applies, and so does a
+        prompt too long for the model's context (never generated)."""
         encoded = [self.prompt_ids(content) for content in contents]
-        order = sorted(range(len(encoded)), key=lambda index: len(encoded[index]))
         replies: list[Optional[Reply]] = [None] * len(encoded)
+        fits = []
+        for row, ids in enumerate(encoded):
+            if self.context is not None and len(ids) + self.max_tokens > self.context:
+                replies[row] = Reply(text=None, status="error", detail=(
+                    f"the prompt's {len(ids)} tokens and max_tokens {self.max_tokens} exceed the local judge's "
+                    f"context of {self.context} tokens"))
+            else:
+                fits.append(row)
+        order = sorted(fits, key=lambda index: len(encoded[index]))
         for start in range(0, len(order), self.batch_size):
             rows = order[start:start + self.batch_size]
             started = time.perf_counter()
