@@ -1,5 +1,7 @@
-"""The benchmark scripts, each run as `python benchmarks/NAME.py` and written up under docs/results.
+"""The benchmark scripts, grouped by what they measure (benchmarks/README.md), written up under docs/results.
 
-A package so that the tests import them as `benchmarks.NAME` (the repository root is on pytest's
-path); a script imports its siblings by package when imported and by file name when run.
+learning/: does training learn (curves, accuracies, and the scripts that read those runs); performance/: time
+and memory of rlvr's parts and what a speed lever costs in precision; comparisons/: rlvr beside TRL and vLLM.
+Each script runs as `python benchmarks/GROUP/NAME.py` from the repository root; it puts the root on sys.path
+first, so it imports its helpers as `benchmarks.GROUP.NAME`, as the tests do (pytest puts the root on the path).
 """

@@ -240,18 +240,17 @@ class AlgorithmConfig:
 
     name: str = option("grpo", "a preset from `rlvr algorithms`: its settings replace the defaults below (a key set in "
                        "the file or an override still wins)", choices=_algorithms)
-    advantage_estimator: str = option("grpo", "advantage estimator: grpo (group z-score), mean_centered (group mean), "
-                                      "rloo (leave-one-out), gae (learned value), no_baseline (the raw reward), or "
-                                      "one of verl's (reinforce_plus_plus, remax, opo, grpo_passk, gpg, ...)",
+    # The help names no choice: the type lists the registry's names, and the Algorithms guide's tables
+    # (generated from the registries, rlvr/algorithm_tables.py) say what each computes and its traits.
+    advantage_estimator: str = option("grpo", "how each completion's advantage is made from the rewards (each "
+                                      "estimator and its traits: the estimator table of the Algorithms guide)",
                                       choices=_advantage_estimators)
-    policy_loss: str = option("grpo_clip", "policy loss: grpo_clip (clipped ratio, PPO's too), gspo "
-                              "(sequence-level ratio), reinforce (no ratio), or one of verl's (cispo, sapo, geo_mean, "
-                              "dual_clip, gpg, clip_cov, kl_cov)", choices=_policy_losses)
+    policy_loss: str = option("grpo_clip", "the per-token policy-gradient loss (each loss and its traits: the loss "
+                              "table of the Algorithms guide)", choices=_policy_losses)
     # seq_mean_token_mean weighs each completion equally (a length bias: a long wrong answer's tokens
     # weigh less each); token_mean weighs each token; seq_mean_token_sum_norm divides by max_new_tokens.
-    loss_aggregation: str = option("seq_mean_token_mean", "how per-token losses become one number: "
-                                   "seq_mean_token_mean, token_mean or seq_mean_token_sum_norm",
-                                   choices=_loss_aggregations)
+    loss_aggregation: str = option("seq_mean_token_mean", "how per-token losses become one number (each mode: the "
+                                   "aggregation table of the Algorithms guide)", choices=_loss_aggregations)
     ppo_epochs: int = option(2, "passes over each rollout batch; each pass is optim.steps_per_epoch optimizer steps "
                              "(1 unless optim.minibatch_size * optim.grad_accum_steps is smaller than the batch)",
                              bounds=count(1, 1000))

@@ -188,7 +188,10 @@ def _std_and_eps(options: dict[str, Any]) -> dict[str, Any]:
 def grpo_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
-    """(r - mean_g) / (std_g + eps). Options: std ("population" | "sample"), eps."""
+    """GRPO (Shao et al. 2024): (r - mean_g) / (std_g + eps), the group z-score. [N] -> [N].
+
+    Options: std ("population" | "sample"), eps.
+    """
     _check_options("grpo", options)
     return compute_group_advantages(rewards, group_size, group_ids, scale="std", **_std_and_eps(options))
 
@@ -197,8 +200,10 @@ def grpo_advantages(
 def mean_centered_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
-    """r - mean_g, no std division (Dr. GRPO's and GR-REINFORCE's advantage). Options: eps (the zero-spread
-    tolerance); std is ignored."""
+    """r - mean_g, no std division (Dr. GRPO's and GR-REINFORCE's advantage). [N] -> [N].
+
+    Options: eps (the zero-spread tolerance); std is ignored.
+    """
     _check_options("mean_centered", options)
     return compute_group_advantages(rewards, group_size, group_ids, scale="none", **_std_and_eps(options))
 
@@ -207,7 +212,10 @@ def mean_centered_advantages(
 def rloo_advantages(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
-    """r_i - mean of the other members of its group. Options: eps; std is ignored."""
+    """RLOO (Kool et al. 2019; Ahmadian et al. 2024): r_i - mean of the other members of its group. [N] -> [N].
+
+    Options: eps; std is ignored.
+    """
     _check_options("rloo", options)
     return compute_rloo_advantages(rewards, group_size, group_ids, eps=options.get("eps", NO_CONTRAST_EPS))
 
@@ -229,9 +237,11 @@ ADVANTAGE_ESTIMATORS.rename("dr_grpo", "mean_centered")  # the estimator says wh
 def gae_estimator(
     rewards: torch.Tensor, group_size: int | None = None, group_ids: torch.Tensor | None = None, **options: Any
 ) -> torch.Tensor:
-    """GAE on per-token rewards [N, T] against a learned value. Options: completion_mask, values [N, T],
-    gamma, lam (required); groups, std and eps are ignored. -> advantages [N, T] (the returns:
-    `rlvr.core.value.gae_advantages`)."""
+    """GAE (Schulman et al. 2016) on per-token rewards against a learned value (PPO). [N, T] -> [N, T].
+
+    Options: completion_mask, values [N, T], gamma, lam (required); groups, std and eps are ignored.
+    The returns: `rlvr.core.value.gae_advantages`.
+    """
     _check_options("gae", options)
     missing = [name for name in ("completion_mask", "values", "gamma", "lam") if options.get(name) is None]
     if missing:

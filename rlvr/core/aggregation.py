@@ -49,9 +49,10 @@ def seq_mean_token_mean(
     num_sequences: Count | None = None,
     num_tokens: Count | None = None,
 ) -> torch.Tensor:
-    """mean_i [ sum_t m_it l_it / sum_t m_it ]; the outer mean divides by num_sequences if given.
+    """GRPO's: mean_i [ sum_t m_it l_it / sum_t m_it ], every sequence weighs the same. [B, T] -> scalar.
 
-    [B, T] -> scalar. Sequences with no tokens contribute 0 (and still count in the denominator).
+    The outer mean divides by num_sequences if given. Sequences with no tokens contribute 0 (and still
+    count in the denominator).
     """
     per_sequence = masked_mean_per_row(per_token_loss, mask)  # [B]
     denominator = per_token_loss.shape[0] if num_sequences is None else num_sequences
@@ -67,9 +68,9 @@ def token_mean(
     num_sequences: Count | None = None,
     num_tokens: Count | None = None,
 ) -> torch.Tensor:
-    """sum_it m_it l_it / sum_it m_it; the denominator is num_tokens if given. [B, T] -> scalar.
+    """DAPO's: sum_it m_it l_it / sum_it m_it, every token weighs the same. [B, T] -> scalar.
 
-    A batch with no tokens gives 0.
+    The denominator is num_tokens if given. A batch with no tokens gives 0.
     """
     values, weights = _masked_values(per_token_loss, mask)  # [B, T]
     if num_tokens is None:
@@ -87,7 +88,10 @@ def seq_mean_token_sum_norm(
     num_sequences: Count | None = None,
     num_tokens: Count | None = None,
 ) -> torch.Tensor:
-    """mean_i [ sum_t m_it l_it / C ] with C = normalize_constant (Dr. GRPO). [B, T] -> scalar."""
+    """Dr. GRPO's: mean_i [ sum_t m_it l_it / C ], C = normalize_constant, no length bias. [B, T] -> scalar.
+
+    C does not depend on the sample (the RL update passes rollout.max_new_tokens).
+    """
     if normalize_constant is None:
         raise ValueError(
             "seq_mean_token_sum_norm needs normalize_constant (Dr. GRPO uses max_new_tokens, the generation budget)"

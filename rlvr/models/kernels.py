@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 GQA_ATTENTION = "sdpa_gqa"
 # Weight-major products only above this many rows: from 2 to 8 rows MKL runs (W x^T)^T as slowly as
 # at 16 (about 35 ms for SmolLM2's layer linears on 2 threads) where x W^T takes 21 to 29 ms; at one
-# row both are the same matrix-vector product (benchmarks/decode_speed.py, "linears").
+# row both are the same matrix-vector product (benchmarks/performance/decode_speed.py, "linears").
 WEIGHT_MAJOR_ABOVE_ROWS = 8
 # MLP classes whose forward is exactly down_proj(act_fn(gate_proj(x)) * up_proj(x)).
 SWIGLU_MLP_CLASSES = frozenset({"LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP", "Olmo2MLP", "GraniteMLP"})

@@ -4,7 +4,7 @@ A threshold's crossing is the first logged iteration where a metric reaches a va
 completions generated up to and including that iteration and the run's seconds by then. A
 condition's seeds are pooled as mean, lowest, highest and standard deviation; a run that never
 reached a threshold is counted as such and kept out of every mean, so "not reached" never becomes
-a number. `benchmarks/sweep_summary.py` reads its means and seconds per iteration from here too.
+a number. `benchmarks/learning/sweep_summary.py` reads its means and seconds per iteration from here too.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ backend holds one for each sync block) the packed copies made by one `decode_loo
 later calls of the block on the same weights (`rlvr/rollout/weight_copies.py`).
 For SmolLM2 on 2 cores that took a pass over the 210 layer linears from 93-104 to 51-57 ms at 4 rows
 and the 49k x 576 head from 40-65 to 9-20 ms at 4-16 rows; at 16 rows and more the layer linears
-were as fast or faster weight-major, and stay so (benchmarks/decode_compile.py). The copy costs the
+were as fast or faster weight-major, and stay so (benchmarks/performance/decode_compile.py). The copy costs the
 weights' size again (538 MB in fp32) for as long as they are held.
 
 `DecoderWeights.cast(dtype)` gives the same step in another dtype (bfloat16 decodes in about half
@@ -33,7 +33,7 @@ same store.
 
 Each layer of `decode_step` is `before_attention` (norm, projections, rotary), the attention over
 the cache, and `after_attention` (output projection, residuals, the MLP); a caller may pass other
-functions for the two (benchmarks/decode_compile.py passes `torch.compile`d ones).
+functions for the two (benchmarks/performance/decode_compile.py passes `torch.compile`d ones).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ RMS_NORM_CLASSES = frozenset({"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", 
 MLP_CLASSES = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP"})
 ATTENTION_IMPLEMENTATIONS = frozenset({"sdpa", "sdpa_gqa", "eager"})
 # The LM head (49k x 576 for SmolLM2) multiplies as x W^T up to this many rows, weight-major above:
-# measured 8.7 against 10.9 ms at 16 rows, 2 threads (benchmarks/decode_speed.py, "linears").
+# measured 8.7 against 10.9 ms at 16 rows, 2 threads (benchmarks/performance/decode_speed.py, "linears").
 HEAD_WEIGHT_MAJOR_ABOVE_ROWS = 32
 # Up to this many rows a linear with a packed weight multiplies with it (see the module docstring):
 # layer linears (576 x 576 to 1536 x 576 for SmolLM2) and the LM head. The packing is laid out for

@@ -17,7 +17,7 @@ through vLLM's in-place `reload_weights`, which maps Hugging Face names onto its
     through vLLM's LoRA support (`enable_lora`, punica kernels): each sync writes the adapter in
     PEFT's format to a folder of the backend's own, registers it under a new id and drops the previous
     version. A sync then moves only the adapter, but every decoding step pays the adapter's extra
-    matmuls. `benchmarks/rollout_backends.py` measures both: merged is 2-3x faster per rollout on
+    matmuls. `benchmarks/performance/rollout_backends.py` measures both: merged is 2-3x faster per rollout on
     this project's CPU (docs/guides/rollout-backends.md has the numbers), hence the default.
 
 On a GPU, `gpu_memory_utilization` is the engine's share of the device, and `sleep_mode` puts the

@@ -1,4 +1,6 @@
-"""Every test in this folder checks a script under benchmarks/ on a tiny input: marked `benchmark`."""
+"""Every test under this folder checks a script under benchmarks/ on a tiny input: marked `benchmark`.
+
+The folders mirror benchmarks/ (learning, performance, comparisons)."""
 
 from __future__ import annotations
 
@@ -11,5 +13,5 @@ HERE = Path(__file__).resolve().parent
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if Path(str(item.fspath)).resolve().parent == HERE:
+        if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.benchmark)

@@ -68,6 +68,13 @@ def test_the_site_builds_strict_with_the_generated_reference(tmp_path):
     # The README's tables are included into the home page, not copied.
     home = (tmp_path / "site" / "index.html").read_text()
     assert "reinforce_with_baseline" in home and "reasoning_gym:&lt;name&gt;" in home
+    # The estimator, loss and aggregation tables were generated from the registries (docs/gen_tables.py).
+    from rlvr.core import ADVANTAGE_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+
+    algorithms = (tmp_path / "site" / "guides" / "algorithms" / "index.html").read_text()
+    names = [*ADVANTAGE_ESTIMATORS, *POLICY_LOSSES, *LOSS_AGGREGATIONS]
+    assert "rlvr table:" not in algorithms
+    assert [name for name in names if f"<td><code>{name}</code></td>" not in algorithms] == []
 
 
 @pytest.mark.slow

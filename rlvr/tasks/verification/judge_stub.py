@@ -1,6 +1,6 @@
 """A loopback stand-in for an OpenAI-compatible chat-completions server: a judge with a scripted rule.
 
-The judge's tests use it to inject every fault on purpose; `benchmarks/judge_learning.py` uses it as a judge
+The judge's tests use it to inject every fault on purpose; `benchmarks/learning/judge_learning.py` uses it as a judge
 with a fixed, known rule, to show a run learning through the whole judge path (requests, parsing, cache).
 
 `StubJudge(plan)` serves on 127.0.0.1 at a free port in a thread. For each request, `plan(answer, count)`
