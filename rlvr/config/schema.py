@@ -539,6 +539,8 @@ class ExpertIterationConfig:
     min_new_tokens: int = option(4, "forbid EOS before this many new tokens, so an empty answer is never kept",
                                  bounds=count(0, MAX_TOKENS))
     sft_epochs: int = option(2, "E: epochs over each round's accepted samples", bounds=count(1, MAX_STEPS))
+    eval_every: int = option(1, "rounds between evals of the held-out split; the last round is always evaluated "
+                             "(a 1,000-question eval can cost more than a round)", bounds=count(1, MAX_STEPS))
     deduplicate: bool = option(True, "drop exact duplicate (prompt, response) pairs before fine-tuning")
     # Fine-tuning copies everything in a kept sample, sloppy formatting included.
     min_reward: Optional[float] = option(None, "keep a correct sample only if its weighted total reward is at least "

@@ -153,7 +153,8 @@ def expert_iteration(config: Config) -> Path:
                 SKIPPED_NONFINITE_UPDATES: skipped, SKIPPED_NONFINITE_UPDATES_TOTAL: skipped_total,
                 TIME_GENERATION: sample_seconds, TIME_UPDATE: time.perf_counter() - round_started - sample_seconds,
             }
-            if train_cfg.eval_size > 0:
+            evaluate_now = round_index == ei.n_ei_steps or round_index % ei.eval_every == 0
+            if train_cfg.eval_size > 0 and evaluate_now:
                 evaluated = session.evaluate(round_index, generations=s.log_generations)
                 record[EVAL_ACCURACY] = evaluated[EVAL_ACCURACY]
                 record[EVAL_ENTROPY] = evaluated.get(GEN_ENTROPY, math.nan)

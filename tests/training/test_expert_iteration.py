@@ -130,3 +130,13 @@ def test_log_generations_summary_and_records(tiny_model_dir, tmp_path):
         assert summary["gen/response_len_correct"] == sum(correct) / len(correct)
     assert summary["gen/accuracy"] == sum(r["correct"] for r in lines) / 4
     assert all(r["entropy"] > 0 for r in lines if r["response"])
+
+
+def test_eval_every_evaluates_every_kth_round_and_always_the_last(tiny_model_dir, tmp_path):
+    run_dir = tmp_path / "ei"
+    overrides = {**EI, "expert_iteration.n_ei_steps": 3, "expert_iteration.eval_every": 2,
+                 "expert_iteration.questions_per_step": 2, "expert_iteration.sft_epochs": 1}
+    assert main(["expert-iter", *tiny_overrides(tiny_model_dir, run_dir, **overrides)]) == 0
+    assert [r["iteration"] for r in read_jsonl(run_dir / "eval.jsonl")] == [0, 2, 3]
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    assert ["eval/accuracy" in r for r in records] == [False, True, True]
