@@ -18,22 +18,17 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.core import ADVANTAGE_ESTIMATORS, compute_per_token_logprobs, kl_per_token
-from rlvr.observe.metric_names import GRAD_NORM, LOSS, TRUNCATED_FRAC
+from rlvr.observe.metric_names import GRAD_NORM, LOSS, TIME_UPDATE, TRUNCATED_FRAC
 from rlvr.models import compute_completion_logprobs, reference_context, trainable_parameters
 from rlvr.models.policy import dtype_name, resolve_dtype
 from rlvr.rollout import SamplingSettings
 from rlvr.rollout.base import eos_token_ids
 from rlvr.rollout.episodes import ENV_SPAN_CLOSE, ENV_SPAN_OPEN, transcript
-from rlvr.training.advantages import with_advantages
-from rlvr.training.collect import collect_groups, rollout_batch
-from rlvr.training.estimator_inputs import InputContext, estimator_inputs
+from rlvr.training.iteration import Learner, plan_iteration, prepare, sample_rollout, timed
 from rlvr.training.optim import make_optimizer, make_scheduler
-from rlvr.training.reference import needs_reference_logprobs, with_reference_logprobs
 from rlvr.observe.rollout_stats import advantage_per_row, gather_rollout, rollout_stats
 from rlvr.run.setup import load_model_and_task, rollout_backend, set_up_value_model
-from rlvr.training.update import update_policy
 from rlvr.training.microbatching import forward_group_size, training_microbatches
-from rlvr.training.values import with_old_values
 
 RATIO_TOLERANCE = 1e-3  # max |pi_update / pi_sampling - 1| on the first minibatch
 ADVANTAGE_SUM_TOLERANCE = 1e-4  # max |sum of a group's advantages|
@@ -131,17 +126,19 @@ def episode_mask_row(collected, batch) -> CheckRow:
 def run_check(config) -> list[CheckRow]:
     """One rollout batch and one update with `config`'s model and task; returns the table rows.
 
-    The batch goes through the training loop's own stages (collect, advantages, reference
-    log-probs, update), so the rows check what `rlvr train` would do.
+    The batch goes through the training loop's own stages, as `rlvr.training.iteration` plans them
+    (sampling, reference log-probs, values, advantages, update), so the rows check what `rlvr train` would do.
     """
     rows: list[CheckRow] = []
     rollout, algo = config.rollout, config.algorithm
     check_started = time.perf_counter()
-    loaded, task = load_model_and_task(config, need_reference=needs_reference_logprobs(algo))
-    value_model = set_up_value_model(config, loaded) if algo.value_model != "none" else None
+    plan = plan_iteration(config)
+    loaded, task = load_model_and_task(config, need_reference=plan.needs_reference)
+    value_model = set_up_value_model(config, loaded) if plan.needs_value_model else None
     params = trainable_parameters(loaded.policy) + ([] if value_model is None else value_model.parameters())
     optimizer = make_optimizer(params, config.optim)
     scheduler = make_scheduler(optimizer, config.optim, config.train.iterations * config.steps_per_iteration)
+    learner = Learner(loaded, value_model, optimizer, scheduler, params, config)
     backend = rollout_backend(config, loaded)
     _stage(f"loaded {config.model.name}; sampling one rollout batch", check_started)
     policy, tokenizer = loaded.policy, loaded.tokenizer
@@ -151,18 +148,13 @@ def run_check(config) -> list[CheckRow]:
     found = sorted({dtype_name(p.dtype) for p in policy.parameters() if p.is_floating_point()})
     rows.append(row("model dtype", ",".join(found), f"= {config.model.dtype}", found == [dtype_name(wanted)]))
 
-    # 2. One real rollout batch, as iteration 0 of `rlvr train` would sample and score it.
+    # 2. One real rollout batch, as iteration 0 of `rlvr train` would sample, score and prepare it (with the
+    # estimator's inputs, e.g. ReMax's greedy completion per prompt, and the stages the plan lists).
     has_reference = loaded.is_lora or loaded.reference is not None
     settings = SamplingSettings.for_task(rollout, task)
-    collected = collect_groups(backend, task, settings, config, 0)
-    batch = rollout_batch(collected, tokenizer, task.name)
-    if needs_reference_logprobs(algo):
-        batch = with_reference_logprobs(loaded, batch, config)
-    if value_model is not None:
-        batch = with_old_values(policy, value_model, batch, config, with_logprobs=algo.kl_in_reward > 0)
-    # The estimator's extra inputs (ReMax: a greedy completion per prompt), as `rlvr train` makes them.
-    inputs = estimator_inputs(algo.advantage_estimator, InputContext(backend, task, settings, collected, batch, config))
-    batch = with_advantages(batch, collected.rewards, algo, **inputs.values)
+    sampled = sample_rollout(backend, task, tokenizer, settings, config, iteration=0, policy_version=0)
+    collected = sampled.collected
+    batch = prepare(sampled.batch, sampled.advantage_inputs(), learner, plan)
     stats = rollout_stats(gather_rollout(collected, batch), algo.dynamic_sampling)
     _stage(f"sampled {len(batch)} completions; recomputing log-probs", check_started)
 
@@ -232,10 +224,9 @@ def run_check(config) -> list[CheckRow]:
 
     # 7. One update: finite loss, finite non-zero gradient.
     _stage(f"running one update ({config.steps_per_iteration} optimizer steps)", check_started)
-    started = time.perf_counter()
-    update = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), config, params,
-                           value_model=value_model)
-    seconds = time.perf_counter() - started
+    timings: dict[str, float] = {}
+    with timed(timings, TIME_UPDATE):
+        update = learner.update(batch)
     loss = update.metrics.get(LOSS, math.nan)
     rows.append(row("loss finite", loss, "finite", math.isfinite(loss),
                     f"{update.skipped_nonfinite_updates} of {config.steps_per_iteration} steps skipped"))
@@ -253,5 +244,6 @@ def run_check(config) -> list[CheckRow]:
     else:
         rows.append(row("truncated completions", truncated, f"<= {limit:g} (warn)", truncated <= limit,
                         f"max_new_tokens {rollout.max_new_tokens}", warn_only=True))
-    rows.append(row("update time (s)", f"{seconds:.1f}", "-", None, f"{config.steps_per_iteration} optimizer steps"))
+    rows.append(row("update time (s)", f"{timings[TIME_UPDATE]:.1f}", "-", None,
+                    f"{config.steps_per_iteration} optimizer steps"))
     return rows

@@ -2,7 +2,8 @@
 
 Two prompts, each with G fixed responses (the first G of: correct, wrong, correct but badly
 formatted, no answer; G = 4 by default) built from the task's ground truth, are scored by the
-task's verifier, turned into advantages, and given 4 optimizer steps with a fresh LoRA adapter.
+task's verifier, turned into advantages, and given 4 optimizer steps with a fresh LoRA adapter,
+through the training loop's own preparation stages and update (`rlvr.training.iteration`).
 A working update raises the log-probability of the positive-advantage responses relative to the
 negative ones. `run_mechanism` measures (a typed `MechanismResult`), `mechanism_rows` judges it
 as table rows, and `decide` applies the decision rule that `rlvr.check_mechanism_record` writes.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -21,19 +21,18 @@ import torch
 from rlvr.check import CheckRow, row
 from rlvr.config import ConfigError, resolve
 from rlvr.core import ADVANTAGE_ESTIMATORS, RolloutBatch, build_completion_mask, no_contrast_groups
-from rlvr.observe.metric_names import CLIP_FRAC_HIGH, CLIP_FRAC_LOW
+from rlvr.observe.metric_names import CLIP_FRAC_HIGH, CLIP_FRAC_LOW, TIME_UPDATE
 from rlvr.models import compute_completion_logprobs, trainable_parameters
 from rlvr.registry import Registry
 from rlvr.rollout import render_prompts, score_completions
 from rlvr.rollout.base import fill_token_id
-from rlvr.training.advantages import compute_advantages
 from rlvr.training.estimator_inputs import input_needs
+from rlvr.training.iteration import AdvantageInputs, Learner, plan_iteration, prepare, timed
 from rlvr.training.optim import make_optimizer, make_scheduler
-from rlvr.training.reference import with_reference_logprobs
 from rlvr.run.setup import load_model_and_task
 from rlvr.tasks import Verdict
 from rlvr.tasks.base import primary_component
-from rlvr.training.update import UpdateResult, update_policy
+from rlvr.training.update import UpdateResult
 from rlvr.utils import peak_rss_bytes
 
 CANDIDATE_LABELS = ("correct", "wrong", "badly formatted", "no answer")
@@ -236,10 +235,12 @@ def run_mechanism(config, group_size: int = len(CANDIDATE_LABELS)) -> MechanismR
     """Score 2 prompts x `group_size` fixed candidates, compute advantages, run the update; measure each stage."""
     config = _mechanism_config(config, group_size)
     algo = config.algorithm
-    loaded, task = load_model_and_task(config, need_reference=algo.kl_coef > 0)
+    plan = plan_iteration(config)  # no value model and no estimator inputs here (`_mechanism_config` refuses them)
+    loaded, task = load_model_and_task(config, need_reference=plan.needs_reference)
     params = trainable_parameters(loaded.policy)
     optimizer = make_optimizer(params, config.optim)
     scheduler = make_scheduler(optimizer, config.optim, config.train.iterations * config.steps_per_iteration)
+    learner = Learner(loaded, None, optimizer, scheduler, params, config)
     policy, tokenizer = loaded.policy, loaded.tokenizer
     device = next(policy.parameters()).device
     builder = MECHANISM_CANDIDATES.get(task.name) if task.name in MECHANISM_CANDIDATES else answer_tag_candidates
@@ -249,26 +250,24 @@ def run_mechanism(config, group_size: int = len(CANDIDATE_LABELS)) -> MechanismR
     prompts = [p for p in render_prompts(tokenizer, examples, config.task.use_chat_template) for _ in range(group_size)]
     verdicts = score_completions(task, responses, [examples[i // group_size] for i in range(len(responses))])
 
-    ids, attention, prompt_len = _encode(tokenizer, prompts, responses)
-    ids, attention = ids.to(device), attention.to(device)
-    mask = build_completion_mask(ids, attention, prompt_len)  # [N, L-1]
+    ids, attention, prompt_len = _encode(tokenizer, prompts, responses)  # [N, L]
     rewards = torch.tensor([v.total for v in verdicts], dtype=torch.float32)  # [N], NaN where unscorable
     group_ids = torch.arange(len(responses)) // group_size  # [N]
-    advantages = compute_advantages(rewards, group_ids, algo,
-                                    completion_mask=mask.cpu())  # [N], as the training loop computes them
-    batch = RolloutBatch(input_ids=ids, attention_mask=attention, prompt_len=prompt_len, completion_mask=mask,
+    batch = RolloutBatch(input_ids=ids, attention_mask=attention, prompt_len=prompt_len,
+                         completion_mask=build_completion_mask(ids, attention, prompt_len),  # [N, L-1]
                          old_logprobs=None, ref_logprobs=None,
                          rewards=torch.where(torch.isfinite(rewards), rewards, torch.zeros_like(rewards)),
-                         advantages=advantages.to(device), group_ids=group_ids)
-    if algo.kl_coef > 0:
-        batch = with_reference_logprobs(loaded, batch, config)
+                         advantages=None, group_ids=group_ids)
+    # The stages the training loop runs on a sampled batch: the advantages (and reference log-probs for a KL term).
+    batch = prepare(batch, AdvantageInputs(rewards), learner, plan)  # advantages [N]
+    ids, attention, mask = batch.input_ids.to(device), batch.attention_mask.to(device), batch.completion_mask.to(device)
 
     before = _sequence_logprobs(policy, ids, attention, prompt_len, mask, config)  # [N]
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    started = time.perf_counter()
-    update = update_policy(policy, optimizer, scheduler, batch, config, params)
-    seconds = time.perf_counter() - started
+    timings: dict[str, float] = {}
+    with timed(timings, TIME_UPDATE):
+        update = learner.update(batch)
     change = (_sequence_logprobs(policy, ids, attention, prompt_len, mask, config) - before).cpu()  # [N]
     on_cuda = torch.cuda.is_available()
     memory = torch.cuda.max_memory_allocated() if on_cuda else peak_rss_bytes()
@@ -278,8 +277,9 @@ def run_mechanism(config, group_size: int = len(CANDIDATE_LABELS)) -> MechanismR
                      completion_mask=torch.ones(group_size, 1))  # [G]
     return MechanismResult(group_size=group_size, labels=labels, verdicts=tuple(verdicts),
                            correctness_component=primary_component(task), rewards=rewards,
-                           group_ids=group_ids, advantages=advantages.cpu(), logprob_change=change,
-                           all_equal_advantage_max=float(flat.abs().max()), update=update, update_seconds=seconds,
+                           group_ids=group_ids, advantages=batch.advantages.cpu(), logprob_change=change,
+                           all_equal_advantage_max=float(flat.abs().max()), update=update,
+                           update_seconds=timings[TIME_UPDATE],
                            peak_memory_bytes=int(memory),
                            peak_memory_source="cuda_allocated" if on_cuda else "process_peak_rss")
 

@@ -2637,10 +2637,30 @@ BF16 = [
     ),
 ]
 
+ITERATION_TESTS = "tests/training/test_iteration.py::"
+PIPELINE = [
+    mutation(
+        "estimator_inputs_left_out_of_the_advantages", "rlvr/training/iteration.py",
+        "the rollout hands the advantage stage its rewards but not the estimator's inputs (ReMax without its baseline)",
+        ("        return AdvantageInputs(self.collected.rewards, self.inputs.values)",
+         "        return AdvantageInputs(self.collected.rewards)"),
+        tests=("tests/training/test_estimator_inputs.py::test_train_makes_the_declared_input_and_the_estimator_receives_it",
+               "tests/training/test_estimator_inputs.py::test_check_makes_the_input_as_train_does_and_the_mechanism_check_refuses_it"),
+    ),
+    mutation(
+        "value_warmup_not_passed_to_the_update", "rlvr/training/iteration.py",
+        "the update never hears of algorithm.value_warmup_iterations: the policy trains on untrained values",
+        ("value_model=self.value_model, value_warmup=value_warmup)",
+         "value_model=self.value_model, value_warmup=False)"),
+        tests=("tests/training/test_ppo.py::test_value_warmup_trains_the_value_and_leaves_the_policy",
+               ITERATION_TESTS + "test_the_learners_update_hands_update_policy_the_batch_the_models_and_the_warm_up"),
+    ),
+]
+
 MUTATIONS = (CORE + DISTRIBUTED + SAMPLING + VERIFIER + RUNS + CHECKPOINT_FILES + DECODING + CONFIG_SCHEMA
              + FIRST_MINUTES + NEW_LOSSES + REWARD_AUDIT + ROLLOUT_CONTRACT + LEFTOVERS + AUDIT_B + EPISODES + TOOLS
              + AUDIT_A
              + ASYNC_ROLLOUT + VERIFIERS_ENVS + VLLM_SERVER + VLLM_BACKEND + RUN_SCRIPT + MICROBATCHES + DECODE_DTYPE
              + LORA_KERNEL + BASE_PRODUCT_DTYPE + LORA_MLP + SPEED_CHECK + MECHANISM_RECORD + STUDY
              + STEPS_AND_COURSE_METRICS + SAMPLED_EVAL + CODE_TASK + WARM_UPS + JUDGE + REWARD_MODEL + JUDGE_AUDIT
-             + LOCAL_JUDGE + BF16)
+             + LOCAL_JUDGE + BF16 + PIPELINE)

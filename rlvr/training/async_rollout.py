@@ -1,5 +1,8 @@
-"""Where each iteration's rollout batch comes from: sampled now (`rollout.async_steps=0`), or one policy
-version earlier, while the previous iteration trained (`rollout.async_steps=1`, one-step off-policy).
+"""Where each iteration's rollout batch comes from, the two rollout sources (`rlvr.training.iteration.RolloutSource`):
+sampled now (`rollout.async_steps=0`), or one policy version earlier, while the previous iteration trained
+(`rollout.async_steps=1`, one-step off-policy). Either runs the iteration's sampling stage (`sample_rollout`:
+sample, judge, lay out, the estimator's inputs) and hands over a `Rollout`; the preparation stages and the
+update run on it in the loop's thread, the same for both (`rlvr.training.iteration`).
 
 Versions count finished iterations: v_k is the policy after k updates, and iteration k updates v_k into
 v_{k+1}. On-policy, iteration k trains on a batch v_k sampled. One step off-policy, the batch of iteration
@@ -32,48 +35,18 @@ import contextlib
 import copy
 import dataclasses
 import threading
-from dataclasses import dataclass
 
 import torch
 
 from rlvr.core import POLICY_LOSSES, RolloutBatch, draws_tokens_at_random
 from rlvr.models.merge import merges_in_place
-from rlvr.rollout import InProcessBackend, RolloutBackend, SamplingSettings
-from rlvr.training.collect import CollectedGroups, collect_groups, rollout_batch
-from rlvr.training.estimator_inputs import EstimatorInputs, InputContext, estimator_inputs
+from rlvr.rollout import InProcessBackend, SamplingSettings
+from rlvr.training.collect import collect_groups
+from rlvr.training.iteration import Rollout, sample_rollout  # Rollout: also where older checkpoints' pickles find it
 from rlvr.training.reference import batch_logprobs
 
 # The key of the loop counters (`state`, saved in trainer_state.pt) that holds the pending rollout.
 PENDING_ROLLOUT = "pending_rollout"
-
-
-@dataclass(frozen=True)
-class Rollout:
-    """One iteration's sampled, judged batch, and which policy version sampled it."""
-
-    collected: CollectedGroups
-    batch: RolloutBatch  # [N, L]; one step off-policy: sampler_logprobs [N, L-1] of the sampling weights
-    inputs: EstimatorInputs  # the estimator's declared inputs (ReMax: the greedy rewards), from the same weights
-    policy_version: int  # iterations finished by the weights that sampled it
-
-    def __setstate__(self, state: dict) -> None:
-        """A pending rollout checkpointed before inputs were declared held ReMax's `baselines` (or None)."""
-        if "inputs" not in state:
-            baselines = state.pop("baselines", None)
-            state["inputs"] = EstimatorInputs({}) if baselines is None else EstimatorInputs(
-                {"reward_baselines": baselines.rewards}, baselines.seconds)
-        self.__dict__.update(state)
-
-
-def sample_rollout(backend: RolloutBackend, task, tokenizer, settings: SamplingSettings, config, iteration: int,
-                   policy_version: int, dist, collect=collect_groups) -> Rollout:
-    """Stages 1-2 of an iteration: sample and judge B x G completions (`collect`), lay them out as a batch,
-    and make the extra inputs the estimator declares (ReMax: score one greedy completion per prompt)."""
-    collected = collect(backend, task, settings, config, iteration, dist)
-    batch = rollout_batch(collected, tokenizer, task.name)  # [N, L] ids and masks
-    inputs = estimator_inputs(config.algorithm.advantage_estimator,
-                              InputContext(backend, task, settings, collected, batch, config))
-    return Rollout(collected=collected, batch=batch, inputs=inputs, policy_version=policy_version)
 
 
 def policy_logprobs(model, batch: RolloutBatch, config) -> torch.Tensor:

@@ -4,8 +4,9 @@ An input provider is registered in `ESTIMATOR_INPUTS` under the input's name: a 
 loop has once a rollout batch is sampled and judged (`InputContext`: the rollout backend, the task,
 the sampling settings, the kept groups, the batch) that returns one value per row, [N] prompt-major
 (NaN where it could not be made: that row gets advantage 0). `estimator_inputs` calls the providers
-of the configured estimator's inputs; `rlvr train` (both rollout schedules) and `rlvr check` pass what
-it returns to the advantage stage, so an estimator that needs a new input is its own file: the
+of the configured estimator's inputs in the iteration's sampling stage (`rlvr.training.iteration`, run by
+`rlvr train`'s rollout sources and `rlvr check`), at the weights that sampled, and the advantage stage
+receives what it returns, so an estimator that needs a new input is its own file: the
 estimator registered with `inputs=(name,)` and the provider registered under `name`.
 
 The first provider is ReMax's `reward_baselines`: the reward of one greedy completion per kept prompt

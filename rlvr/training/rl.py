@@ -1,13 +1,14 @@
 """`rlvr train`: the RL loop, top to bottom.
 
-Each iteration runs named stages, each a function with a small typed result: sample B prompts x G completions
-and judge them (`collect_groups`, prompt-major groups), lay them out as one batch (`rollout_batch`), make the
-inputs the estimator declares (`estimator_inputs`; ReMax: one greedy completion per prompt, scored), add
-reference log-probs when a KL term needs them (`with_reference_logprobs`), PPO only: the value model's values
-at sampling time (`with_old_values`), then turn the rewards into advantages (`with_advantages`: group-relative,
-or GAE against the values) and run `ppo_epochs` passes over the batch, each one optimizer step or
-`optim.steps_per_epoch` (`update_policy`); then log one line of metrics, evaluate and checkpoint now and then.
-With `rollout.async_steps=1` the next iteration's stages 1-2 run while 3-6 run, at the weights before this
+Each iteration runs the stages `rlvr.training.iteration` plans from the config, each a function with a small
+typed result: 1. a rollout source hands over B prompts x G completions sampled and judged (`collect_groups`,
+prompt-major groups), laid out as one batch (`rollout_batch`), with the inputs the estimator declares
+(`estimator_inputs`; ReMax: one greedy completion per prompt, scored); 2. the preparation stages add reference
+log-probs when a KL term needs them (`with_reference_logprobs`), PPO only: the value model's values at sampling
+time (`with_old_values`), then turn the rewards into advantages (`with_advantages`: group-relative, or GAE
+against the values); 3. the update runs `ppo_epochs` passes over the batch, each one optimizer step or
+`optim.steps_per_epoch` (`update_policy`); 4. one line of metrics, evaluation and checkpoints now and then.
+With `rollout.async_steps=1` the next iteration's stage 1 runs while 2-3 run, at the weights before this
 update (one step off-policy, async_rollout.py). The run around the loop (folder, model, value model, task,
 rollout backend, evaluation, checkpoints) is a `RunSession` (session.py). Launched data-parallel, each rank
 does this on its share of the B prompts (distributed.py), optionally with the decoder layers sharded (FSDP,
@@ -41,30 +42,23 @@ from rlvr.observe.metric_names import (
     REWARD_MEAN,
     SKIPPED_NONFINITE_UPDATES,
     SKIPPED_NONFINITE_UPDATES_TOTAL,
-    TIME_GENERATION,
     TIME_ITERATION,
-    TIME_LOGPROBS,
-    TIME_SCORING,
     TIME_UPDATE,
-    TIME_VALUES,
     TOKENS_PER_SECOND,
     UNIX_TIME,
 )
 from rlvr.rollout import SamplingSettings
 from rlvr.tasks.base import primary_component
 import rlvr.observe.console as console
-from rlvr.training.advantages import with_advantages
 from rlvr.training.async_rollout import rollout_schedule
 from rlvr.training.collect import collect_groups
+from rlvr.training.iteration import Learner, plan_iteration, prepare, timed
 from rlvr.parallel.distributed import check_divisible, init_distributed
 from rlvr.observe.health import HealthMonitor
 from rlvr.training.optim import make_optimizer, make_scheduler
-from rlvr.training.reference import needs_reference_logprobs, with_reference_logprobs
 from rlvr.observe.rollout_stats import gather_rollout, rollout_stats
 from rlvr.run.setup import expect_config
 from rlvr.run.session import RL_RUN, open_run
-from rlvr.training.update import update_policy
-from rlvr.training.values import with_old_values
 from rlvr.utils import peak_rss_bytes, read_jsonl
 
 # The run's state (checkpointed, so it carries over a resume): seconds its iterations have taken, with their
@@ -81,9 +75,10 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
     dist = init_distributed(config.model.device)  # one process unless launched data-parallel
     check_divisible(dist, config.rollout.batch_size)
     algo, rollout, train_cfg = config.algorithm, config.rollout, config.train
-    with open_run(config, RL_RUN, resume_dir=resume_dir, dist=dist, need_reference=needs_reference_logprobs(algo),
-                  need_value_model=algo.value_model != "none", force_config_change=force_config_change) as session:
-        policy, task = session.policy, session.task
+    plan = plan_iteration(config)  # the stages each iteration runs
+    with open_run(config, RL_RUN, resume_dir=resume_dir, dist=dist, need_reference=plan.needs_reference,
+                  need_value_model=plan.needs_value_model, force_config_change=force_config_change) as session:
+        task = session.task
         value_model = session.value_model  # PPO's value head (and its own model); None for the group presets
         params = session.trainable_parameters()  # the policy's and the value model's; FSDP: the sharded ones
         optimizer = make_optimizer(params, config.optim)
@@ -102,60 +97,33 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
             from tqdm import tqdm
 
             progress = tqdm(total=train_cfg.iterations, initial=start, desc="rlvr train", unit="it")
+        learner = Learner(session.loaded, value_model, optimizer, scheduler, params, config, dist)
         rollouts = rollout_schedule(session, settings, config, dist, state, collect=collect_groups)
         for iteration in range(start, train_cfg.iterations):
             iteration_started = time.perf_counter()
             done = iteration + 1  # iterations finished at the end of this one
-            # 1-2. Sample B prompts x G completions and judge them (DAPO: more rounds until B groups have contrast);
-            #      and the estimator's inputs (ReMax: a greedy decode per prompt). async_steps=1: during the last one.
-            sampled = rollouts.take(iteration)
-            collected, batch = sampled.collected, sampled.batch  # batch: [N, L] ids and masks
-            timings = {TIME_GENERATION: collected.generation_seconds, TIME_SCORING: collected.scoring_seconds}
-            if sampled.inputs.values:  # ReMax: its greedy completions
-                timings[TIME_GENERATION] += sampled.inputs.seconds
-            rollouts.prefetch(iteration + 1)  # async_steps=1: the next batch samples these weights while 3-6 run
-            # 3. Reference log-probs, only for a KL term (in the loss, or PPO's in the reward).
-            if needs_reference_logprobs(algo):
-                started = time.perf_counter()
-                batch = with_reference_logprobs(session.loaded, batch, config)  # ref_logprobs [N, L-1]
-                timings[TIME_LOGPROBS] = time.perf_counter() - started
-            # 4. PPO: the value model's values for every completion token, as it was when sampling.
-            if value_model is not None:
-                started = time.perf_counter()
-                batch = with_old_values(policy, value_model, batch, config,
-                                        with_logprobs=algo.kl_in_reward > 0)  # old_values [N, L-1]
-                timings[TIME_VALUES] = time.perf_counter() - started
-            # 5. Advantages: each prompt's group against itself, or GAE against the values (then also the
-            #    returns); unscorable rows and groups without contrast get 0.
-            batch = with_advantages(batch, collected.rewards, algo, dist,
-                                    **sampled.inputs.values)  # advantages [N] or [N, L-1]
-            rows = gather_rollout(collected, batch, dist)  # every rank's rows, for the statistics
-            # 6. Update: ppo_epochs passes over the whole batch, each steps_per_epoch optimizer steps (moved to the
+            # 1. A rollout from the source: B prompts x G completions sampled and judged (DAPO: more rounds until
+            #    B groups have contrast), with the estimator's inputs (ReMax: a greedy decode per prompt);
+            #    async_steps=1: sampled during the last iteration, and the next one samples these weights meanwhile.
+            sampled = rollouts.take(iteration)  # sampled.batch: [N, L] ids and masks
+            timings = sampled.timings()  # generation and scoring seconds
+            rollouts.prefetch(iteration + 1)
+            # 2. Prepare it as the plan says: reference log-probs for a KL term, PPO's values at sampling time,
+            #    then the advantages (each prompt's group against itself, or GAE against the values).
+            batch = prepare(sampled.batch, sampled.advantage_inputs(), learner, plan, timings)
+            rows = gather_rollout(sampled.collected, batch, dist)  # every rank's rows, for the statistics
+            # 3. Update: ppo_epochs passes over the whole batch, each steps_per_epoch optimizer steps (moved to the
             #    model one minibatch at a time); the first value_warmup_iterations train only the value model.
-            started = time.perf_counter()
-            update = update_policy(policy, optimizer, scheduler, batch.to(rollout.storage_device), config, params,
-                                   dist=dist, value_model=value_model,
-                                   value_warmup=iteration < algo.value_warmup_iterations)
-            timings[TIME_UPDATE] = time.perf_counter() - started
+            with timed(timings, TIME_UPDATE):
+                update = learner.update(batch, value_warmup=iteration < algo.value_warmup_iterations)
             rollouts.wait()
             state[OPTIMIZER_STEPS] += update.optimizer_steps
             state[SKIPPED_NONFINITE_UPDATES] += update.skipped_nonfinite_updates
-            # 7. Log, evaluate, checkpoint, stop on a health warning named in train.stop_on.
+            # 4. Log, evaluate, checkpoint, stop on a health warning named in train.stop_on.
             seconds = time.perf_counter() - iteration_started
-            stats = rollout_stats(rows, algo.dynamic_sampling)
-            record = {
-                ITERATION: done, **stats, **update.metrics,
-                OPTIMIZER_STEPS: update.optimizer_steps, OPTIMIZER_STEPS_TOTAL: state[OPTIMIZER_STEPS],
-                SKIPPED_NONFINITE_UPDATES: update.skipped_nonfinite_updates,
-                SKIPPED_NONFINITE_UPDATES_TOTAL: state[SKIPPED_NONFINITE_UPDATES],
-                **timings,
-                TIME_ITERATION: seconds, TOKENS_PER_SECOND: stats[GENERATED_TOKENS] / seconds,
-                ELAPSED_S: session.elapsed(), UNIX_TIME: time.time(), PEAK_RSS_BYTES: peak_rss_bytes(),
-            }
-            if rollout.async_steps:
-                record[POLICY_LAG] = iteration - sampled.policy_version
-            if torch.cuda.is_available():
-                record[PEAK_CUDA_BYTES] = torch.cuda.max_memory_allocated()
+            lag = iteration - sampled.policy_version if rollout.async_steps else None
+            record = iteration_record(done, rollout_stats(rows, algo.dynamic_sampling), update, state, timings,
+                                      seconds, session.elapsed(), lag)
             out_of_time = train_cfg.time_budget_minutes is not None and dist.max_scalar(
                 state.get(TRAINING_SECONDS, 0.0) + time.perf_counter() - iteration_started
             ) >= 60 * train_cfg.time_budget_minutes
@@ -189,6 +157,26 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
         if progress is not None:
             progress.close()
     return session.run_dir
+
+
+def iteration_record(done: int, stats: dict, update, state: dict, timings: dict[str, float], seconds: float,
+                     elapsed: float, policy_lag: int | None) -> dict:
+    """One line of metrics.jsonl, without the eval accuracy and the health warnings that follow: the rollout's
+    statistics, the update's metrics and step counts, the stages' seconds, throughput and memory."""
+    record = {
+        ITERATION: done, **stats, **update.metrics,
+        OPTIMIZER_STEPS: update.optimizer_steps, OPTIMIZER_STEPS_TOTAL: state[OPTIMIZER_STEPS],
+        SKIPPED_NONFINITE_UPDATES: update.skipped_nonfinite_updates,
+        SKIPPED_NONFINITE_UPDATES_TOTAL: state[SKIPPED_NONFINITE_UPDATES],
+        **timings,
+        TIME_ITERATION: seconds, TOKENS_PER_SECOND: stats[GENERATED_TOKENS] / seconds,
+        ELAPSED_S: elapsed, UNIX_TIME: time.time(), PEAK_RSS_BYTES: peak_rss_bytes(),
+    }
+    if policy_lag is not None:  # rollout.async_steps=1
+        record[POLICY_LAG] = policy_lag
+    if torch.cuda.is_available():
+        record[PEAK_CUDA_BYTES] = torch.cuda.max_memory_allocated()
+    return record
 
 
 def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), force_config_change: bool = False) -> Path:

@@ -89,15 +89,15 @@ def test_every_completion_truncated_fails_with_exit_code_1(tiny_model_dir, capsy
 def _check_sees_mask(monkeypatch, make_mask):
     """The batch `rlvr check` inspects gets `make_mask(batch)` as its completion mask (the mask the
     loss would use: attention mask and the backend's loss mask together, here made wrong)."""
-    import rlvr.check as check_module
+    import rlvr.training.iteration as iteration  # the sampling stage `rlvr check` runs, as `rlvr train` does
 
-    real = check_module.rollout_batch
+    real = iteration.rollout_batch
 
     def with_mask(*args, **kwargs):
         batch = real(*args, **kwargs)
         return dataclasses.replace(batch, completion_mask=make_mask(batch))
 
-    monkeypatch.setattr(check_module, "rollout_batch", with_mask)
+    monkeypatch.setattr(iteration, "rollout_batch", with_mask)
 
 
 def test_mask_including_the_prompts_last_token_fails_the_mask_row(tiny_model_dir, monkeypatch):

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import rlvr.check_mechanism as mechanism
+import rlvr.training.advantages as advantages_stage
 from rlvr.check_mechanism import (
     ACCEPT,
     DECISION_RULE,
@@ -184,7 +185,9 @@ def test_a_stalled_optimizer_gives_no_separation_and_exit_code_1(tiny_model_dir,
 
 
 def test_zero_advantages_give_no_advantage_signal(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(mechanism, "compute_advantages", lambda rewards, *args, **kwargs: torch.zeros_like(rewards))
+    # The advantage stage the mechanism check runs, as the training loop does.
+    monkeypatch.setattr(advantages_stage, "compute_advantages",
+                        lambda rewards, *args, **kwargs: torch.zeros_like(rewards))
     config = load_config(None, _overrides(tiny_model_dir))
     runs = run_conditions(config, conditions=CONDITIONS[:1])
     record = json.loads(write_records(runs, config, tmp_path)[0].read_text())

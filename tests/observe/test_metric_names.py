@@ -20,7 +20,7 @@ PACKAGE = REPO / "rlvr"
 # Modules that write metric records (resume_policy: resumes.jsonl, with the same field names), and
 # modules that only read them.
 PRODUCERS = ("rlvr/observe/rollout_stats.py", "rlvr/sweep_runs.py", "rlvr/training/update.py",
-             "rlvr/training/values.py", "rlvr/training/rl.py", "rlvr/training/sft.py",
+             "rlvr/training/values.py", "rlvr/training/rl.py", "rlvr/training/iteration.py", "rlvr/training/sft.py",
              "rlvr/training/expert_iteration.py", "rlvr/training/evaluation.py", "rlvr/observe/generations.py",
              "rlvr/run/session.py", "rlvr/run/resume_policy.py")
 READERS = ("rlvr/observe/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py", "rlvr/check.py",

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import rlvr.training.async_rollout as async_rollout
+import rlvr.training.iteration as iteration
 import rlvr.training.rl as rl
 from rlvr.cli import main
 from rlvr.config import ConfigError, load_config
@@ -78,7 +79,7 @@ def recorder(monkeypatch):
     global RECORD
     RECORD = Recorder()
     ROLLOUT_BACKENDS.add(RECORDING, RecordingBackend)
-    real_update = rl.update_policy
+    real_update = iteration.update_policy
 
     def recording_update(policy, optimizer, scheduler, batch, *args, **kwargs):
         RECORD.policy = policy
@@ -88,7 +89,7 @@ def recorder(monkeypatch):
         RECORD.updated[len(RECORD.versions) - 1].set()
         return result
 
-    monkeypatch.setattr(rl, "update_policy", recording_update)
+    monkeypatch.setattr(iteration, "update_policy", recording_update)
     try:
         yield RECORD
     finally:
