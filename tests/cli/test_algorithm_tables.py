@@ -34,7 +34,7 @@ def test_every_registered_name_has_a_row():
     settings, purposes = presets.split("\n\n")
     assert _row_names(settings) == _row_names(purposes) == ALGORITHMS.names() and len(ALGORITHMS) >= 21
     for registry, column, key in ((ADVANTAGE_ESTIMATORS, "estimator", "advantage_estimator"),
-                                  (POLICY_LOSSES, "loss", "policy_loss"),
+                                  (POLICY_LOSSES, "policy loss", "policy_loss"),
                                   (LOSS_AGGREGATIONS, "aggregation", "loss_aggregation")):
         table = registry_table(registry, column, key)
         assert _row_names(table) == registry.names(), column
@@ -48,7 +48,7 @@ def test_a_row_holds_the_summary_the_traits_and_the_presets():
     assert remax == ("| `remax` | ReMax (Li et al. 2023, arXiv 2310.10505): r_i minus the reward of the prompt's "
                      "greedy completion | inputs: reward_baselines | `remax` |")
     assert "Retired names, refused with their replacement: `dr_grpo` (now `mean_centered`)" in estimators
-    losses = registry_table(POLICY_LOSSES, "loss", "policy_loss")
+    losses = registry_table(POLICY_LOSSES, "policy loss", "policy_loss")
     (gspo,) = [line for line in losses.splitlines() if line.startswith("| `gspo` |")]
     assert gspo.endswith("| sequence_level | `gspo` |")
     (gpg,) = [line for line in losses.splitlines() if line.startswith("| `gpg` |")]
@@ -94,7 +94,7 @@ def test_a_name_registered_later_appears_without_an_edit():
         estimators = registry_table(ADVANTAGE_ESTIMATORS, "estimator", "advantage_estimator")
         assert ("| `table_test_estimator` | A test-only estimator: r - the group's median | group_baseline "
                 "| `table_test_preset` |") in estimators
-        losses = registry_table(POLICY_LOSSES, "loss", "policy_loss")
+        losses = registry_table(POLICY_LOSSES, "policy loss", "policy_loss")
         assert "| `table_test_loss` | A test-only loss: -A log pi over the sequence | sequence_level " \
                "| `table_test_preset` |" in losses
         presets = preset_tables()
@@ -124,7 +124,7 @@ def test_the_docs_hook_fills_every_marker_of_the_algorithms_page():
     assert all(marker(name) in page for name in ("estimators", "losses", "aggregations"))
     filled = hook.on_page_markdown(page, None, None, None)
     assert "<!-- rlvr table:" not in filled
-    assert registry_table(POLICY_LOSSES, "loss", "policy_loss") in filled
+    assert registry_table(POLICY_LOSSES, "policy loss", "policy_loss") in filled
     assert hook.on_page_markdown("no marker here", None, None, None) == "no marker here"
     with pytest.raises(KeyError, match="unknown table 'nope' in a marker; known: presets, estimators"):
         fill_markers(marker("nope"))
