@@ -62,7 +62,7 @@ from rlvr.training.optim import make_optimizer, make_scheduler
 from rlvr.training.reference import needs_reference_logprobs, with_reference_logprobs
 from rlvr.observe.rollout_stats import gather_rollout, rollout_stats
 from rlvr.run.setup import expect_config
-from rlvr.run.session import RL_RUN, open_run
+from rlvr.training.session import RL_RUN, open_run
 from rlvr.training.update import update_policy
 from rlvr.training.values import with_old_values
 from rlvr.utils import peak_rss_bytes, read_jsonl
