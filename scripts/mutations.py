@@ -264,7 +264,7 @@ DISTRIBUTED = [
         tests=("tests/parallel/test_fsdp.py",),
     ),
     mutation(
-        "every_rank_writes_the_logs", "rlvr/run/session.py",
+        "every_rank_writes_the_logs", "rlvr/training/session.py",
         "every rank, not only rank 0, appends to metrics.jsonl / eval.jsonl (only a launched CLI run shows it)",
         ("self.writer = RunWriter(self.run_dir, is_main=main,", "self.writer = RunWriter(self.run_dir, is_main=True,"),
         tests=("tests/parallel/test_distributed_cli.py", "tests/parallel/test_fsdp_cli.py"),
@@ -543,7 +543,7 @@ RUNS = [
         tests=("tests/run/test_run_folder.py",),
     ),
     mutation(
-        "stop_keeps_a_folder_without_records", "rlvr/run/session.py",
+        "stop_keeps_a_folder_without_records", "rlvr/training/session.py",
         "a run stopped before any record is kept instead of removed (the test of 'nothing recorded' inverted)",
         ("elif self.folder.created and summary.iterations is None and",
          "elif self.folder.created and summary.iterations is not None and"),
@@ -551,7 +551,7 @@ RUNS = [
                "tests/cli/test_first_minutes.py::test_ctrl_c_in_the_first_iteration_of_a_run_without_evals_removes_the_folder"),
     ),
     mutation(
-        "summary_best_eval_is_the_last", "rlvr/run/numbers.py",
+        "summary_best_eval_is_the_last", "rlvr/observe/numbers.py",
         "the end summary's best eval is the last one",
         ("best = max(range(len(ys)), key=lambda i: ys[i])", "best = len(ys) - 1"),
         tests=("tests/cli/test_first_minutes.py::test_end_summary_names_best_and_final_eval_checkpoints_and_commands",
@@ -839,20 +839,20 @@ FIRST_MINUTES_TESTS = (
 
 FIRST_MINUTES = [
     mutation(
-        "final_eval_is_the_best", "rlvr/run/numbers.py",
+        "final_eval_is_the_best", "rlvr/observe/numbers.py",
         "the end summary, the sweep table and the report give the best eval as the final one",
         ("    return ys[-1], ys[best], xs[best]", "    return ys[best], ys[best], xs[best]"),
         tests=FIRST_MINUTES_TESTS,
     ),
     mutation(
-        "best_eval_at_the_last_tie", "rlvr/run/numbers.py",
+        "best_eval_at_the_last_tie", "rlvr/observe/numbers.py",
         "of two evals at the best accuracy the later one is named, not the first that reached it",
         ("best = max(range(len(ys)), key=lambda i: ys[i])",
          "best = max(reversed(range(len(ys))), key=lambda i: ys[i])"),
         tests=FIRST_MINUTES_TESTS,
     ),
     mutation(
-        "nan_eval_kept_in_the_series", "rlvr/run/numbers.py",
+        "nan_eval_kept_in_the_series", "rlvr/observe/numbers.py",
         "an eval that scored NaN stays in the series, and a NaN first becomes the best",
         ("if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):",
          "if isinstance(value, bool) or not isinstance(value, (int, float)):"),
@@ -2346,33 +2346,33 @@ CODE_TASK = [
 DEMONSTRATION_TESTS = ("tests/training/test_sft_demonstrations.py",)
 WARM_UPS = [
     mutation(
-        "demonstrations_ignore_other_seeds", "rlvr/training/sft_data.py",
+        "demonstrations_ignore_other_seeds", "rlvr/run/sft_data.py",
         "the warm-up leaves out only its own held-out split: the RL seeds' held-out questions are trained on",
         ("held_out_keys(config, {config.train.seed, *config.sft.exclude_eval_seeds})",
          "held_out_keys(config, {config.train.seed})"),
         tests=DEMONSTRATION_TESTS,
     ),
     mutation(
-        "demonstrations_built_twice", "rlvr/training/sft_data.py",
+        "demonstrations_built_twice", "rlvr/run/sft_data.py",
         "the memory check and the training each write the task's demonstrations (twice the start-up time)",
         ("        if _last_demonstrations is None or _last_demonstrations[0] != key:", "        if True:"),
         tests=DEMONSTRATION_TESTS,
     ),
     mutation(
-        "demonstrations_cache_ignores_config", "rlvr/training/sft_data.py",
+        "demonstrations_cache_ignores_config", "rlvr/run/sft_data.py",
         "the demonstrations of the first config read are given to every later config (another seed, count, task)",
         ("        if _last_demonstrations is None or _last_demonstrations[0] != key:",
          "        if _last_demonstrations is None:"),
         tests=DEMONSTRATION_TESTS,
     ),
     mutation(
-        "demonstrations_list_shared", "rlvr/training/sft_data.py",
+        "demonstrations_list_shared", "rlvr/run/sft_data.py",
         "read_pairs hands out the cached list itself: a caller that trims or filters it changes the next run's data",
         ("        pairs = list(_last_demonstrations[1])", "        pairs = _last_demonstrations[1]"),
         tests=DEMONSTRATION_TESTS,
     ),
     mutation(
-        "slip_share_ignored", "rlvr/training/sft_data.py",
+        "slip_share_ignored", "rlvr/run/sft_data.py",
         "sft.demonstration_slips writes no wrong workings: filtered SFT has nothing to filter",
         ("    slipped = slipped_questions(len(chosen), slips, seed)", "    slipped = set()"),
         tests=DEMONSTRATION_TESTS,

@@ -1,9 +1,13 @@
-"""Imports point one way: foundation <- core <- models, tasks <- rollout <- train <- cli, and never in a circle.
+"""Imports point one way: foundation <- core <- models, tasks <- rollout <- algorithms <- observe <- config <- run
+<- training <- cli, and never in a circle.
 
 Every `import` and `from ... import` in the package is read with `ast`, function-level (lazy)
 imports included, and each module is given the layer of its longest listed prefix. A module may
 import its own layer or a lower one; any import of a higher layer, and any cycle among modules,
-fails with the offending edges. The rule functions are also run on synthetic inputs (a made-up
+fails with the offending edges. Each train package is its own layer, so an import from one to a higher one
+(observe importing run) fails even inside a function. Packages are also checked as wholes: collapsing every
+module to its package (`rlvr.tasks.base` to `rlvr.tasks`) must leave no cycle among packages of one layer
+either. The rule functions are also run on synthetic inputs (a made-up
 upward import, a made-up cycle, a fake package written to a temporary folder) to show they fail.
 """
 
@@ -22,10 +26,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("rlvr.core",)),
     ("models, tasks", ("rlvr.models", "rlvr.tasks", "rlvr.parallel", "rlvr.tools", "rlvr.compat", "rlvr.testing")),
     ("rollout", ("rlvr.rollout",)),
-    ("train", ("rlvr.training", "rlvr.run", "rlvr.observe", "rlvr.config", "rlvr.algorithms",
-               "rlvr.algorithm_tables")),
-    ("cli, Python API", ("rlvr", "rlvr.cli", "rlvr.__main__", "rlvr.check", "rlvr.check_mechanism",
-                         "rlvr.check_mechanism_record", "rlvr.check_reward",
+    # The train packages, each its own layer: algorithm presets are data; observe reports explicit values (it
+    # imports no config); config validates names against every registry below it (observe's health checks and
+    # sinks included); run is the infrastructure a run needs (folder, lock, checkpoints, set-up); training is
+    # the loops, their stages, the session they run in and the evaluation it calls.
+    ("algorithms", ("rlvr.algorithms",)),
+    ("observe", ("rlvr.observe",)),
+    ("config", ("rlvr.config",)),
+    ("run", ("rlvr.run",)),
+    ("training", ("rlvr.training",)),
+    ("cli, Python API", ("rlvr", "rlvr.cli", "rlvr.__main__", "rlvr.algorithm_tables", "rlvr.check",
+                         "rlvr.check_mechanism", "rlvr.check_mechanism_record", "rlvr.check_reward",
                          "rlvr.reward_kinds", "rlvr.sweep", "rlvr.sweep_stages", "rlvr.sweep_runs", "rlvr.study",
                          "rlvr.report")),
 )
@@ -128,6 +139,37 @@ def test_the_package_has_no_import_cycle():
     assert cycles(import_edges(REPO)) == []
 
 
+def package_of(module: str) -> str:
+    """`rlvr.tasks.verification.worker` -> `rlvr.tasks`; a top-level module (`rlvr.cli`) is its own package."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """package -> the other packages its modules import."""
+    collapsed: dict[str, set[str]] = {}
+    for source, targets in edges.items():
+        package = package_of(source)
+        collapsed.setdefault(package, set()).update(package_of(t) for t in targets if package_of(t) != package)
+    return collapsed
+
+
+# Issue 60's last package cycle: tools use the verification worker, safe_parse and the reference loader
+# (rlvr.tasks), and tasks offer tools (rlvr.tasks.calculator, verifiers_env). Remove it here once those sit
+# below both; any other package cycle fails now.
+KNOWN_PACKAGE_CYCLES = [["rlvr.tasks", "rlvr.tools"]]
+
+
+def test_the_packages_have_no_import_cycle():
+    assert cycles(package_edges(import_edges(REPO))) == KNOWN_PACKAGE_CYCLES
+
+
+def test_the_train_packages_import_only_downward_as_packages():
+    train = ("rlvr.algorithms", "rlvr.observe", "rlvr.config", "rlvr.run", "rlvr.training")
+    collapsed = package_edges(import_edges(REPO))
+    for lower, package in enumerate(train):
+        assert not collapsed[package] & set(train[lower + 1:]), f"{package} imports a train package above it"
+
+
 def test_every_module_has_a_layer():
     for module in import_edges(REPO):
         layer_of(module)  # raises for a module no prefix covers
@@ -141,7 +183,7 @@ def test_every_module_has_a_layer():
 
 def test_the_rules_fail_on_an_upward_import_and_a_cycle():
     upward = {"rlvr.core.kl": {"rlvr.training.rl"}, "rlvr.training.rl": {"rlvr.core.kl"}}
-    assert upward_imports(upward) == ["rlvr.core.kl (core) imports rlvr.training.rl (train)"]
+    assert upward_imports(upward) == ["rlvr.core.kl (core) imports rlvr.training.rl (training)"]
     assert cycles(upward) == [["rlvr.core.kl", "rlvr.training.rl"]]
     three = {"rlvr.training.a": {"rlvr.training.b"}, "rlvr.training.b": {"rlvr.training.c"},
              "rlvr.training.c": {"rlvr.training.a"}, "rlvr.training.d": {"rlvr.training.a"}}
@@ -158,5 +200,25 @@ def test_a_fake_package_with_an_upward_lazy_import_is_caught(tmp_path):
     (package / "core" / "kl.py").write_text("def estimator():\n    import rlvr.observe.sinks\n")
     edges = import_edges(tmp_path)
     assert edges["rlvr.core.kl"] == {"rlvr.observe.sinks"}
-    assert upward_imports(edges) == ["rlvr.core.kl (core) imports rlvr.observe.sinks (train)"]
+    assert upward_imports(edges) == ["rlvr.core.kl (core) imports rlvr.observe.sinks (observe)",
+                                     "rlvr.observe.sinks (observe) imports rlvr.config (config)"]
     assert cycles(edges) == [["rlvr.config", "rlvr.observe.sinks"]]
+
+
+def test_a_package_level_upward_import_or_cycle_is_caught(tmp_path):
+    """observe importing run (the console reading run's numbers, as it once did) is upward, lazy or not; two
+    packages of one layer importing each other through different modules is a package cycle, not a module one."""
+    package = tmp_path / "rlvr"
+    for folder in (package, package / "observe", package / "run", package / "tasks", package / "tools"):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "__init__.py").write_text("")
+    (package / "run" / "numbers.py").write_text("def final_and_best():\n    return None\n")
+    (package / "observe" / "console.py").write_text("def summary():\n    from rlvr.run.numbers import final_and_best\n")
+    (package / "tasks" / "calculator.py").write_text("import rlvr.tools.registry\n")
+    (package / "tasks" / "external.py").write_text("")
+    (package / "tools" / "registry.py").write_text("from rlvr.tasks.external import load_reference\n")
+    edges = import_edges(tmp_path)
+    assert upward_imports(edges) == ["rlvr.observe.console (observe) imports rlvr.run.numbers (run)"]
+    assert cycles(edges) == []
+    assert cycles(package_edges(edges)) == [["rlvr.tasks", "rlvr.tools"]]
+    assert cycles(package_edges({"rlvr.observe.console": {"rlvr.run.numbers"}})) == []

@@ -44,7 +44,7 @@ from benchmarks.comparisons.vs_trl import matmul_gflops  # noqa: E402
 from benchmarks.learning.arithmetic_learning import print_table, run_name, run_side  # noqa: E402
 from benchmarks.learning.bench_runs import accuracy_ci, read_jsonl, save_figure  # noqa: E402
 from rlvr.observe.metric_names import UNIX_TIME, reward_component  # noqa: E402
-from rlvr.training.sft_data import demonstration_rows, held_out_keys, kept_row, task_for_seed  # noqa: E402
+from rlvr.run.sft_data import demonstration_rows, held_out_keys, kept_row, task_for_seed  # noqa: E402
 
 
 @dataclass(frozen=True)

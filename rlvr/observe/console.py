@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rlvr.observe.metric_names import EVAL_ACCURACY, ITERATION, REWARD_MEAN, eval_reward_component
-from rlvr.run.numbers import final_and_best, series
+from rlvr.observe.numbers import final_and_best, series
 from rlvr.utils import read_jsonl
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -53,10 +54,30 @@ from rlvr.observe.metric_names import (
 from rlvr.rollout.episodes import episode_fields
 from rlvr.tasks.base import Verdict
 from rlvr.tasks.environment import TRUNCATION_LIMITS
-from rlvr.training.collect import CollectedGroups
 from rlvr.parallel.distributed import SINGLE, Dist
 
 NON_OK_STATUSES = ("unjudgeable", "timeout", "error")  # counted as status/<name>
+
+
+class CollectedGroups(Protocol):
+    """What this module reads of an iteration's kept groups (`rlvr.training.collect.CollectedGroups`).
+
+    Described here rather than imported: observe sits below training, so training hands its groups in.
+    Each group has `prompt`, `example`, `texts`, `verdicts`, `lengths`, `truncated` and `episodes`
+    (`rlvr.training.collect.SampledGroup`).
+    """
+
+    groups: list
+    group_size: int
+    sampled_groups: int
+    filled_no_contrast: int
+    rounds: int
+
+    @property
+    def rewards(self) -> torch.Tensor: ...  # [N]
+
+    @property
+    def verdicts(self) -> list[Verdict]: ...  # [N]
 
 
 @dataclass(frozen=True)

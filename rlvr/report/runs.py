@@ -14,8 +14,8 @@ import yaml
 
 from rlvr.config import flatten
 from rlvr.observe.metric_names import ELAPSED_S, EVAL_ACCURACY, ITERATION, REWARD_MEAN
-from rlvr.run import numbers as run_numbers
-from rlvr.run.numbers import final_and_best
+from rlvr.observe import numbers as run_numbers
+from rlvr.observe.numbers import final_and_best
 from rlvr.utils import read_jsonl
 
 

@@ -1,5 +1,5 @@
-"""A run's infrastructure: the session every loop runs in (`session`), its set-up from a config
-(`setup`, with the torch-free `preflight` and the `memory_check`), the run folder and its lock
-(`folder`, `lock`), checkpoints (`checkpoint`), what a resume may change (`resume_policy`), and the
-final and best numbers of a finished run (`numbers`).
+"""A run's infrastructure: its set-up from a config (`setup`, with the torch-free `preflight`, the
+`memory_check` and the SFT data it sizes, `sft_data`), the run folder and its lock (`folder`, `lock`),
+checkpoints (`checkpoint`), and what a resume may change (`resume_policy`). Above config and observe,
+below training: the session every loop runs in, which also evaluates, is `rlvr.training.session`.
 """

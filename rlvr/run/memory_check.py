@@ -26,7 +26,7 @@ from rlvr.models.run_checkpoints import base_model_spec
 from rlvr.registry import Registry
 from rlvr.tasks import Task
 from rlvr.tasks.base import prompt_text
-from rlvr.training.sft_data import read_pairs
+from rlvr.run.sft_data import read_pairs
 from rlvr.utils import rng_state, set_rng_state
 
 # The keys that shrink each part of the estimate.

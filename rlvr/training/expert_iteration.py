@@ -51,7 +51,7 @@ from rlvr.observe.metric_names import (
 from rlvr.models import trainable_parameters
 from rlvr.rollout import RolloutBackend, SamplingSettings, sample_and_score
 from rlvr.training.optim import make_optimizer, make_scheduler
-from rlvr.run.session import EXPERT_ITERATION_RUN, open_run
+from rlvr.training.session import EXPERT_ITERATION_RUN, open_run
 from rlvr.training.sft import epoch_order, sft_step
 from rlvr.utils import peak_rss_bytes
 

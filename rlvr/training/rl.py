@@ -58,7 +58,7 @@ from rlvr.observe.health import HealthMonitor
 from rlvr.training.optim import make_optimizer, make_scheduler
 from rlvr.observe.rollout_stats import gather_rollout, rollout_stats
 from rlvr.run.setup import expect_config
-from rlvr.run.session import RL_RUN, open_run
+from rlvr.training.session import RL_RUN, open_run
 from rlvr.utils import peak_rss_bytes, read_jsonl
 
 # The run's state (checkpointed, so it carries over a resume): seconds its iterations have taken, with their

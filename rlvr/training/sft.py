@@ -45,8 +45,8 @@ from rlvr.tasks.base import Example
 from rlvr.observe.metrics import MetricSums
 from rlvr.training.optim import make_optimizer, make_scheduler
 from rlvr.run.setup import expect_config
-from rlvr.run.session import SFT_RUN, open_run
-from rlvr.training.sft_data import DEMONSTRATIONS_FILE, EXAMPLE_KEY, kept_row, read_pairs
+from rlvr.training.session import SFT_RUN, open_run
+from rlvr.run.sft_data import DEMONSTRATIONS_FILE, EXAMPLE_KEY, kept_row, read_pairs
 from rlvr.utils import atomic_write_text, peak_rss_bytes
 
 

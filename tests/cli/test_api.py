@@ -41,11 +41,11 @@ def test_the_api_names_import_and_import_rlvr_alone_loads_no_torch():
 def test_train_is_the_loop_function_and_stays_so_after_submodule_imports():
     from rlvr import train
 
-    import rlvr.run.session as session
+    import rlvr.training.session as session
     import rlvr.training.rl as rl
 
     # A function, not a package: importing the loop's modules does not replace `rlvr.train`.
-    assert train is rl.train and rlvr.train is rl.train and session.__name__ == "rlvr.run.session"
+    assert train is rl.train and rlvr.train is rl.train and session.__name__ == "rlvr.training.session"
     assert "rlvr.train" not in sys.modules and not isinstance(rlvr.train, type(sys))
     assert list(__import__("inspect").signature(train).parameters) == ["config", "resume_dir", "force_config_change"]
     with pytest.raises(TypeError, match=r"expected a Config \(Config\(\.\.\.\), Config\.from_dict\(data\)"):

@@ -202,7 +202,7 @@ def test_json_summary_and_progress_false_keep_stdout_machine_readable(tiny_model
 STOP_WHILE_LOADING = """
 import os, signal, sys, time
 import tests.conftest  # registers the char_count task
-import rlvr.run.session as session
+import rlvr.training.session as session
 def load_then_get_stopped(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` does while the model loads
     time.sleep(30)
@@ -225,7 +225,7 @@ def test_sigterm_while_the_model_loads_leaves_no_folder(tiny_model_dir, tmp_path
 
 @pytest.mark.slow
 def test_ctrl_c_in_the_step0_eval_removes_the_new_folder(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    import rlvr.run.session as session
+    import rlvr.training.session as session
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -374,11 +374,11 @@ def test_json_end_summary_holds_the_same_numbers(tmp_path):
 
 
 def test_end_summary_and_report_agree_on_final_and_best_eval(tmp_path):
-    """One computation behind both (rlvr/run/numbers.py): an eval that scored NaN (first) or nothing
+    """One computation behind both (rlvr/observe/numbers.py): an eval that scored NaN (first) or nothing
     (last) is skipped, and the best is the first iteration that reached the maximum."""
     from rlvr.report.runs import load_run, summarize
     from rlvr.observe.console import summarize_run
-    from rlvr.run.numbers import final_and_best, series
+    from rlvr.observe.numbers import final_and_best, series
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

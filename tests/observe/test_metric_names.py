@@ -22,10 +22,10 @@ PACKAGE = REPO / "rlvr"
 PRODUCERS = ("rlvr/observe/rollout_stats.py", "rlvr/sweep_runs.py", "rlvr/training/update.py",
              "rlvr/training/values.py", "rlvr/training/rl.py", "rlvr/training/iteration.py", "rlvr/training/sft.py",
              "rlvr/training/expert_iteration.py", "rlvr/training/evaluation.py", "rlvr/observe/generations.py",
-             "rlvr/run/session.py", "rlvr/run/resume_policy.py")
+             "rlvr/training/session.py", "rlvr/run/resume_policy.py")
 READERS = ("rlvr/observe/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py", "rlvr/check.py",
            "rlvr/check_mechanism.py", "rlvr/observe/sinks.py", "rlvr/observe/metrics.py", "rlvr/run/folder.py",
-           "rlvr/observe/console.py", "rlvr/report/health.py", "rlvr/run/numbers.py", "rlvr/report/study_spec.py",
+           "rlvr/observe/console.py", "rlvr/report/health.py", "rlvr/observe/numbers.py", "rlvr/report/study_spec.py",
            "rlvr/report/study_numbers.py")
 # Family builders: a producer calling one writes names that start with its prefix.
 FAMILIES = {"reward_component": metric_names.REWARD_PREFIX, "status_count": metric_names.STATUS_PREFIX,
@@ -49,7 +49,7 @@ NOT_METRICS = {
     ("rlvr/report/figures.py", "truncated_frac"): "figure file stem",
     ("rlvr/run/checkpoint.py", "iteration"): "a key of trainer_state.pt",
     ("rlvr/models/checkpoint_files.py", "iteration"): "a key of a checkpoint's manifest.json",
-    ("rlvr/run/session.py", "iteration"): "the key load_checkpoint returns",
+    ("rlvr/training/session.py", "iteration"): "the key load_checkpoint returns",
     ("rlvr/observe/generations.py", "entropy"): "a field of generations.jsonl lines",
     ("rlvr/training/evaluation.py", "examples"): "a field of rlvr eval's summary.json",
     ("rlvr/tasks/__init__.py", "examples"): "the Task method",

@@ -66,7 +66,7 @@ sys.exit(main(sys.argv[3:]))
 STORAGE_DRIVER = r"""
 import contextlib, io, json, os, subprocess, sys
 import tests.conftest  # registers the char_count task
-import rlvr.run.session as session
+import rlvr.training.session as session
 from rlvr.cli import main
 mount, mode, args = sys.argv[1], sys.argv[2], sys.argv[3:]
 filler = os.path.join(mount, "filler")

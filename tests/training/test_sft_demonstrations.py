@@ -1,4 +1,4 @@
-"""SFT data written by the task (`rlvr.training.sft_data`, `sft.demonstrations`): right episodes, one pair per
+"""SFT data written by the task (`rlvr.run.sft_data`, `sft.demonstrations`): right episodes, one pair per
 turn, and never a question that the SFT run's or any RL seed's held-out eval scores (the eval split moves
 with the seed)."""
 
@@ -12,9 +12,9 @@ from rlvr.config import Config, load_config
 from rlvr.models import load_tokenizer
 from rlvr.tasks.reasoning_gym_tasks import ReasoningGymTask
 from rlvr.testing import build_tiny_tokenizer, save_tiny_model
-from rlvr.training.sft_data import read_pairs
+from rlvr.run.sft_data import read_pairs
 
-from rlvr.training import sft_data
+from rlvr.run import sft_data
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER = build_tiny_tokenizer()

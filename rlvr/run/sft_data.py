@@ -1,7 +1,7 @@
 """`rlvr sft`'s prompt / response pairs: read from `sft.data_path`, or written by the task (`sft.demonstrations`).
 
-Its own module because the memory check (`rlvr.run.memory_check`, which the run setup imports)
-sizes an SFT run by the data's longest pair, and `rlvr.training.sft` builds on that run setup.
+In the run layer, below the training loops, because the memory check (`rlvr.run.memory_check`, which
+the run setup imports) sizes an SFT run by the data's longest pair; `rlvr.training.sft` then trains on them.
 
 Demonstrations: a task with a `demonstration(example)` method (the assistant turns of a right
 answer, written by a program) gives its warm-up data itself. Each of N distinct training questions

@@ -15,7 +15,7 @@ from rlvr.config import load_config
 from rlvr.models import load_policy
 from rlvr.training.evaluation import eval_settings
 from rlvr.run.setup import rollout_backend
-from rlvr.run.session import EXPERT_ITERATION_RUN, RL_RUN, SFT_RUN, open_run, run_stem
+from rlvr.training.session import EXPERT_ITERATION_RUN, RL_RUN, SFT_RUN, open_run, run_stem
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
 from tests.training.test_sft import _sft_overrides, _write_data

@@ -9,6 +9,9 @@ metric writers), `evaluate`, `save_checkpoint`, and finally `close` (or uses the
 context manager), which releases the folder. Each loop keeps only what is its own: its
 optimizer and schedule size, its steps, its records.
 
+It sits in the training package, above `rlvr.run`, because it evaluates with `rlvr.training.evaluation`,
+which itself builds on the run set-up (`rlvr eval` prepares its task and backend the same way).
+
 Run-level policies live here once for every loop: the folder lock and the resume config check
 (`claim_run_folder`, in `open_run`), the verified checkpoints and the resume's first writes
 (`restore_checkpoint` and `commit_resume`, in `start`), manifests (`save_checkpoint`).
