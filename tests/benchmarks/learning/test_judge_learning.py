@@ -44,7 +44,8 @@ def test_a_tiny_run_with_the_studys_overrides_is_rewarded_by_the_judge_alone(tin
         monkeypatch.setenv("RLVR_JUDGE_BASE_URL", stub.base_url)
         monkeypatch.setenv("RLVR_JUDGE_MODEL", "stub")
         overrides = tiny_overrides(tiny_model_dir, tmp_path / "run", **{
-            "train.iterations": 1, "train.eval_size": 2, "model.lora_rank": 4, "model.lora_alpha": 8}) + study.overrides
+            "train.eval_size": 2, "model.lora_rank": 4, "model.lora_alpha": 8})
+        overrides += study.overrides + ["train.iterations=1"]  # after the study's own length
         train(load_config(None, overrides))
         assert stub.requests > 0
     (record,) = read_jsonl(tmp_path / "run" / "metrics.jsonl")
