@@ -2441,10 +2441,10 @@ WARM_UPS = [
         tests=("tests/cli/test_sweep_stages.py",),
     ),
     mutation(
-        "sft_eval_on_start_ignored", "rlvr/training/sft.py",
-        "train.eval_on_start: false still evaluates the starting weights of an SFT run (minutes per chained run)",
-        ("if not session.resumed and train_cfg.eval_size > 0 and train_cfg.eval_on_start:",
-         "if not session.resumed and train_cfg.eval_size > 0:"),
+        "eval_on_start_ignored", "rlvr/training/session.py",
+        "train.eval_on_start: false still evaluates the starting weights of a chained run (minutes per run)",
+        ("if self.resumed or train_cfg.eval_size == 0 or not train_cfg.eval_on_start:",
+         "if self.resumed or train_cfg.eval_size == 0:"),
         tests=("tests/training/test_eval_on_start.py",),
     ),
     mutation(

@@ -106,8 +106,8 @@ def expert_iteration(config: Config) -> Path:
                                                               / s.batch_size)
         scheduler = make_scheduler(optimizer, config.optim, max_steps)
         session.start(optimizer, scheduler, {})  # a new run (expert iteration does not resume): opens the writers
-        if train_cfg.eval_size > 0 and train_cfg.eval_on_start:
-            initial = session.evaluate(0, generations=s.log_generations)
+        initial = session.evaluate_start(generations=s.log_generations)
+        if initial is not None:
             print(f"expert-iter round 0: {EVAL_ACCURACY}={initial[EVAL_ACCURACY]:.3f}", flush=True)
         optimizer_steps = 0
         skipped_total = 0

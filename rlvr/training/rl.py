@@ -85,8 +85,7 @@ def train(config: Config, resume_dir: str | Path | None = None, force_config_cha
         scheduler = make_scheduler(optimizer, config.optim, train_cfg.iterations * config.steps_per_iteration)
         settings = SamplingSettings.for_task(rollout, task)  # the same for every iteration
         start, state = session.start(optimizer, scheduler, {OPTIMIZER_STEPS: 0, SKIPPED_NONFINITE_UPDATES: 0})
-        if not session.resumed and train_cfg.eval_size > 0 and train_cfg.eval_on_start:
-            session.evaluate(0)
+        session.evaluate_start()
         # Every rank sees the same globally reduced records, so every rank takes the same stop decision.
         history = read_jsonl(session.writer.metrics_path) if session.resumed else []  # rebuild the streaks
         health = HealthMonitor.from_config(config, is_main=dist.is_main, history=history,

@@ -143,6 +143,14 @@ class RunSession:
         self.writer.eval(record)
         return record
 
+    def evaluate_start(self, generations: int = 0) -> dict | None:
+        """Iteration 0's eval, of the starting weights: a new run's, unless train.eval_size is 0 or
+        train.eval_on_start is false (a chained run: the stage before it evaluated them last); None when skipped."""
+        train_cfg = self.config.train
+        if self.resumed or train_cfg.eval_size == 0 or not train_cfg.eval_on_start:
+            return None
+        return self.evaluate(0, generations)
+
     def save_checkpoint(self, iteration: int, optimizer, scheduler, state: dict) -> None:
         """Checkpoint `iteration` (weights, optimizer, scheduler, counters, RNG). A collective when data-parallel."""
         extra = checkpoint_extra(self.dist)  # every rank's RNG states

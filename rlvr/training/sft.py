@@ -143,8 +143,7 @@ def train_sft(config: Config, resume_dir: str | Path | None = None, force_config
         optimizer = make_optimizer(params, config.optim)
         scheduler = make_scheduler(optimizer, config.optim, total_steps)
         step, state = session.start(optimizer, scheduler, {SKIPPED_NONFINITE_UPDATES: 0})
-        if not session.resumed and train_cfg.eval_size > 0 and train_cfg.eval_on_start:
-            session.evaluate(0, generations=s.log_generations)
+        session.evaluate_start(generations=s.log_generations)
 
         while step < total_steps:
             step_started = time.perf_counter()
