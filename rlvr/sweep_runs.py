@@ -92,7 +92,7 @@ RUN_COMMANDS: dict[str, RunCommand] = {
 
 
 def _checkpoint_iteration(run_dir: Path) -> int | None:
-    from rlvr.run.checkpoint import latest_checkpoint
+    from rlvr.models.checkpoints.locate import latest_checkpoint
 
     checkpoint = latest_checkpoint(run_dir)
     return int(checkpoint.name.split("_")[-1]) if checkpoint is not None else None

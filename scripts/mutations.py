@@ -522,13 +522,13 @@ RUNS = [
         tests=("tests/run/test_run_folder.py",),
     ),
     mutation(
-        "manifest_hash_not_compared", "rlvr/models/checkpoint_files.py",
+        "manifest_hash_not_compared", "rlvr/models/checkpoints/files.py",
         "a checkpoint file's size is checked twice and its sha256 never",
         ('if file_digest(path) != expected["sha256"]:', 'if path.stat().st_size != expected["size"]:'),
         tests=("tests/run/test_checkpoint.py",),
     ),
     mutation(
-        "fallback_loads_an_unverified_checkpoint", "rlvr/run/checkpoint.py",
+        "fallback_loads_an_unverified_checkpoint", "rlvr/models/checkpoints/training_state.py",
         "each candidate gets the verdict of the last one checked: the damaged newest one is loaded unverified",
         ("reason = verdicts[index] if index < len(verdicts) else None",
          "reason = verdicts[-1] if index < len(verdicts) else None"),
@@ -711,39 +711,39 @@ INTEGRITY_TESTS = ("tests/run/test_checkpoint_integrity.py", "tests/run/test_che
 
 CHECKPOINT_FILES = [
     mutation(
-        "pointer_taken_without_its_name_checked", "rlvr/models/checkpoint_files.py",
+        "pointer_taken_without_its_name_checked", "rlvr/models/checkpoints/files.py",
         "whatever `latest` holds is joined to checkpoints/: '', '.', '..' or an absolute path becomes the checkpoint",
         ("if len(raw) > POINTER_MAX_BYTES or not CHECKPOINT_NAME.fullmatch(name):",
          "if len(raw) > POINTER_MAX_BYTES or not name:"),
         tests=INTEGRITY_TESTS,
     ),
     mutation(
-        "missing_manifest_forgiven", "rlvr/models/checkpoint_files.py",
+        "missing_manifest_forgiven", "rlvr/models/checkpoints/files.py",
         "a checkpoint without manifest.json is loaded unchecked in a run that writes manifests",
         ('return f"{MANIFEST} is missing" if manifest_required else None', "return None"),
         tests=INTEGRITY_TESTS,
     ),
     mutation(
-        "files_beside_the_manifest_ignored", "rlvr/models/checkpoint_files.py",
+        "files_beside_the_manifest_ignored", "rlvr/models/checkpoints/files.py",
         "only the files the manifest lists are checked: one added to the checkpoint afterwards goes unnoticed",
         ("        if name not in files:\n", "        if name not in files and name in REQUIRED:\n"),
         tests=INTEGRITY_TESTS,
     ),
     mutation(
-        "prune_ignores_the_readers_pin", "rlvr/models/checkpoint_files.py",
+        "prune_ignores_the_readers_pin", "rlvr/models/checkpoints/files.py",
         "the writer takes a shared lock before deleting, which a reader's shared pin does not block",
         ("fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", "fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)"),
         tests=INTEGRITY_TESTS,
     ),
     mutation(
-        "loaders_skip_verification", "rlvr/models/run_checkpoints.py",
+        "loaders_skip_verification", "rlvr/models/checkpoints/locate.py",
         "eval, export and init_from load the checkpoint without verifying it (only resume verifies)",
         ("            reason = verify_checkpoint(folder)\n            if reason is None:",
          "            reason = None\n            if reason is None:"),
         tests=("tests/run/test_checkpoint_integrity.py", "tests/models/test_export.py"),
     ),
     mutation(
-        "loaders_fall_back_unasked", "rlvr/models/run_checkpoints.py",
+        "loaders_fall_back_unasked", "rlvr/models/checkpoints/locate.py",
         "export and eval quietly take an older checkpoint when the one asked for is damaged",
         ("        if not fallback:\n            break\n", "        fallback = True\n"),
         tests=("tests/run/test_checkpoint_integrity.py",),

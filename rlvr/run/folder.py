@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rlvr.config import Config, save_config
 from rlvr.observe.metric_names import ITERATION
-from rlvr.run.checkpoint import checkpoint_root, point_latest, remove_orphans, set_aside
+from rlvr.models.checkpoints.training_state import checkpoint_root, point_latest, remove_orphans, set_aside
 from rlvr.parallel.distributed import SINGLE, Dist
 from rlvr.run.resume_policy import RESUMES_FILE, ResumePlan, plan_resume, record_resume
 from rlvr.run.lock import RunLock

@@ -22,7 +22,7 @@ from rlvr.config import Config, ConfigError
 from rlvr.models import DTYPES
 from rlvr.models.architecture import Architecture, read_architecture
 from rlvr.models.memory_estimate import MemoryEstimate, RunSizes, estimate_memory, format_bytes, parameter_count
-from rlvr.models.run_checkpoints import base_model_spec
+from rlvr.models.checkpoints.locate import base_model_spec
 from rlvr.registry import Registry
 from rlvr.tasks import Task
 from rlvr.tasks.base import prompt_text

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlvr.config import Config, ConfigError, check_task_family, load_config, load_run_config
-from rlvr.models.run_checkpoints import check_inference_spec, find_checkpoint
+from rlvr.models.checkpoints.locate import check_inference_spec, find_checkpoint
 from rlvr.models.model_spec import check_model_spec
 from rlvr.tasks import check_data_files
 

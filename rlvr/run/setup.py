@@ -19,7 +19,7 @@ import torch
 
 from rlvr.config import Config
 from rlvr.models import LoadedModel, LoraSettings, load_policy
-from rlvr.models.runs import merged_model_from_run
+from rlvr.models.checkpoints.run_policy import merged_model_from_run
 from rlvr.models.value_model import ValueModel, build_value_model
 from rlvr.rollout import ROLLOUT_BACKENDS, RolloutBackend
 from rlvr.run.memory_check import check_memory

@@ -40,7 +40,7 @@ from rlvr.observe.metric_names import (
 from rlvr.observe.rollout_stats import EpisodeCounts, episode_stats
 from rlvr.observe.sampled_accuracy import SampledAccuracy, sampled_accuracy, wilson_interval
 from rlvr.config import Config, ConfigError, save_config
-from rlvr.models.run_checkpoints import checkpoint_to_load
+from rlvr.models.checkpoints.locate import checkpoint_to_load
 from rlvr.rollout import RolloutBackend, SamplingSettings, sample_and_score
 from rlvr.rollout.episodes import episode_fields
 from rlvr.tasks import Example, Task, Verdict, task_label

@@ -31,7 +31,7 @@ from rlvr.rollout import RolloutBackend
 from rlvr.models.value_model import ValueModel
 from rlvr.tasks import Task, task_label
 import rlvr.observe.console as console
-from rlvr.run.checkpoint import gather_checkpoint_state, restore_checkpoint, save_checkpoint
+from rlvr.models.checkpoints.training_state import gather_checkpoint_state, restore_checkpoint, save_checkpoint
 from rlvr.parallel.distributed import SINGLE, Dist, checkpoint_extra, rank_device, restore_rank_state, start_ranks
 from rlvr.training.evaluation import evaluate_in_training, held_out_examples
 from rlvr.parallel.fsdp import fsdp_requested, shard_loaded_model

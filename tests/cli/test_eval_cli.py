@@ -276,7 +276,7 @@ def test_eval_end_summary_reads_the_main_component_from_summary_json(tmp_path):
 
 
 def test_the_checkpoint_an_eval_of_a_run_loads_first(tmp_path):
-    from rlvr.models.run_checkpoints import checkpoint_to_load
+    from rlvr.models.checkpoints.locate import checkpoint_to_load
 
     run = tmp_path / "run"
     for name in ("iter_000002", "iter_000010"):

@@ -14,8 +14,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rlvr.cli import main
 from rlvr.core import compute_per_token_logprobs
 from rlvr.models import LoraSettings, load_policy, load_trainable, merged_adapter
-from rlvr.models.runs import find_checkpoint, is_run_path, load_policy_from_run
-from rlvr.models.trainable_state import read_adapter_config
+from rlvr.models.checkpoints.run_policy import find_checkpoint, is_run_path, load_policy_from_run
+from rlvr.models.checkpoints.weights import read_adapter_config
 from rlvr.testing import TINY_CHAT_TEMPLATE
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides

@@ -21,7 +21,7 @@ from rlvr.parallel.sharding import full_tensor, is_dtensor, shard_decoder_layers
 from rlvr.rollout.vllm_backend import policy_weights
 from rlvr.rollout import SamplingSettings
 from rlvr.rollout.decode_loop import decode_loop
-from rlvr.run.checkpoint import gather_checkpoint_state, load_checkpoint, save_checkpoint
+from rlvr.models.checkpoints.training_state import gather_checkpoint_state, load_checkpoint, save_checkpoint
 from rlvr.parallel.distributed import Dist, init_distributed
 from rlvr.parallel.fsdp import clip_grad_norm, device_mesh, fsdp_requested
 from rlvr.testing import random_lora_b

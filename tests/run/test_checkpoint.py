@@ -108,7 +108,7 @@ def test_no_intact_checkpoint_is_a_clear_error_listing_each(reference_run, tmp_p
 
 
 def test_manifest_holds_every_file_and_catches_changes(reference_run, tmp_path):
-    from rlvr.run.checkpoint import verify_checkpoint
+    from rlvr.models.checkpoints.training_state import verify_checkpoint
 
     folder = _copy(reference_run, tmp_path / "run") / "checkpoints" / "iter_000004"
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -149,7 +149,7 @@ def tiny_training_state(tiny_model_dir):
 
 @pytest.mark.parametrize("keep, kept", [(0, [5]), (1, [5]), (2, [4, 5]), (-1, [5])])
 def test_pruning_never_deletes_the_newest_checkpoint(tiny_training_state, tmp_path, keep, kept):
-    from rlvr.run.checkpoint import save_checkpoint, verify_checkpoint
+    from rlvr.models.checkpoints.training_state import save_checkpoint, verify_checkpoint
 
     for iteration in (3, 4, 5):
         save_checkpoint(tmp_path, iteration, *tiny_training_state, {}, keep=keep)
@@ -179,7 +179,7 @@ def _fail_writing(monkeypatch, error: OSError, when: str = "iter_000002") -> Non
 ])
 def test_write_failures_are_said_in_words_and_keep_the_previous_checkpoint(tiny_model_dir, tmp_path, monkeypatch,
                                                                            capsys, error, words):
-    from rlvr.run.checkpoint import verify_checkpoint
+    from rlvr.models.checkpoints.training_state import verify_checkpoint
 
     run_dir = tmp_path / "run"
     _fail_writing(monkeypatch, error)
@@ -212,7 +212,7 @@ def test_library_errors_without_an_errno_are_still_recognised(tmp_path, monkeypa
 @pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs the /dev/full device (every write: ENOSPC)")
 def test_a_real_enospc_from_torch_save_through_a_file_object():
     from rlvr.storage_errors import storage_error
-    from rlvr.run.checkpoint import _torch_save
+    from rlvr.models.checkpoints.training_state import _torch_save
 
     with pytest.raises(OSError) as info:
         _torch_save({"weights": torch.zeros(100_000)}, Path("/dev/full"))

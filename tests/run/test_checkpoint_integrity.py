@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from rlvr.cli import main
-from rlvr.models.checkpoint_files import (checkpoint_candidates, pinned, read_pointer, remove_checkpoint_folder,
-                                          verify_checkpoint)
+from rlvr.models.checkpoints.files import (checkpoint_candidates, pinned, read_pointer, remove_checkpoint_folder,
+                                           verify_checkpoint)
 from rlvr.utils import read_jsonl
 
 from tests.run.conftest import _copy, _overrides  # and the fixture reference_run: intact checkpoints 2 and 4
@@ -178,7 +178,7 @@ def test_export_refuses_a_damaged_checkpoint_and_names_the_intact_one(reference_
 
 def test_eval_and_init_from_refuse_a_damaged_checkpoint_before_loading_a_model(reference_run, tmp_path, capsys,
                                                                               tiny_model_dir, monkeypatch):
-    import rlvr.models.runs as runs
+    import rlvr.models.checkpoints.run_policy as runs
     import rlvr.run.setup as run_setup
 
     run_dir = _copy(reference_run, tmp_path / "run")
@@ -195,7 +195,7 @@ def test_eval_and_init_from_refuse_a_damaged_checkpoint_before_loading_a_model(r
 
 
 def test_a_checkpoint_loaded_for_inference_is_verified_even_as_a_folder(reference_run, tmp_path):
-    from rlvr.models.runs import DamagedCheckpointError, load_policy_from_run
+    from rlvr.models.checkpoints.run_policy import DamagedCheckpointError, load_policy_from_run
 
     run_dir = _copy(reference_run, tmp_path / "run")
     (run_dir / "checkpoints" / "iter_000002" / "trainer_state.pt").write_bytes(b"not a checkpoint")
@@ -219,8 +219,8 @@ def test_pruning_during_an_export_keeps_the_checkpoint_being_read(tiny_model_dir
     import torch
 
     from rlvr.models import LoraSettings, load_policy, trainable_parameters
-    from rlvr.models.runs import load_policy_from_run
-    from rlvr.run.checkpoint import save_checkpoint
+    from rlvr.models.checkpoints.run_policy import load_policy_from_run
+    from rlvr.models.checkpoints.training_state import save_checkpoint
 
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
@@ -237,7 +237,7 @@ def test_pruning_during_an_export_keeps_the_checkpoint_being_read(tiny_model_dir
 
     first = save(1)
     reading, release = threading.Event(), threading.Event()
-    import rlvr.models.runs as runs
+    import rlvr.models.checkpoints.run_policy as runs
 
     real_load = runs.load_trainable
 

@@ -26,7 +26,7 @@ COMPARED = ("reward/mean", "loss", "grad_norm", "entropy")
 KILL_DRIVER = r"""
 import os, signal, sys
 import tests.conftest  # registers the char_count task
-import rlvr.run.checkpoint as checkpoint
+import rlvr.models.checkpoints.training_state as checkpoint
 point, iteration = sys.argv[1], int(sys.argv[2])
 
 def die():

@@ -15,7 +15,7 @@ from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.models import load_policy, load_policy_from_run, load_trainable, reference_context
 from rlvr.models.export import export_run
-from rlvr.models.runs import lora_settings_from_checkpoint, merged_model_from_run
+from rlvr.models.checkpoints.run_policy import lora_settings_from_checkpoint, merged_model_from_run
 from rlvr.testing import IM_END_TOKEN
 from rlvr.run.setup import load_model_and_task
 from rlvr.utils import read_jsonl

@@ -52,7 +52,7 @@ def test_a_run_resumed_past_its_budget_stops_after_one_iteration_however_short(t
     saved = torch.load(path, weights_only=False)
     saved["state"][TRAINING_SECONDS] = 10**6  # as if a long run had spent 278 hours
     torch.save(saved, path)
-    from rlvr.models.checkpoint_files import write_manifest
+    from rlvr.models.checkpoints.files import write_manifest
 
     write_manifest(path.parent, 1)  # the checkpoint's checksums cover the file: written again as the saver does
     resume(run_dir, ["train.iterations=5", "train.time_budget_minutes=100"])  # 6,000 s: far more than an iteration

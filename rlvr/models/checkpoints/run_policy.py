@@ -15,12 +15,12 @@ from typing import Optional
 
 from torch import nn
 
-from rlvr.models.checkpoint_files import CHECKPOINTS, LATEST  # noqa: F401
+from rlvr.models.checkpoints.files import CHECKPOINTS, LATEST  # noqa: F401
 from rlvr.models.policy import LoadedModel, LoraSettings, load_policy, resolve_dtype
-from rlvr.models.run_checkpoints import (RUN_CONFIG, DamagedCheckpointError, RunCheckpoint,  # noqa: F401
-                                         check_inference_spec, find_checkpoint, is_run_path, latest_checkpoint,
-                                         names_a_run, open_checkpoint)
-from rlvr.models.trainable_state import load_trainable, read_adapter_config
+from rlvr.models.checkpoints.locate import (RUN_CONFIG, DamagedCheckpointError, RunCheckpoint,  # noqa: F401
+                                            check_inference_spec, find_checkpoint, is_run_path, latest_checkpoint,
+                                            names_a_run, open_checkpoint)
+from rlvr.models.checkpoints.weights import load_trainable, read_adapter_config
 
 
 def lora_settings_from_checkpoint(model_dir: Path) -> LoraSettings:

@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 from safetensors.torch import load_file, save_file, save_model
 
-from rlvr.models.checkpoint_files import TRAINABLE_INFO_FILE
+from rlvr.models.checkpoints.files import TRAINABLE_INFO_FILE
 from rlvr.models.policy import LoadedModel, dtype_name
 from rlvr.parallel.sharding import full_tensor, is_dtensor, slice_like
 from rlvr.utils import current_umask

@@ -4,7 +4,7 @@ A checkpoint folder is written under a temporary name, its files' sizes and sha2
 `manifest.json`, everything is fsynced, the folder is renamed into place and the `latest` pointer
 replaced atomically afterwards, so a crash at any moment leaves the previous checkpoint intact. On
 resume each candidate (the one a usable `latest` names first, then older ones) is checked by
-`verify_checkpoint` (rlvr/models/checkpoint_files.py, the check every loader runs) and loaded; a
+`verify_checkpoint` (`files.py`, the check every loader runs) and loaded; a
 damaged one is reported by name and the next older intact one is used instead. Pruning keeps a
 checkpoint a reader (`rlvr eval`, `rlvr export`) has pinned.
 Under FSDP every rank gathers the full tensors (`gather_checkpoint_state`) and rank 0 writes them:
@@ -26,12 +26,10 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 
-from rlvr.models import load_trainable, save_trainable
-from rlvr.models.checkpoint_files import (LATEST, MANIFEST, REQUIRED, checkpoint_candidates, checkpoint_folders,  # noqa: F401
-                                          checkpoint_root, mark_manifests, remove_checkpoint_folder,
-                                          verify_checkpoint, write_manifest)
-from rlvr.models.runs import latest_checkpoint  # noqa: F401  (the run layout lives there)
-from rlvr.models.trainable_state import trainable_tensors
+from rlvr.models.checkpoints.files import (LATEST, MANIFEST, REQUIRED, checkpoint_candidates,  # noqa: F401
+                                           checkpoint_folders, checkpoint_root, mark_manifests,
+                                           remove_checkpoint_folder, verify_checkpoint, write_manifest)
+from rlvr.models.checkpoints.weights import load_trainable, save_trainable, trainable_tensors
 from rlvr.models.value_model import load_value_model, save_value_model, value_model_tensors
 from rlvr.parallel.distributed import SINGLE
 from rlvr.parallel.fsdp import full_optimizer_state, shard_optimizer_state

@@ -1,6 +1,6 @@
 """Where a run folder's trained policy is, found and verified without torch: the run or checkpoint
 folder a path names, its verified checkpoint (`open_checkpoint`, pinned while it is read) and the
-base model it was trained from. `rlvr.models.runs` loads what these find; the start-up checks of
+base model it was trained from. `run_policy.py` loads what these find; the start-up checks of
 `rlvr eval --model RUN` and `model.init_from` use them before torch is imported.
 """
 
@@ -17,9 +17,9 @@ from typing import Iterator, Optional
 
 import yaml
 
-from rlvr.models.checkpoint_files import (CHECKPOINTS, TRAINABLE_INFO_FILE, checkpoint_candidates,
-                                          checkpoint_folders, checkpoint_iteration, checkpoint_root, pinned,
-                                          verify_checkpoint)
+from rlvr.models.checkpoints.files import (CHECKPOINTS, TRAINABLE_INFO_FILE, checkpoint_candidates,
+                                           checkpoint_folders, checkpoint_iteration, checkpoint_root, pinned,
+                                           verify_checkpoint)
 from rlvr.models.model_spec import check_model_spec
 
 RUN_CONFIG = "config.yaml"
