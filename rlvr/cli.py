@@ -136,13 +136,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise ConfigError("--record DIR writes the records of the mechanism experiment: use it with --mechanism")
     config_path, overrides = _split_config_and_overrides(args.items)
     config = load_checked_config(config_path, overrides, inference=args.reward)  # --reward loads no model
-    from rlvr.check import failed, format_table, run_check
-    from rlvr.check_mechanism import run_mechanism_check
+    from rlvr.check import failed, format_table, run_check, run_mechanism_check
 
     if args.reward:
         return _reward_audit(args, config, format_table)
     if args.record:
-        from rlvr.check_mechanism_record import ACCEPT, run_mechanism_experiment
+        from rlvr.check import ACCEPT, run_mechanism_experiment
 
         return 0 if run_mechanism_experiment(config, args.record) == ACCEPT else 1
     if args.mechanism:
@@ -158,7 +157,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _reward_audit(args: argparse.Namespace, config, format_table) -> int:
-    from rlvr.check_reward import REWARD_HEADER, audit_rows, run_reward_audit, write_audit_json
+    from rlvr.check import REWARD_HEADER, audit_rows, run_reward_audit, write_audit_json
 
     audit = run_reward_audit(config, prompts=args.prompts, max_hack_rate=args.max_hack_rate,
                              max_verdict_seconds=args.max_verdict_seconds)

@@ -420,19 +420,19 @@ VERIFIER = [
         tests=("tests/tasks/test_judging.py",),
     ),
     mutation(
-        "reward_audit_format_rule_ignores_main", "rlvr/check_reward.py",
+        "reward_audit_format_rule_ignores_main", "rlvr/check/reward.py",
         "the audit counts a format bonus as a hack even when the completion also earns correctness",
         ("        if not main_paid:\n            formats |=", "        if True:\n            formats |="),
         tests=("tests/cli/test_check_reward.py",),
     ),
     mutation(
-        "reward_audit_allows_no_answer_kinds", "rlvr/check_reward.py",
+        "reward_audit_allows_no_answer_kinds", "rlvr/check/reward.py",
         "a format allowance also covers the kinds without an answer (empty tags, the echoed prompt)",
         ("if component in allowances and kind not in NO_ANSWER_KINDS:", "if component in allowances:"),
         tests=("tests/cli/test_check_reward.py",),
     ),
     mutation(
-        "reward_audit_control_partial", "rlvr/check_reward.py",
+        "reward_audit_control_partial", "rlvr/check/reward.py",
         "the positive control passes when it earns any correctness, not the full reward on every prompt",
         ("if result.main_full < result.prompts:", "if result.main == 0:"),
         tests=("tests/cli/test_check_reward.py",),
@@ -1058,7 +1058,7 @@ REWARD_AUDIT = [
                "tests/cli/test_check_reward.py::test_math_question_only_audit_answers_in_boxed"),
     ),
     mutation(
-        "own_format_allowances_dropped", "rlvr/check_reward.py",
+        "own_format_allowances_dropped", "rlvr/check/reward.py",
         "a task's own `format_allowances` are not read: its declared shaping fails the audit",
         ("    allowances = {**FORMAT_ALLOWANCES.get(family, {}), **(own_allowances or {})}",
          "    allowances = {**FORMAT_ALLOWANCES.get(family, {})}"),
@@ -1571,7 +1571,7 @@ AUDIT_A = [
                "tests/tasks/test_tasks_reasoning_gym.py::test_answer_credit_rules"),
     ),
     mutation(
-        "variant_full_credit_read_as_partial", "rlvr/check_reward.py",
+        "variant_full_credit_read_as_partial", "rlvr/check/reward.py",
         "the audit counts a variant paid in full as a consolation, failing a verifier with a tolerance",
         ("            full = main_paid and value >= 1.0", "            full = main_paid and value > 1.0"),
         tests=("tests/cli/test_check_reward.py::test_a_verifier_with_a_tolerance_passes_and_is_listed",
@@ -1585,7 +1585,7 @@ AUDIT_A = [
                "tests/cli/test_check_reward.py::test_a_number_written_longer_is_no_neighbour"),
     ),
     mutation(
-        "reference_answer_ignored", "rlvr/check_reward.py",
+        "reference_answer_ignored", "rlvr/check/reward.py",
         "the audit ignores a task's reference answer: graph_color's control is never written",
         ('    reference = getattr(task, "reference_answer", None) or (lambda example: example.ground_truth)',
          '    reference = lambda example: example.ground_truth'),
@@ -1593,7 +1593,7 @@ AUDIT_A = [
                "tests/cli/test_check_reward.py::test_graph_color_control_is_its_reference_colouring_and_no_held_out_split_is_built"),
     ),
     mutation(
-        "held_out_split_still_built", "rlvr/check_reward.py",
+        "held_out_split_still_built", "rlvr/check/reward.py",
         "the audit builds the task's full held-out split (futoshiki: minutes of puzzle generation)",
         ('options={**options, "eval_size": 0}', 'options={**options, "eval_size": default.default}'),
         tests=("tests/cli/test_check_reward.py::test_the_audit_builds_no_held_out_split",
@@ -2159,21 +2159,21 @@ SPEED_CHECK = [
 MECHANISM_RECORD_TESTS = ("tests/cli/test_check_mechanism_record.py",)
 MECHANISM_RECORD = [
     mutation(
-        "mechanism_separation_reversed", "rlvr/check_mechanism.py",
+        "mechanism_separation_reversed", "rlvr/check/mechanism.py",
         "policy separation taken as the A<0 responses' change minus the A>0 ones': a working update reads as broken",
         ("return float(self.logprob_change[self.positive].mean() - self.logprob_change[self.negative].mean())",
          "return float(self.logprob_change[self.negative].mean() - self.logprob_change[self.positive].mean())"),
         tests=MECHANISM_RECORD_TESTS + ("tests/cli/test_check.py",),
     ),
     mutation(
-        "mechanism_zero_separation_accepted", "rlvr/check_mechanism.py",
+        "mechanism_zero_separation_accepted", "rlvr/check/mechanism.py",
         "the decision accepts a separation of exactly 0: an update that moved nothing passes",
         ('"policy_separation": math.isfinite(separation) and separation > MIN_SEPARATION,',
          '"policy_separation": math.isfinite(separation) and separation >= MIN_SEPARATION,'),
         tests=MECHANISM_RECORD_TESTS,
     ),
     mutation(
-        "mechanism_reward_spread_sample_std", "rlvr/check_mechanism_record.py",
+        "mechanism_reward_spread_sample_std", "rlvr/check/mechanism_record.py",
         "reward_std_mean uses torch's default sample std (n - 1) where the groups' population std is meant",
         ("spreads.append(float(finite.std(unbiased=False)) if finite.numel() >= 2 else 0.0)",
          "spreads.append(float(finite.std()) if finite.numel() >= 2 else 0.0)"),
@@ -2466,14 +2466,14 @@ WARM_UPS = [
 
 JUDGE = [
     mutation(
-        "rm_audit_by_value", "rlvr/check_reward.py",
+        "rm_audit_by_value", "rlvr/check/reward.py",
         "the audit reads a reward model's score as a value with 1 as full: "
         "the right answer 'fails', any positive hack 'earns'",
         ('    relative = main in getattr(task, "relative_components", ())', "    relative = False"),
         tests=("tests/cli/test_check_reward_model.py",),
     ),
     mutation(
-        "rm_audit_on_normalised_scores", "rlvr/check_reward.py",
+        "rm_audit_on_normalised_scores", "rlvr/check/reward.py",
         "the audit compares a reward model's normalised scores: one completion's group z-score is 0 for every text",
         ("    if any(config.task.options.get(key, \"unset\") != value for key, value in audit_options.items()):",
          "    if False:"),
@@ -2563,7 +2563,7 @@ REWARD_MODEL = [
 
 JUDGE_AUDIT = [
     mutation(
-        "audit_unscored_reads_request_failures", "rlvr/check_reward.py",
+        "audit_unscored_reads_request_failures", "rlvr/check/reward.py",
         "the audit counts request failures (`error`) instead of replies without a score: a completion that talks "
         "the judge out of the rubric's last line (unjudgeable, left out of training) is reported as earning nothing",
         ("unscored |= verdict.judge_call is not None and verdict.judge_call.unparsed",
@@ -2579,7 +2579,7 @@ JUDGE_AUDIT = [
         tests=("tests/tasks/test_judge_rubric.py", "tests/tasks/test_judge.py"),
     ),
     mutation(
-        "audit_judge_only_reads_base_answer", "rlvr/check_reward.py",
+        "audit_judge_only_reads_base_answer", "rlvr/check/reward.py",
         "with BASE's weights 0 the audit still reads BASE's `answer` (weight 0, never earned) as correctness: the "
         "control fails and a judge fooled by every injection is reported only as a format finding",
         ("return weighted[0] if weights.get(main, 0.0) <= 0 and len(weighted) == 1 else main",

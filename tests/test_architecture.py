@@ -39,7 +39,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run", ("rlvr.run",)),
     ("training", ("rlvr.training",)),
     ("cli, Python API", ("rlvr", "rlvr.cli", "rlvr.__main__", "rlvr.algorithm_tables", "rlvr.check",
-                         "rlvr.check_mechanism", "rlvr.check_mechanism_record", "rlvr.check_reward",
                          "rlvr.reward_kinds", "rlvr.sweep", "rlvr.sweep_stages", "rlvr.sweep_runs", "rlvr.study",
                          "rlvr.report")),
 )

@@ -8,8 +8,8 @@ import dataclasses
 import torch
 
 import rlvr.training.advantages as advantages_stage
-from rlvr.check import expected_completion_mask, run_check
-from rlvr.check_mechanism import run_mechanism_check
+from rlvr.check.one_batch import expected_completion_mask, run_check
+from rlvr.check.mechanism import run_mechanism_check
 from rlvr.cli import main
 from rlvr.config import load_config
 

@@ -15,9 +15,9 @@ import math
 import pytest
 import torch
 
-import rlvr.check_mechanism as mechanism
+import rlvr.check.mechanism as mechanism
 import rlvr.training.advantages as advantages_stage
-from rlvr.check_mechanism import (
+from rlvr.check.mechanism import (
     ACCEPT,
     DECISION_RULE,
     MECHANISM_CANDIDATES,
@@ -25,7 +25,7 @@ from rlvr.check_mechanism import (
     decide,
     decide_conditions,
 )
-from rlvr.check_mechanism_record import CONDITIONS, run_conditions, write_records
+from rlvr.check.mechanism_record import CONDITIONS, run_conditions, write_records
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.tasks import Verdict

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-import rlvr.check_reward as check_reward
-from rlvr.check_reward import run_reward_audit, write_audit_json
+import rlvr.check.reward as check_reward
+from rlvr.check.reward import run_reward_audit, write_audit_json
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.reward_kinds import AnswerFormat, AuditPrompt, answer_format, neighbours, variants

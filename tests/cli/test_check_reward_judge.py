@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from rlvr.check_reward import run_reward_audit
+from rlvr.check.reward import run_reward_audit
 from rlvr.config import load_config
 from rlvr.reward_kinds import CONTROL, JUDGE_KINDS, KINDS, AnswerFormat, AuditPrompt
 from rlvr.tasks import Example, Verdict, register_task, weighted_total

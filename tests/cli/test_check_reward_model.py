@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.check_reward import run_reward_audit
+from rlvr.check.reward import run_reward_audit
 from rlvr.config import load_config
 from rlvr.tasks.reward_model import RewardModelTask
 from rlvr.testing import save_tiny_reward_model

@@ -156,7 +156,7 @@ def test_monkeypatching_the_harness(task, example, attack, top):
 
 
 def test_the_reward_audit_tries_the_hacks_and_none_earns():
-    from rlvr.check_reward import run_reward_audit
+    from rlvr.check.reward import run_reward_audit
     from rlvr.config import Config
 
     audit = run_reward_audit(Config(task={"name": "code", "options": {"test_seconds": 1.0}}), prompts=2,

@@ -155,7 +155,7 @@ def test_rlvr_train_runs_grpo_on_guess_number(tiny_model_dir, tmp_path, backend)
 
 
 def test_rlvr_check_on_guess_number_passes_and_shows_a_marked_transcript(tiny_model_dir, capsys):
-    from rlvr.check import run_check
+    from rlvr.check.one_batch import run_check
 
     overrides = [f"model.name={tiny_model_dir}", "task.name=guess_number", "task.options.max_turns=3",
                  "rollout.batch_size=2", "rollout.group_size=4", "rollout.max_new_tokens=6",

@@ -13,8 +13,8 @@ import torch
 import rlvr.training.iteration as iteration
 import rlvr.training.rl as rl
 from rlvr.algorithms import ALGORITHMS
-from rlvr.check import run_check
-from rlvr.check_mechanism import run_mechanism
+from rlvr.check.one_batch import run_check
+from rlvr.check.mechanism import run_mechanism
 from rlvr.config import load_config
 from rlvr.core import RolloutBatch
 from rlvr.observe.metric_names import ELAPSED_S, TIME_LOGPROBS, TIME_PREFIX, TIME_VALUES

@@ -2,7 +2,7 @@
 
 `minimal_pair` gives each of the two prompts its correct and wrong response (G = 2);
 `expanded_group` adds the correct-but-badly-formatted and the no-answer ones (G = 4). Each
-condition is one `rlvr.check_mechanism.run_mechanism` from the same model and seed (a fresh LoRA
+condition is one `rlvr.check.mechanism.run_mechanism` from the same model and seed (a fresh LoRA
 adapter each time), so the two differ in candidate coverage, not in sampling noise. Each record holds the
 verifier's pass rates and statuses, the reward spread, the advantages, the zero-variance guard, the
 policy separation, the clip fraction, time and memory, and the decision of `check_mechanism.decide`.
@@ -19,8 +19,8 @@ from typing import Callable
 import torch
 
 from rlvr import __version__
-from rlvr.check import format_table
-from rlvr.check_mechanism import (
+from rlvr.check.one_batch import format_table
+from rlvr.check.mechanism import (
     ACCEPT,
     CANDIDATE_LABELS,
     DECISION_RULE,

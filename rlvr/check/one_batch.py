@@ -1,6 +1,6 @@
 """`rlvr check`: a preflight that runs one real rollout batch and one update and verifies the
 intermediate quantities (importance ratio, advantages, KL, completion mask, loss, gradient, dtype,
-truncation), printing a pass/fail table. `rlvr check --mechanism` lives in `rlvr.check_mechanism`.
+truncation), printing a pass/fail table. `rlvr check --mechanism` lives in `mechanism.py`.
 
 Each quantity is recomputed here by a route independent of the training code where one exists:
 the completion mask from the token ids, the sampling-time log-probs from a plain full-sequence

@@ -6,7 +6,7 @@ task's verifier, turned into advantages, and given 4 optimizer steps with a fres
 through the training loop's own preparation stages and update (`rlvr.training.iteration`).
 A working update raises the log-probability of the positive-advantage responses relative to the
 negative ones. `run_mechanism` measures (a typed `MechanismResult`), `mechanism_rows` judges it
-as table rows, and `decide` applies the decision rule that `rlvr.check_mechanism_record` writes.
+as table rows, and `decide` applies the decision rule that `rlvr.check.mechanism_record` writes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from rlvr.check import CheckRow, row
+from rlvr.check.one_batch import CheckRow, row
 from rlvr.config import ConfigError, resolve
 from rlvr.core import ADVANTAGE_ESTIMATORS, RolloutBatch, build_completion_mask, no_contrast_groups
 from rlvr.observe.metric_names import CLIP_FRAC_HIGH, CLIP_FRAC_LOW, TIME_UPDATE

@@ -43,7 +43,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from rlvr.check import CheckRow
+from rlvr.check.one_batch import CheckRow
 from rlvr.reward_kinds import CONTROL, KINDS, NO_ANSWER_KINDS, VARIANT_KINDS, AuditPrompt, answer_format
 from rlvr.rollout.sample import score_completions
 from rlvr.tasks import task_factory
