@@ -9,7 +9,7 @@ listed in `task.options.components`. An exception it raises is not caught by the
 import math
 import re
 
-from rlvr.tasks.base import Verdict
+from rlvr.tasks.task import Verdict
 
 TAGGED = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")

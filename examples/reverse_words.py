@@ -7,7 +7,7 @@ Train on it without touching rlvr:
 
 rlvr calls `ReverseWords(**task.options, reward_weights=..., use_chat_template=..., seed=...)`
 (the last three only because `__init__` names them) and then uses the interface of
-`rlvr/tasks/base.py`: `name`, `component_names`, `examples(split, count, seed)`,
+`rlvr/tasks/task.py`: `name`, `component_names`, `examples(split, count, seed)`,
 `score(completion, example)` returning a `Verdict`, and `iter_eval()`. `rlvr check --reward`
 audits the reward; `format_allowances` tells it which format bonus is meant for a wrong answer.
 """
@@ -15,7 +15,7 @@ audits the reward; `format_allowances` tells it which format bonus is meant for 
 import random
 import re
 
-from rlvr.tasks.base import Example, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.task import Example, Verdict, resolve_weights, weighted_total
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)

@@ -202,7 +202,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     for name in TASKS:
         shown, summary = task_summary(name, TASKS.get(name))
         print(f"{shown:24s} {summary}")
-    print(f"{'FILE.py:NAME':24s} your own task class or factory (or package.module:NAME; see rlvr/tasks/base.py)")
+    print(f"{'FILE.py:NAME':24s} your own task class or factory (or package.module:NAME; see rlvr/tasks/task.py)")
     return 0
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from rlvr.observe.console import SweepSummary
-from rlvr.report.runs import RunData, load_run
+from rlvr.report.run_data import RunData, load_run
 from rlvr.report.study_figures import render_study_figure
 from rlvr.report.study_numbers import (
     StudySummary,

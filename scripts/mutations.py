@@ -298,26 +298,26 @@ SAMPLING = [
         tests=COLLECT,
     ),
     mutation(
-        "cut_before_the_stop_string", "rlvr/rollout/base.py",
+        "cut_before_the_stop_string", "rlvr/rollout/generation.py",
         "a completion cut at the start of its stop string, dropping the stop string itself",
         ("ends = [text.find(s) + len(s) for s in stop_strings if s and s in text]",
          "ends = [text.find(s) for s in stop_strings if s and s in text]"),
         tests=STOP_STRING_TESTS,
     ),
     mutation(
-        "cut_at_the_last_stop_string", "rlvr/rollout/base.py",
+        "cut_at_the_last_stop_string", "rlvr/rollout/generation.py",
         "with several stop strings, the text is kept up to the last one found, past the earliest",
         ("return text[: min(ends)] if ends else text", "return text[: max(ends)] if ends else text"),
         tests=STOP_STRING_TESTS,
     ),
     mutation(
-        "stopped_row_counts_the_filler_eos", "rlvr/rollout/base.py",
+        "stopped_row_counts_the_filler_eos", "rlvr/rollout/generation.py",
         "a row ended by a stop string also counts the EOS filler after it as generated",
         ("                lengths[row] = end\n", "                lengths[row] = end + 1\n"),
         tests=STOP_STRING_TESTS,
     ),
     mutation(
-        "task_stop_strings_ignored", "rlvr/rollout/base.py",
+        "task_stop_strings_ignored", "rlvr/rollout/generation.py",
         "sampling settings take rollout.stop_strings only, never the task's own",
         ("stop_strings=tuple(rollout.stop_strings) or tuple(task.stop_strings),",
          "stop_strings=tuple(rollout.stop_strings),"),
@@ -574,7 +574,7 @@ RUNS = [
                "tests/cli/test_config.py::test_config_errors_name_the_problem"),
     ),
     mutation(
-        "health_streak_never_ends", "rlvr/report/health.py",
+        "health_streak_never_ends", "rlvr/report/health_warnings.py",
         "a warning that stops and fires again is one span in the report (the streak is never closed)",
         ("            if name not in active:\n                del open_spans[name]",
          "            if name not in active:\n                pass"),
@@ -1002,7 +1002,7 @@ NEW_LOSSES = [
                "tests/training/test_collect.py::test_greedy_baselines_keep_the_rollout_settings_otherwise"),
     ),
     mutation(
-        "remax_unjudged_baseline_kept", "rlvr/training/advantages.py",
+        "remax_unjudged_baseline_kept", "rlvr/training/advantage_stage.py",
         "an estimator input that is not finite still counts (ReMax: an unjudged greedy completion is a baseline)",
         ("        scorable = scorable & torch.isfinite(value)  # [N]", "        scorable = scorable  # [N]"),
         tests=("tests/training/test_advantage_stage.py::test_remax_baselines_reach_the_estimator_and_an_unjudged_one_zeroes_its_row",
@@ -1485,7 +1485,7 @@ TOOLS = [
         tests=("tests/tools/test_tool_formats.py",),
     ),
     mutation(
-        "schema_default_none_read_as_required", "rlvr/tools/schema.py",
+        "schema_default_none_read_as_required", "rlvr/tools/tool_schema.py",
         "a parameter with any default other than None is marked required",
         ("if parameter.default is parameter.empty:", "if parameter.default is not None:"),
         tests=("tests/tools/test_tools.py",),

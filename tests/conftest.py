@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from rlvr.tasks import TASKS
-from rlvr.tasks.base import Example, Verdict
+from rlvr.tasks.task import Example, Verdict
 
 
 @pytest.fixture(autouse=True)

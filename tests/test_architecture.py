@@ -6,8 +6,9 @@ imports included, and each module is given the layer of its longest listed prefi
 import its own layer or a lower one; any import of a higher layer, and any cycle among modules,
 fails with the offending edges. Each train package is its own layer, so an import from one to a higher one
 (observe importing run) fails even inside a function. Packages are also checked as wholes: collapsing every
-module to its package (`rlvr.tasks.base` to `rlvr.tasks`) must leave no cycle among packages of one layer
-either. The rule functions are also run on synthetic inputs (a made-up
+module to its package (`rlvr.tasks.task` to `rlvr.tasks`) must leave no cycle among packages of one layer
+either. No two module files under rlvr/ share a name (`__init__.py` aside): one name, one place, so a
+file's name says which it is. The rule functions are also run on synthetic inputs (a made-up
 upward import, a made-up cycle, a fake package written to a temporary folder) to show they fail.
 """
 
@@ -216,11 +217,38 @@ def test_a_package_level_upward_import_or_cycle_is_caught(tmp_path):
         (folder / "__init__.py").write_text("")
     (package / "run" / "numbers.py").write_text("def final_and_best():\n    return None\n")
     (package / "observe" / "console.py").write_text("def summary():\n    from rlvr.run.numbers import final_and_best\n")
-    (package / "tasks" / "calculator.py").write_text("import rlvr.tools.registry\n")
+    (package / "tasks" / "calculator.py").write_text("import rlvr.tools.toolbox\n")
     (package / "tasks" / "external.py").write_text("")
-    (package / "tools" / "registry.py").write_text("from rlvr.tasks.external import load_reference\n")
+    (package / "tools" / "toolbox.py").write_text("from rlvr.tasks.external import load_reference\n")
     edges = import_edges(tmp_path)
     assert upward_imports(edges) == ["rlvr.observe.console (observe) imports rlvr.run.numbers (run)"]
     assert cycles(edges) == []
     assert cycles(package_edges(edges)) == [["rlvr.tasks", "rlvr.tools"]]
     assert cycles(package_edges({"rlvr.observe.console": {"rlvr.run.numbers"}})) == []
+
+
+def repeated_file_names(root: Path, package: str = "rlvr") -> dict[str, list[str]]:
+    """file name -> the files under root/package that have it, for each name (other than __init__.py) held twice."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((root / package).rglob("*.py")):
+        if path.name != "__init__.py":
+            found.setdefault(path.name, []).append(path.relative_to(root).as_posix())
+    return {name: paths for name, paths in found.items() if len(paths) > 1}
+
+
+def test_no_two_files_of_the_package_share_a_name():
+    assert len(list((REPO / "rlvr").rglob("*.py"))) > 60
+    assert repeated_file_names(REPO) == {}
+
+
+def test_a_file_name_held_in_two_packages_is_caught(tmp_path):
+    """The registry and the tools' registry (`rlvr/registry.py`, `rlvr/tools/registry.py`), as they once were;
+    __init__.py in every package and one name at two depths of one package count as they should."""
+    for name in ("__init__.py", "registry.py", "tools/__init__.py", "tools/registry.py", "tasks/__init__.py",
+                 "tasks/task.py", "tasks/verification/__init__.py", "tasks/verification/grading.py"):
+        path = tmp_path / "rlvr" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    assert repeated_file_names(tmp_path) == {"registry.py": ["rlvr/registry.py", "rlvr/tools/registry.py"]}
+    (tmp_path / "rlvr" / "tasks" / "verification" / "task.py").write_text("")
+    assert repeated_file_names(tmp_path)["task.py"] == ["rlvr/tasks/task.py", "rlvr/tasks/verification/task.py"]

@@ -57,7 +57,7 @@ from rlvr.observe.metric_names import (  # noqa: E402
     TIME_ITERATION,
 )
 from rlvr.report import load_runs  # noqa: E402
-from rlvr.report.runs import summarize  # noqa: E402
+from rlvr.report.run_data import summarize  # noqa: E402
 from rlvr.report.study_numbers import finite_mean as _mean  # noqa: E402  (the means `rlvr study` takes, NaN skipped)
 from rlvr.report.study_numbers import median_iteration_seconds, moving_mean  # noqa: E402
 from rlvr.utils import atomic_write_text  # noqa: E402

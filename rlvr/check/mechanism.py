@@ -25,13 +25,13 @@ from rlvr.observe.metric_names import CLIP_FRAC_HIGH, CLIP_FRAC_LOW, TIME_UPDATE
 from rlvr.models import compute_completion_logprobs, trainable_parameters
 from rlvr.registry import Registry
 from rlvr.rollout import render_prompts, score_completions
-from rlvr.rollout.base import fill_token_id
+from rlvr.rollout.generation import fill_token_id
 from rlvr.training.estimator_inputs import input_needs
 from rlvr.training.iteration import AdvantageInputs, Learner, plan_iteration, prepare, timed
 from rlvr.training.optim import make_optimizer, make_scheduler
 from rlvr.run.setup import load_model_and_task
 from rlvr.tasks import Verdict
-from rlvr.tasks.base import primary_component
+from rlvr.tasks.task import primary_component
 from rlvr.training.update import UpdateResult
 from rlvr.utils import peak_rss_bytes
 

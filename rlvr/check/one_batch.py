@@ -22,7 +22,7 @@ from rlvr.observe.metric_names import GRAD_NORM, LOSS, TIME_UPDATE, TRUNCATED_FR
 from rlvr.models import compute_completion_logprobs, reference_context, trainable_parameters
 from rlvr.models.policy import dtype_name, resolve_dtype
 from rlvr.rollout import SamplingSettings
-from rlvr.rollout.base import eos_token_ids
+from rlvr.rollout.generation import eos_token_ids
 from rlvr.rollout.episodes import ENV_SPAN_CLOSE, ENV_SPAN_OPEN, transcript
 from rlvr.training.iteration import Learner, plan_iteration, prepare, sample_rollout, timed
 from rlvr.training.optim import make_optimizer, make_scheduler

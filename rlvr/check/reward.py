@@ -47,7 +47,7 @@ from rlvr.check.one_batch import CheckRow
 from rlvr.reward_kinds import CONTROL, KINDS, NO_ANSWER_KINDS, VARIANT_KINDS, AuditPrompt, answer_format
 from rlvr.rollout.sample import score_completions
 from rlvr.tasks import task_factory
-from rlvr.tasks.base import Verdict, primary_component, prompt_text
+from rlvr.tasks.task import Verdict, primary_component, prompt_text
 from rlvr.tasks.judge import JudgeTask
 from rlvr.run.setup import prepare_task
 from rlvr.utils import atomic_write_text

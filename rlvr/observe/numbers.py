@@ -1,6 +1,6 @@
 """The numbers a run's records reduce to: a metric's series, and its final and best value.
 
-The end summary of a command (`rlvr.observe.console`) and the report (`rlvr.report.runs`) both read
+The end summary of a command (`rlvr.observe.console`) and the report (`rlvr.report.run_data`) both read
 final and best eval accuracy from these, so the two never disagree about which value was the best.
 """
 

@@ -52,7 +52,7 @@ from rlvr.observe.metric_names import (
     status_count,
 )
 from rlvr.rollout.episodes import episode_fields
-from rlvr.tasks.base import Verdict
+from rlvr.tasks.task import Verdict
 from rlvr.tasks.environment import TRUNCATION_LIMITS
 from rlvr.parallel.distributed import SINGLE, Dist
 

@@ -1,8 +1,8 @@
 """`rlvr report`: one self-contained HTML page comparing run folders, plus the PNG figures.
 
 `build_report(run_dirs, output)` reads metrics.jsonl, eval.jsonl, samples.jsonl and config.yaml
-of each run (runs.py), selects the figures that have data (figures.py), marks on them where health
-warnings started (health.py), draws each one as an
+of each run (run_data.py), selects the figures that have data (figures.py), marks on them where health
+warnings started (health_warnings.py), draws each one as an
 interactive plotly figure (interactive.py; PNGs when plotly is missing) and as a PNG (png.py),
 and writes the page (html.py) and the PNGs beside it, every file atomically.
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlvr.report.figures import FIGURES, ITERATION_AXIS, X_AXES, select_figures
-from rlvr.report.health import add_warning_markers, warning_spans
+from rlvr.report.health_warnings import add_warning_markers, warning_spans
 from rlvr.report.html import render_html
 from rlvr.report.interactive import plotly_available
 from rlvr.report.png import render_png
-from rlvr.report.runs import RunData, load_runs
+from rlvr.report.run_data import RunData, load_runs
 from rlvr.utils import atomic_write_bytes, atomic_write_text
 
 __all__ = ["FIGURES", "X_AXES", "RunData", "build_report", "default_output", "figures_dir", "load_runs"]

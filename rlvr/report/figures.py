@@ -43,7 +43,7 @@ from rlvr.observe.metric_names import (
     TIME_PREFIX,
     TRUNCATED_FRAC,
 )
-from rlvr.report.runs import RunData
+from rlvr.report.run_data import RunData
 
 ITERATION_AXIS = ITERATION  # the x axis of iterations is the records' ITERATION field
 X_AXES = (ITERATION_AXIS, "seconds")

@@ -17,8 +17,8 @@ import math
 from datetime import datetime
 
 from rlvr.report.figures import ITERATION_AXIS, FigureData, run_colors
-from rlvr.report.health import WarningSpan
-from rlvr.report.runs import RunData, Summary, differing_config_keys, first_and_last_samples, summarize
+from rlvr.report.health_warnings import WarningSpan
+from rlvr.report.run_data import RunData, Summary, differing_config_keys, first_and_last_samples, summarize
 
 PLOTLY_MISSING = ("plotly is not installed, so the figures below are static PNGs (pip install plotly, then run "
                   "rlvr report again for zoom, hover and the iteration / seconds switch).")

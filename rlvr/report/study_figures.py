@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from rlvr.report.figures import ITERATION_AXIS, X_LABELS, key_series, run_colors
-from rlvr.report.runs import RunData
+from rlvr.report.run_data import RunData
 from rlvr.report.study_numbers import metric_source, moving_mean
 from rlvr.report.study_spec import FigureSpec, Panel
 

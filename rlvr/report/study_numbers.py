@@ -22,7 +22,7 @@ from rlvr.observe.metric_names import (
     NUM_SEQUENCES,
     TIME_ITERATION,
 )
-from rlvr.report.runs import RunData
+from rlvr.report.run_data import RunData
 from rlvr.report.study_spec import Threshold
 from rlvr.run.resume_policy import RESUMES_FILE
 from rlvr.utils import read_jsonl

@@ -10,7 +10,7 @@ the config's rollout section and the task.
 """
 
 from rlvr.rollout.backend import ROLLOUT_BACKENDS, InProcessBackend, RolloutBackend
-from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, render_prompts
+from rlvr.rollout.generation import Generation, SamplingSettings, cut_at_stop, render_prompts
 from rlvr.rollout.decode_loop import DecodeLoopBackend, decode_loop
 from rlvr.rollout.hf_generate import HFGenerateBackend, hf_generate
 from rlvr.rollout.sample import ScoredRollout, sample_and_score, score_completions

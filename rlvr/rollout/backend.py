@@ -51,7 +51,7 @@ from typing import Any, Callable, ClassVar, ContextManager, Iterator, Mapping
 
 from rlvr.models.merge import merged_adapter
 from rlvr.registry import Registry, did_you_mean
-from rlvr.rollout.base import Generation, SamplingSettings, fill_token_id, left_pad_ids
+from rlvr.rollout.generation import Generation, SamplingSettings, fill_token_id, left_pad_ids
 from rlvr.rollout.turn_cache import TurnCache
 from rlvr.rollout.weight_copies import WeightCopies
 

@@ -32,7 +32,7 @@ from rlvr.models.hf_cache import cache_argument_name, cache_of, full_attention_o
 from rlvr.models.kernels import weight_major_linears
 from rlvr.models.lora_kernel import base_product_dtype
 from rlvr.rollout.backend import ROLLOUT_BACKENDS, InProcessBackend
-from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids, length_mask
+from rlvr.rollout.generation import Generation, SamplingSettings, cut_at_stop, eos_token_ids, length_mask
 from rlvr.rollout.decode_step import DecoderWeights, decode_step
 from rlvr.rollout.stop_strings import StopStringMatcher
 from rlvr.rollout.turn_cache import CachedRow, PrefillPlan, TurnCache

@@ -21,8 +21,8 @@ from typing import Sequence
 import torch
 
 from rlvr.rollout.backend import RolloutBackend
-from rlvr.rollout.base import Generation, SamplingSettings, cut_at_stop, eos_token_ids, fill_token_id
-from rlvr.tasks.base import Example, Verdict
+from rlvr.rollout.generation import Generation, SamplingSettings, cut_at_stop, eos_token_ids, fill_token_id
+from rlvr.tasks.task import Example, Verdict
 from rlvr.tasks.environment import Episode, Turn, add_counts
 from rlvr.tasks.verification.judging import error_verdict, judge_episode
 

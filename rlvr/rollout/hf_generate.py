@@ -13,7 +13,7 @@ import torch
 
 from rlvr.models.hf_cache import cache_argument_name, output_cache
 from rlvr.rollout.backend import ROLLOUT_BACKENDS, InProcessBackend
-from rlvr.rollout.base import (
+from rlvr.rollout.generation import (
     Generation,
     SamplingSettings,
     completion_lengths_from_tokens,

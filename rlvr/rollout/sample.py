@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rlvr.rollout.backend import RolloutBackend
-from rlvr.rollout.base import Generation, SamplingSettings, render_prompts
+from rlvr.rollout.generation import Generation, SamplingSettings, render_prompts
 from rlvr.rollout.episodes import EpisodeRecord, run_episodes
-from rlvr.tasks.base import Example, Task, Verdict
+from rlvr.tasks.task import Example, Task, Verdict
 from rlvr.tasks.environment import is_environment
 from rlvr.tasks.verification.judging import judge_batch
 

@@ -47,7 +47,7 @@ import torch
 from rlvr.models.merge import merged_adapter, merged_weights, merges_in_place
 from rlvr.parallel.sharding import is_sharded, unsharded
 from rlvr.rollout.backend import ROLLOUT_BACKENDS
-from rlvr.rollout.base import Generation, SamplingSettings, eos_token_ids
+from rlvr.rollout.generation import Generation, SamplingSettings, eos_token_ids
 from rlvr.rollout.vllm_common import (SampledRow, TokenIdEngine, engine_prompts, layout_generation, sampling_fields,
                                       write_adapter)
 

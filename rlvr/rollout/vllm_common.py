@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Sequence
 import torch
 
 from rlvr.rollout.backend import RolloutBackend
-from rlvr.rollout.base import (Generation, SamplingSettings, cut_at_stop, eos_token_ids, fill_token_id, left_pad_ids,
-                               length_mask)
+from rlvr.rollout.generation import (Generation, SamplingSettings, cut_at_stop, eos_token_ids, fill_token_id,
+                                     left_pad_ids, length_mask)
 
 
 @dataclass(frozen=True)

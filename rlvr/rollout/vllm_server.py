@@ -39,7 +39,7 @@ from typing import Any, Iterator
 import torch
 
 from rlvr.rollout.backend import ROLLOUT_BACKENDS
-from rlvr.rollout.base import Generation, SamplingSettings, eos_token_ids
+from rlvr.rollout.generation import Generation, SamplingSettings, eos_token_ids
 from rlvr.rollout.vllm_common import (SampledRow, TokenIdEngine, engine_prompts, layout_generation, sampling_fields,
                                       write_adapter)
 

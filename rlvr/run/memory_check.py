@@ -25,7 +25,7 @@ from rlvr.models.memory_estimate import MemoryEstimate, RunSizes, estimate_memor
 from rlvr.models.checkpoints.locate import base_model_spec
 from rlvr.registry import Registry
 from rlvr.tasks import Task
-from rlvr.tasks.base import prompt_text
+from rlvr.tasks.task import prompt_text
 from rlvr.run.sft_data import read_pairs
 from rlvr.utils import rng_state, set_rng_state
 

@@ -5,7 +5,7 @@
      (`gsm8k`, `dataset`, `reasoning_gym:spell_backward`, `verifiers:my_taskset`): the part before the
      colon decides;
   2. otherwise `path/to/file.py:Name` (a Python file) or `package.module:Name` (an importable
-     module): `Name` is a class or factory following `rlvr.tasks.base.Task`, called with
+     module): `Name` is a class or factory following `rlvr.tasks.task.Task`, called with
      `task.options` as keywords (and `reward_weights`, `use_chat_template`, `seed` when it takes them).
 A module whose first part is a registered family name (`math:Foo`) is reached as a file path.
 `register_task(name, factory)` adds a family of your own from Python; it is built like a task
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlvr.registry import Registry, did_you_mean
-from rlvr.tasks.base import Example, Task, Verdict, resolve_weights, weighted_total
+from rlvr.tasks.task import Example, Task, Verdict, resolve_weights, weighted_total
 from rlvr.tasks.calculator import CalculatorTask
 from rlvr.tasks.code import CodeTask, humaneval_task
 from rlvr.tasks.data_files import check_data_file
@@ -60,7 +60,7 @@ def register_task(name: str, factory: Callable | None = None):
     """Register your own task family under `name`: `register_task("words", WordsTask)`, or as a decorator,
     `@register_task("words")`. Then `task.name=words` builds it (`words:ARG` passes ARG first), with
     `task.options` as keywords plus whichever of `reward_weights`, `use_chat_template` and `seed` it takes,
-    and checks what it built against `rlvr.tasks.base.Task`. Returns the factory (the decorator form: a decorator).
+    and checks what it built against `rlvr.tasks.task.Task`. Returns the factory (the decorator form: a decorator).
     """
     if not isinstance(name, str) or not _FAMILY_NAME.fullmatch(name):
         raise ValueError(f"task name {name!r} must be letters, digits, '_', '-' or '.', starting with a letter or "
@@ -75,7 +75,7 @@ def register_task(name: str, factory: Callable | None = None):
     return factory
 
 
-# What `rlvr.tasks.base.Task` asks of a task, checked on tasks from outside rlvr when they are built.
+# What `rlvr.tasks.task.Task` asks of a task, checked on tasks from outside rlvr when they are built.
 INTERFACE = ("name (str), component_names (tuple of str), examples(split, count, seed), score(completion, example), "
              "iter_eval(), and optionally stop_strings (tuple of str, default ()), primary_component (one of "
              "component_names) and extracts_answers (bool: its verdicts set Verdict.answer, for maj@k)")
@@ -144,7 +144,7 @@ def check_data_files(name: str, options: dict | None = None) -> None:
 
 
 def check_task_interface(task, name: str) -> None:
-    """Raise naming what is missing when an outside task does not follow `rlvr.tasks.base.Task`."""
+    """Raise naming what is missing when an outside task does not follow `rlvr.tasks.task.Task`."""
     problems = []
     if not isinstance(getattr(task, "name", None), str):
         problems.append("a `name` string")
@@ -169,7 +169,7 @@ def check_task_interface(task, name: str) -> None:
             problems.append(str(exc))
     if problems:
         raise ValueError(f"task.name {name!r} built a {type(task).__name__} that lacks {'; '.join(problems)}. "
-                         f"A task has {INTERFACE} (see rlvr/tasks/base.py)")
+                         f"A task has {INTERFACE} (see rlvr/tasks/task.py)")
 
 
 def build_task(name: str, *, reward_weights=None, options=None, use_chat_template=True, seed=0,

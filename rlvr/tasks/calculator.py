@@ -18,13 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rlvr.tasks.verification.answers import extract_answer_tag
-from rlvr.tasks.base import Example, Verdict, check_count_option, resolve_weights
+from rlvr.tasks.task import Example, Verdict, check_count_option, resolve_weights
 from rlvr.tasks.environment import EnvReply, Episode, Turn, add_counts
 from rlvr.tasks.verification.grading import Judgement, judgement_verdict
 from rlvr.tasks.integer import ONLY_INTEGER_RE, IntegerTask, judge_integer
 from rlvr.tools.execution import run_tool_calls
 from rlvr.tools.formats import FORMATS
-from rlvr.tools.registry import TOOLS
+from rlvr.tools.toolbox import TOOLS
 
 VERSION = "1"
 DEFAULT_OPERANDS = ((100, 999), (10, 99))

@@ -27,7 +27,7 @@ import re
 import sys
 from typing import Optional
 
-from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, resolve_weights, train_indices,
+from rlvr.tasks.task import (Example, Verdict, check_count_option, check_seconds_option, resolve_weights, train_indices,
                              weighted_total)
 from rlvr.tasks.code_problems import CodeProblem, generated_problems, humaneval_path, read_problems
 from rlvr.tasks.verification.code_jail import DEFAULT_MEMORY_MB, choose_jail, run_tests

@@ -20,7 +20,7 @@ import numbers
 import string
 from typing import Any, Callable, Optional
 
-from rlvr.tasks.base import Example, Verdict, weighted_total
+from rlvr.tasks.task import Example, Verdict, weighted_total
 from rlvr.tasks.external import FORMS, describe_signature, load_reference, split_reference
 from rlvr.tasks.verification.grading import DEFAULT_TIMEOUT_SECONDS, judgement_verdict, require_package
 from rlvr.tasks.problems import Problem, ProblemTask, load_splits

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from rlvr.tasks.base import Example, Task, Verdict
+from rlvr.tasks.task import Example, Task, Verdict
 
 # Why an episode ended before its environment said so: the limits the driver enforces.
 TRUNCATION_LIMITS = ("max_turns", "turn_tokens", "episode_tokens")

@@ -13,7 +13,7 @@ import random
 import re
 
 from rlvr.tasks.verification.answers import first_answer_tag
-from rlvr.tasks.base import Example, Verdict, check_count_option, resolve_weights, weighted_total
+from rlvr.tasks.task import Example, Verdict, check_count_option, resolve_weights, weighted_total
 
 PROMPT = "Copy the number {n} into <answer></answer> tags. Reply with only <answer>{n}</answer> and nothing else."
 VERSION = "2"  # 2: `tag` needs one integer in the first tag pair (was: any `<answer>` in the text)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import re
 
-from rlvr.tasks.base import Example, Verdict, check_count_option, resolve_weights, weighted_total
+from rlvr.tasks.task import Example, Verdict, check_count_option, resolve_weights, weighted_total
 from rlvr.tasks.environment import Episode, EnvReply, Turn
 
 VERSION = "1"

@@ -20,7 +20,7 @@ import random
 import re
 
 from rlvr.tasks.verification.answers import extract_answer_tag
-from rlvr.tasks.base import Example, Verdict, check_count_option, resolve_weights
+from rlvr.tasks.task import Example, Verdict, check_count_option, resolve_weights
 from rlvr.tasks.verification.grading import Judgement, judgement_verdict
 
 # 3: a decimal's integer part is not an integer answer; 2: `strict` carries the form bonus (paid only

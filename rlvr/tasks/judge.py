@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from rlvr.tasks.wrapped_base import wrap_base
-from rlvr.tasks.base import Example, JudgeCall, Verdict, check_count_option, prompt_text, weighted_total
+from rlvr.tasks.task import Example, JudgeCall, Verdict, check_count_option, prompt_text, weighted_total
 from rlvr.tasks.verification.judge_backends import build_judge_backend
 from rlvr.tasks.verification.judge_client import Reply, ReplyCache
 from rlvr.tasks.verification.judge_rubric import DEFAULT_RUBRIC, Scale, check_template, parse_score, \

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 from rlvr.tasks.verification.answers import produced_answer
-from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, prompt_text, train_indices,
+from rlvr.tasks.task import (Example, Verdict, check_count_option, check_seconds_option, prompt_text, train_indices,
                              resolve_weights)
 from rlvr.tasks.data_files import Row, hf_rows, read_rows
 from rlvr.tasks.verification.grading import (DEFAULT_TIMEOUT_SECONDS, Grader, Judgement, judge_question_only,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Union
 
-from rlvr.tasks.base import Messages
+from rlvr.tasks.task import Messages
 
 R1_ZERO_TEMPLATE = (
     "A conversation between User and Assistant. The User asks a question, and the Assistant solves it. "

@@ -26,7 +26,7 @@ import random
 from typing import Iterator, Optional
 
 from rlvr.tasks.verification.answers import extract_answer_tag, produced_answer
-from rlvr.tasks.base import (Example, Verdict, check_count_option, check_seconds_option, prompt_text,
+from rlvr.tasks.task import (Example, Verdict, check_count_option, check_seconds_option, prompt_text,
                              resolve_weights, weighted_total)
 from rlvr.tasks.verification.grading import DEFAULT_TIMEOUT_SECONDS, require_package
 from rlvr.tasks.prompts import (ANSWER_AFTER, DEFAULT_PROMPT, STOP_STRINGS, check_prompt,

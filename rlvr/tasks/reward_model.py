@@ -26,7 +26,7 @@ import math
 from typing import Callable, Optional
 
 from rlvr.tasks.wrapped_base import wrap_base
-from rlvr.tasks.base import Example, Verdict, check_count_option, prompt_text, weighted_total
+from rlvr.tasks.task import Example, Verdict, check_count_option, prompt_text, weighted_total
 from rlvr.tasks.verification.judging import judge
 from rlvr.tasks.verification.reward_normalization import NORMALIZATIONS, RunningMoments, clip_scores
 

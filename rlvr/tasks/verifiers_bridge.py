@@ -21,8 +21,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from rlvr.tools.registry import DEFAULT_TIMEOUT_SECONDS, Tool
-from rlvr.tools.schema import function_schema
+from rlvr.tools.toolbox import DEFAULT_TIMEOUT_SECONDS, Tool
+from rlvr.tools.tool_schema import function_schema
 
 DEFAULT_TURN_TIMEOUT_SECONDS = 60.0  # how long rlvr waits for an Env's run() to answer one turn
 

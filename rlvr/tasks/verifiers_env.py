@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-from rlvr.tasks.base import Example, Verdict, check_count_option, check_seconds_option, prompt_text, resolve_weights
-from rlvr.tasks.base import train_indices, weighted_total
+from rlvr.tasks.task import Example, Verdict, check_count_option, check_seconds_option, prompt_text, resolve_weights
+from rlvr.tasks.task import train_indices, weighted_total
 from rlvr.tasks.environment import EnvReply, Episode, add_counts
 from rlvr.tasks.verifiers_bridge import (DEFAULT_TURN_TIMEOUT_SECONDS, LOOP, BridgedAgent, Exchange, UnplayedAgent,
                                          append_message, assistant_message, chat_messages, episode_tools,

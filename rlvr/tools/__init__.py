@@ -9,8 +9,8 @@ calls into the reply an environment sends back. See docs/guides/tools.md.
 from rlvr.tools.builtin import calculator, python
 from rlvr.tools.execution import MAX_OUTPUT_CHARS, ToolError, ToolRun, run_tool_calls
 from rlvr.tools.formats import FORMATS, ToolCall, detect_format, template_has_tool_format
-from rlvr.tools.registry import TOOLS, Tool, get_tool, make_tool, register_tool, resolve_tools
-from rlvr.tools.schema import function_schema
+from rlvr.tools.toolbox import TOOLS, Tool, get_tool, make_tool, register_tool, resolve_tools
+from rlvr.tools.tool_schema import function_schema
 
 __all__ = ["TOOLS", "FORMATS", "Tool", "ToolCall", "ToolError", "ToolRun", "MAX_OUTPUT_CHARS", "calculator",
            "python", "detect_format", "function_schema", "get_tool", "make_tool", "register_tool", "resolve_tools",

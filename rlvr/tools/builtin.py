@@ -15,7 +15,7 @@ from fractions import Fraction
 from rlvr.tasks.verification.safe_parse import BinOp, Grammar, Neg, Node, Num, Refused, parse_expression
 from rlvr.tasks.verification.worker import VerifierWorker
 from rlvr.tools.execution import MAX_OUTPUT_CHARS, ToolError
-from rlvr.tools.registry import TOOLS, make_tool
+from rlvr.tools.toolbox import TOOLS, make_tool
 
 ARITHMETIC = Grammar(operators=frozenset({"+", "-", "*", "/", "**"}), allow_float=True)
 MAX_EXPRESSION_CHARS = 500

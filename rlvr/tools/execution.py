@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from rlvr.tools.formats import CallFormat, ToolCall
-from rlvr.tools.registry import Tool
+from rlvr.tools.toolbox import Tool
 
 MAX_OUTPUT_CHARS = 2000  # of one call's result; a model gains nothing from pages of output
 MAX_CALLS_PER_TURN = 8  # calls past this in one turn are errors, not run

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Sequence
 
 from rlvr.registry import Registry
-from rlvr.tools.registry import Tool
+from rlvr.tools.toolbox import Tool
 
 
 @dataclass(frozen=True)

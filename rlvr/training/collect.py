@@ -23,8 +23,8 @@ import torch
 
 from rlvr.core import DYNAMIC_SAMPLING_FILTERS, RolloutBatch, build_completion_mask
 from rlvr.rollout import RolloutBackend, SamplingSettings, ScoredRollout, sample_and_score
-from rlvr.rollout.base import fill_token_id
-from rlvr.tasks.base import Example, Task, Verdict
+from rlvr.rollout.generation import fill_token_id
+from rlvr.tasks.task import Example, Task, Verdict
 from rlvr.parallel.distributed import SINGLE, Dist, check_divisible
 
 

@@ -26,7 +26,7 @@ from rlvr.registry import Registry
 
 if TYPE_CHECKING:  # the rollout side imports transformers; the reports read the traits without it
     from rlvr.rollout import RolloutBackend, SamplingSettings
-    from rlvr.tasks.base import Task
+    from rlvr.tasks.task import Task
     from rlvr.training.collect import CollectedGroups
 
 

@@ -44,7 +44,7 @@ from rlvr.models.checkpoints.locate import checkpoint_to_load
 from rlvr.rollout import RolloutBackend, SamplingSettings, sample_and_score
 from rlvr.rollout.episodes import episode_fields
 from rlvr.tasks import Example, Task, Verdict, task_label
-from rlvr.tasks.base import extracts_answers, primary_component
+from rlvr.tasks.task import extracts_answers, primary_component
 import rlvr.observe.console as console
 from rlvr.parallel.distributed import SINGLE, Dist
 from rlvr.run.folder import make_run_dir

@@ -25,7 +25,7 @@ import torch
 from rlvr.core import ADVANTAGE_ESTIMATORS, RolloutBatch
 from rlvr.observe.metric_names import TIME_GENERATION, TIME_LOGPROBS, TIME_SCORING, TIME_VALUES
 from rlvr.parallel.distributed import SINGLE, Dist
-from rlvr.training.advantages import with_advantages
+from rlvr.training.advantage_stage import with_advantages
 from rlvr.training.collect import CollectedGroups, collect_groups, rollout_batch
 from rlvr.training.estimator_inputs import EstimatorInputs, InputContext, estimator_inputs
 from rlvr.training.reference import needs_reference_logprobs, with_reference_logprobs

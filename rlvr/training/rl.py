@@ -48,7 +48,7 @@ from rlvr.observe.metric_names import (
     UNIX_TIME,
 )
 from rlvr.rollout import SamplingSettings
-from rlvr.tasks.base import primary_component
+from rlvr.tasks.task import primary_component
 import rlvr.observe.console as console
 from rlvr.training.async_rollout import rollout_schedule
 from rlvr.training.collect import collect_groups

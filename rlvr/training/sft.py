@@ -41,7 +41,7 @@ from rlvr.observe.metric_names import (
 from rlvr.models import trainable_parameters
 from rlvr.models.completion_logprobs import response_rows, rows_logprobs
 from rlvr.rollout import score_completions
-from rlvr.tasks.base import Example
+from rlvr.tasks.task import Example
 from rlvr.observe.metrics import MetricSums
 from rlvr.training.optim import make_optimizer, make_scheduler
 from rlvr.run.setup import expect_config

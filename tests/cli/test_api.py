@@ -52,6 +52,15 @@ def test_train_is_the_loop_function_and_stays_so_after_submodule_imports():
         train({"task": {"name": "format_copy"}})  # a dict where a Config belongs: said before anything runs
 
 
+def test_the_task_interface_s_former_path_gives_the_same_objects():
+    """`rlvr.tasks.base` was the documented import for a task of your own; it re-exports `rlvr.tasks.task`."""
+    import rlvr.tasks.base as former
+    import rlvr.tasks.task as interface
+
+    assert former.Example is Example is interface.Example and former.Verdict is Verdict is interface.Verdict
+    assert all(getattr(former, name) is getattr(interface, name) for name in former.__all__)
+
+
 def test_keyword_sections_dict_and_yaml_build_the_same_config(tmp_path):
     sections = {"task": {"name": "format_copy"}, "rollout": {"group_size": 4}, "algorithm": {"name": "dapo"},
                 "optim": {"lr": 3e-4}}

@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-import rlvr.training.advantages as advantages_stage
+import rlvr.training.advantage_stage as advantages_stage
 from rlvr.check.one_batch import expected_completion_mask, run_check
 from rlvr.check.mechanism import run_mechanism_check
 from rlvr.cli import main

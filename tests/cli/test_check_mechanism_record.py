@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import rlvr.check.mechanism as mechanism
-import rlvr.training.advantages as advantages_stage
+import rlvr.training.advantage_stage as advantages_stage
 from rlvr.check.mechanism import (
     ACCEPT,
     DECISION_RULE,

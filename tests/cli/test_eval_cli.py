@@ -10,7 +10,7 @@ import torch
 from rlvr.cli import main
 from rlvr.rollout import cut_at_stop
 from rlvr.training.evaluation import CATEGORIES, categorize, summarize, wilson_interval
-from rlvr.tasks.base import Verdict
+from rlvr.tasks.task import Verdict
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides
 
@@ -118,12 +118,12 @@ class HalfUnscorableTask:
         self.calls = 0
 
     def examples(self, split, count, seed):
-        from rlvr.tasks.base import Example
+        from rlvr.tasks.task import Example
 
         return [Example(prompt=f"say {seed} {i}", ground_truth="x") for i in range(count)]
 
     def score(self, completion, example):
-        from rlvr.tasks.base import weighted_total
+        from rlvr.tasks.task import weighted_total
 
         self.calls += 1
         judged = self.calls % 2 == 1
@@ -136,7 +136,7 @@ def test_unscorable_completions_get_zero_advantage_and_are_counted(tiny_model_di
     from rlvr.config import load_config
     from rlvr.models import load_policy
     from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings
-    from rlvr.training.advantages import with_advantages
+    from rlvr.training.advantage_stage import with_advantages
     from rlvr.training.collect import collect_groups, rollout_batch
     from rlvr.observe.rollout_stats import gather_rollout, rollout_stats
 

@@ -21,7 +21,7 @@ from tests.conftest import tiny_overrides
 # A task on which a random character-level model is right now and then: the first digit of the completion is
 # its answer, right when below 5. Written to a file and loaded as `FILE:DigitTask`, as a user's task is.
 DIGIT_TASK = '''
-from rlvr.tasks.base import Example, Verdict
+from rlvr.tasks.task import Example, Verdict
 
 
 class DigitTask:
@@ -75,7 +75,7 @@ def test_rlvr_eval_refuses_samples_without_temperature(tiny_model_dir, tmp_path,
 
 def test_verdicts_carry_the_answer_the_vote_counts(tmp_path):
     from rlvr.tasks import build_task
-    from rlvr.tasks.base import extracts_answers
+    from rlvr.tasks.task import extracts_answers
 
     copy = build_task("format_copy", use_chat_template=False)
     example = copy.examples("eval", 1, 0)[0]
@@ -178,7 +178,7 @@ def test_in_training_eval_writes_pass_at_k(tiny_model_dir, tmp_path):
 
 def test_report_plots_pass_at_k_beside_the_accuracy(tmp_path):
     from rlvr.report.figures import select_figures
-    from rlvr.report.runs import RunData
+    from rlvr.report.run_data import RunData
 
     sampled = RunData("sampled", tmp_path, evals=[
         {"iteration": i, EVAL_ACCURACY: 0.1 * i, eval_pass_at(1): 0.1 * i, eval_pass_at(2): 0.15 * i,

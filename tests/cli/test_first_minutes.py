@@ -311,9 +311,9 @@ def test_report_shows_a_table_of_the_health_warnings_with_their_messages(tmp_pat
 
 def test_report_marks_where_each_warning_started_on_the_figures_it_concerns(tmp_path):
     from rlvr.report.figures import select_figures
-    from rlvr.report.health import add_warning_markers, warning_spans
+    from rlvr.report.health_warnings import add_warning_markers, warning_spans
     from rlvr.report.interactive import plotly_available, plotly_figure
-    from rlvr.report.runs import load_run
+    from rlvr.report.run_data import load_run
 
     run = load_run(_health_run(tmp_path / "run"))
     spans = warning_spans(run)
@@ -376,7 +376,7 @@ def test_json_end_summary_holds_the_same_numbers(tmp_path):
 def test_end_summary_and_report_agree_on_final_and_best_eval(tmp_path):
     """One computation behind both (rlvr/observe/numbers.py): an eval that scored NaN (first) or nothing
     (last) is skipped, and the best is the first iteration that reached the maximum."""
-    from rlvr.report.runs import load_run, summarize
+    from rlvr.report.run_data import load_run, summarize
     from rlvr.observe.console import summarize_run
     from rlvr.observe.numbers import final_and_best, series
 

@@ -16,7 +16,7 @@ from rlvr.report import FIGURES, build_report, figures_dir, load_runs
 from rlvr.report.figures import FIGURES as SPECS, X_LABELS, lines, select_figures, time_parts
 from rlvr.report.interactive import plotly_figure, plotly_js
 from rlvr.report.png import draw_lines
-from rlvr.report.runs import differing_config_keys, summarize
+from rlvr.report.run_data import differing_config_keys, summarize
 from tests.report_data import EVAL_SECONDS, EVALS, TRICKY_COMPLETION, write_fake_run
 
 ALL_FIGURES = {spec.name for spec in FIGURES}

@@ -234,7 +234,7 @@ def test_only_an_rl_run_is_finished_by_a_checkpoint_at_its_train_iterations(tmp_
 def test_an_eval_run_of_a_sweep_is_a_run_folder_with_its_metrics_at_iteration_0(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from rlvr.report.runs import load_run
+    from rlvr.report.run_data import load_run
     from rlvr.sweep_runs import RUN_COMMANDS
 
     metrics = {"eval/accuracy": 0.25, "eval/num_examples": 8, "eval/truncated_frac": 0.5}

@@ -20,7 +20,7 @@ from rlvr.models.lora_kernel import (
     set_base_product_dtype,
 )
 from rlvr.models.merge import merged_adapter
-from rlvr.rollout.base import SamplingSettings
+from rlvr.rollout.generation import SamplingSettings
 from rlvr.rollout.decode_loop import decode_loop
 from rlvr.testing import build_tiny_model, random_lora_b
 

@@ -162,7 +162,7 @@ def test_monitor_takes_the_task_primary_and_refuses_an_unknown_one():
 
 def test_tasks_name_their_primary_component():
     from rlvr.tasks import build_task, check_task_interface
-    from rlvr.tasks.base import Example, primary_component
+    from rlvr.tasks.task import Example, primary_component
 
     assert primary_component(build_task("integer")) == "answer"
     assert primary_component(build_task("format_copy")) == "answer"

@@ -23,10 +23,10 @@ PRODUCERS = ("rlvr/observe/rollout_stats.py", "rlvr/sweep_runs.py", "rlvr/traini
              "rlvr/training/values.py", "rlvr/training/rl.py", "rlvr/training/iteration.py", "rlvr/training/sft.py",
              "rlvr/training/expert_iteration.py", "rlvr/training/evaluation.py", "rlvr/observe/generations.py",
              "rlvr/training/session.py", "rlvr/run/resume_policy.py")
-READERS = ("rlvr/observe/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py", "rlvr/check/one_batch.py",
+READERS = ("rlvr/observe/health.py", "rlvr/report/figures.py", "rlvr/report/run_data.py", "rlvr/check/one_batch.py",
            "rlvr/check/mechanism.py", "rlvr/observe/sinks.py", "rlvr/observe/metrics.py", "rlvr/run/folder.py",
-           "rlvr/observe/console.py", "rlvr/report/health.py", "rlvr/observe/numbers.py", "rlvr/report/study_spec.py",
-           "rlvr/report/study_numbers.py")
+           "rlvr/observe/console.py", "rlvr/report/health_warnings.py", "rlvr/observe/numbers.py",
+           "rlvr/report/study_spec.py", "rlvr/report/study_numbers.py")
 # Family builders: a producer calling one writes names that start with its prefix.
 FAMILIES = {"reward_component": metric_names.REWARD_PREFIX, "status_count": metric_names.STATUS_PREFIX,
             "eval_reward_component": metric_names.EVAL_REWARD_PREFIX, "eval_metric": metric_names.EVAL_PREFIX,

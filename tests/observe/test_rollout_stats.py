@@ -9,7 +9,7 @@ import torch
 
 from rlvr.observe.metric_names import ADVANTAGE_ABS_MEAN, ADVANTAGE_STD
 from rlvr.observe.rollout_stats import RolloutRows, rollout_stats
-from rlvr.tasks.base import Verdict
+from rlvr.tasks.task import Verdict
 
 
 def _rows(advantages: list[float], group_size: int = 2) -> RolloutRows:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.report.runs import load_run
+from rlvr.report.run_data import load_run
 from rlvr.report.study_figures import panel_series, render_study_figure
 from rlvr.report.study_spec import FigureSpec, Panel, StudyError
 from rlvr.study import load_study

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from rlvr.report.runs import load_run
+from rlvr.report.run_data import load_run
 from rlvr.report.study_numbers import (
     Crossing,
     cumulative_completions,

@@ -11,7 +11,7 @@ import torch
 
 from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.rollout import SamplingSettings, decode_loop
-from rlvr.rollout.base import Generation, left_pad_ids
+from rlvr.rollout.generation import Generation, left_pad_ids
 from rlvr.rollout.decode_loop import decode_loop_from_ids
 from rlvr.testing import build_tiny_model, build_tiny_tokenizer
 

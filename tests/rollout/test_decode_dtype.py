@@ -22,7 +22,7 @@ from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, decode_loop, sample_and_score
 from rlvr.rollout.decode_loop import filter_scores, sample_tokens, sample_tokens_with_logprobs, start_decoding
 from rlvr.rollout.decode_step import DecoderWeights
-from rlvr.tasks.base import Example
+from rlvr.tasks.task import Example
 from rlvr.testing import build_tiny_model, build_tiny_tokenizer
 from rlvr.utils import read_jsonl
 from tests.conftest import tiny_overrides

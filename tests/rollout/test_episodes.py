@@ -14,8 +14,8 @@ import torch
 
 from rlvr.rollout import ROLLOUT_BACKENDS, Generation, RolloutBackend, SamplingSettings, sample_and_score
 from rlvr.rollout.episodes import ReplyRenderer, demonstration_pairs, run_episodes, transcript
-from rlvr.rollout.base import render_prompts
-from rlvr.tasks.base import Example, Verdict
+from rlvr.rollout.generation import render_prompts
+from rlvr.tasks.task import Example, Verdict
 from rlvr.tasks.environment import EnvReply, is_environment
 from rlvr.testing import IM_END_TOKEN_ID, build_tiny_model, build_tiny_tokenizer
 from rlvr.observe.rollout_stats import EpisodeCounts, episode_stats

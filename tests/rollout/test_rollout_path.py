@@ -22,7 +22,7 @@ from rlvr.rollout import (
     sample_and_score,
 )
 from rlvr.tasks import TASKS, build_task
-from rlvr.tasks.base import Verdict
+from rlvr.tasks.task import Verdict
 from rlvr.testing import random_lora_b, save_tiny_reward_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ class CountingTask:
 
 
 def test_sample_and_score_judges_each_completion_once_against_its_own_example(tiny_model_dir):
-    from rlvr.tasks.base import Example
+    from rlvr.tasks.task import Example
 
     loaded = load_policy(str(tiny_model_dir))
     backend = ROLLOUT_BACKENDS.get("decode_loop")(loaded.policy, loaded.tokenizer)
@@ -160,7 +160,7 @@ def test_every_task_declares_its_stop_strings(tmp_path, monkeypatch):
     # A task from outside rlvr that names no stop strings gets the protocol's default, ().
     outside = tmp_path / "outside_task.py"
     outside.write_text(
-        "from rlvr.tasks.base import Example, Verdict\n"
+        "from rlvr.tasks.task import Example, Verdict\n"
         "class Plain:\n"
         "    name = 'plain'\n    component_names = ('answer',)\n"
         "    def examples(self, split, count, seed):\n        return [Example(prompt='p', ground_truth='x')] * count\n"

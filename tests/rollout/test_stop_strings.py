@@ -14,7 +14,7 @@ import torch
 
 from rlvr.models import load_policy
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, cut_at_stop
-from rlvr.rollout.base import completion_lengths_from_tokens
+from rlvr.rollout.generation import completion_lengths_from_tokens
 
 
 @pytest.mark.parametrize("text, stops, kept", [

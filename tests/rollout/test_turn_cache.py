@@ -13,10 +13,10 @@ import torch
 
 from rlvr.models.hf_cache import cache_of
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, sample_and_score
-from rlvr.rollout.base import left_pad_ids
+from rlvr.rollout.generation import left_pad_ids
 from rlvr.rollout.decode_loop import decode_loop_from_ids, start_decoding
 from rlvr.rollout.turn_cache import CachedRow, TurnCache, plan_prefill
-from rlvr.tasks.base import Example
+from rlvr.tasks.task import Example
 from rlvr.testing import build_tiny_model, build_tiny_tokenizer
 from tests.rollout.test_episodes import CountdownEnv
 

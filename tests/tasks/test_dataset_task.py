@@ -219,7 +219,7 @@ def test_a_verifier_function_of_your_own(tmp_path, monkeypatch):
 def test_verifier_function_problems(tmp_path):
     module = tmp_path / "checks.py"
     module.write_text(
-        "from rlvr.tasks.base import Verdict\n"
+        "from rlvr.tasks.task import Verdict\n"
         "def no_args(): return 1.0\n"
         "def text(completion, ground_truth): return 'yes'\n"
         "def divide(completion, ground_truth): return 1 / 0\n"

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = f"{REPO}/examples/reverse_words.py:ReverseWords"
 
 PLAIN_TASK = '''
-from rlvr.tasks.base import Example, Verdict
+from rlvr.tasks.task import Example, Verdict
 
 
 class Echo:

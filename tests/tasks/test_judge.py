@@ -17,7 +17,7 @@ import pytest
 from rlvr.observe.rollout_stats import judge_stats
 from rlvr.rollout.sample import score_completions
 from rlvr.tasks import build_task
-from rlvr.tasks.base import Example, JudgeCall, Verdict
+from rlvr.tasks.task import Example, JudgeCall, Verdict
 from rlvr.tasks.verification.judging import ScorerUnavailable, judge
 from rlvr.tasks.verification.judge_stub import (Drop, Raw, Reply, Slow, Status, StopServer, StubJudge,
                                                  grade_by_integer)

@@ -17,7 +17,7 @@ import torch
 
 from rlvr.observe.rollout_stats import judge_stats
 from rlvr.tasks import build_task
-from rlvr.tasks.base import Example
+from rlvr.tasks.task import Example
 from rlvr.tasks.verification import judge_local
 from rlvr.tasks.verification.judging import ScorerUnavailable
 from rlvr.testing import save_tiny_model

@@ -20,7 +20,7 @@ import pytest
 from rlvr.models.conversion import resolve_model_path
 from rlvr.observe.rollout_stats import judge_stats
 from rlvr.tasks import build_task
-from rlvr.tasks.base import Example
+from rlvr.tasks.task import Example
 from tests.vllm_serve import vllm_serve
 
 SERVED = "smollm2-judge"

@@ -11,7 +11,7 @@ import pytest
 from rlvr.cli import main
 from rlvr.config import ConfigError, load_config
 from rlvr.tasks import TASKS, build_task
-from rlvr.tasks.base import Example, Verdict
+from rlvr.tasks.task import Example, Verdict
 from rlvr.utils import read_jsonl
 from tests.conftest import CharCountTask, tiny_overrides
 

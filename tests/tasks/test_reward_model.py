@@ -14,7 +14,7 @@ from rlvr.cli import main
 from rlvr.observe.metric_names import reward_component
 from rlvr.tasks import build_task
 from rlvr.rollout.sample import score_completions
-from rlvr.tasks.base import Example
+from rlvr.tasks.task import Example
 from rlvr.tasks.verification.judging import judge_batch
 from rlvr.tasks.verification.reward_normalization import RunningMoments, merge_moments, normalize_group
 from rlvr.testing import IM_END_TOKEN, IM_END_TOKEN_ID, save_tiny_reward_model

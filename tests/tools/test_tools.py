@@ -12,7 +12,7 @@ import pytest
 from rlvr.tools import FORMATS, TOOLS, get_tool, make_tool, register_tool, resolve_tools, run_tool_calls
 from rlvr.tools.builtin import calculator
 from rlvr.tools.execution import MALFORMED_CALL, UNKNOWN_TOOL, ToolError, check_arguments, truncate_output
-from rlvr.tools.schema import function_schema, parse_docstring
+from rlvr.tools.tool_schema import function_schema, parse_docstring
 
 TAGGED = FORMATS.get("tagged")
 JSON_CALLS = FORMATS.get("chat_template")

@@ -1,4 +1,4 @@
-"""The advantage stage of the RL loop (`rlvr.training.advantages.compute_advantages`) and the one
+"""The advantage stage of the RL loop (`rlvr.training.advantage_stage.compute_advantages`) and the one
 definition of a group without reward contrast, which dynamic sampling, the rollout statistics and
 the advantages share. No model needed: rewards go in, advantages come out.
 """
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlvr.core import ADVANTAGE_ESTIMATORS, compute_group_advantages
-from rlvr.training.advantages import compute_advantages
+from rlvr.training.advantage_stage import compute_advantages
 from rlvr.core.groups import reward_contrast
 from rlvr.observe.rollout_stats import no_contrast_fraction
 

@@ -18,8 +18,8 @@ import torch
 
 from rlvr.config import load_config
 from rlvr.rollout.backend import RolloutBackend
-from rlvr.rollout.base import Generation
-from rlvr.tasks.base import Example, Verdict
+from rlvr.rollout.generation import Generation
+from rlvr.tasks.task import Example, Verdict
 from rlvr.training.collect import collect_groups, rollout_batch, round_seed
 from rlvr.parallel.distributed import SINGLE, init_distributed
 from rlvr.observe.rollout_stats import gather_rollout, rollout_stats

@@ -17,7 +17,7 @@ from rlvr.config import load_config
 from rlvr.core import POLICY_LOSSES, aggregate_loss, gae_advantages, terminal_token_rewards, value_loss
 from rlvr.models.completion_logprobs import compute_completion_logprobs
 from rlvr.rollout import ROLLOUT_BACKENDS, SamplingSettings, sample_and_score
-from rlvr.tasks.base import Example
+from rlvr.tasks.task import Example
 from rlvr.testing import build_tiny_model, build_tiny_tokenizer
 from rlvr.training.collect import CollectedGroups, rollout_batch, split_groups
 from rlvr.observe.rollout_stats import EpisodeCounts, episode_stats

@@ -17,7 +17,7 @@ from rlvr.cli import main
 from rlvr.config import ConfigError, load_config
 from rlvr.core import ADVANTAGE_ESTIMATORS, EstimatorTraits, compute_group_advantages
 from rlvr.core.advantages import estimator_options
-from rlvr.training.advantages import compute_advantages
+from rlvr.training.advantage_stage import compute_advantages
 from rlvr.training.async_rollout import Rollout
 from rlvr.training.collect import GreedyBaselines
 from rlvr.training.estimator_inputs import (

@@ -29,7 +29,7 @@ from rlvr.observe.metric_names import (
 )
 from rlvr.models import LoraSettings, load_policy, load_trainable, trainable_parameters
 from rlvr.models.value_model import ValueHead, build_value_model
-from rlvr.training.advantages import with_advantages
+from rlvr.training.advantage_stage import with_advantages
 from rlvr.training.optim import make_scheduler
 from rlvr.training.update import update_policy
 from rlvr.utils import read_jsonl
@@ -68,7 +68,7 @@ def test_ppo_run_with_groups_of_one(tiny_model_dir, tmp_path):
     # or by this one.
     written = {key for record in records + read_jsonl(run_dir / "eval.jsonl") for key in record}
     assert EXPLAINED_VARIANCE in names_used((REPO / "rlvr/observe/health.py").read_text())
-    for reader in ("rlvr/observe/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py"):
+    for reader in ("rlvr/observe/health.py", "rlvr/report/figures.py", "rlvr/report/run_data.py"):
         for name in names_used((REPO / reader).read_text()) & set(PPO_METRICS):
             assert name in written or (name in PREFIXES and any(key.startswith(name) for key in written))
     checkpoint = sorted((run_dir / "checkpoints").glob("iter_*"))[-1]

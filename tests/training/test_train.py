@@ -54,7 +54,7 @@ def test_cli_smoke_two_iterations(tiny_model_dir, tmp_path):
     # metrics: in a PPO run's, tests/training/test_ppo.py; episode/*: in an environment run's,
     # tests/training/test_episode_training.py).
     written = {key for record in records + read_jsonl(run_dir / "eval.jsonl") for key in record}
-    for reader in ("rlvr/observe/health.py", "rlvr/report/figures.py", "rlvr/report/runs.py"):
+    for reader in ("rlvr/observe/health.py", "rlvr/report/figures.py", "rlvr/report/run_data.py"):
         used = {name for name in names_used((REPO / reader).read_text())
                 if not name.startswith(("episode/", *SAMPLED_EVAL_PREFIXES))}
         for name in used - set(PPO_METRICS):

@@ -24,7 +24,7 @@ from rlvr.tasks.verification.answers import (
     parse_rational,
     strip_number_decorations,
 )
-from rlvr.tasks.base import Verdict, weighted_total
+from rlvr.tasks.task import Verdict, weighted_total
 from rlvr.tasks.verification.worker import call_with_timeout
 
 DEFAULT_TIMEOUT_SECONDS = 5.0  # per symbolic check; math-verify's own default

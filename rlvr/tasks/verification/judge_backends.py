@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from rlvr.registry import Registry
-from rlvr.tasks.base import check_count_option, check_seconds_option
+from rlvr.tasks.task import check_count_option, check_seconds_option
 from rlvr.tasks.verification.judge_client import Endpoint, Reply, chat_completion
 from rlvr.tasks.verification.judge_local import LocalJudge
 

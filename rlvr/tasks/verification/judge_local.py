@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from rlvr.tasks.base import check_count_option
+from rlvr.tasks.task import check_count_option
 from rlvr.tasks.verification.judge_client import Reply
 
 if TYPE_CHECKING:  # the annotations' torch only: nothing is imported at run time

@@ -35,7 +35,7 @@ import threading
 import traceback
 from typing import Optional
 
-from rlvr.tasks.base import Example, Verdict
+from rlvr.tasks.task import Example, Verdict
 
 DEFAULT_MAX_ABS_REWARD = 1e6
 

@@ -27,7 +27,7 @@ from rlvr.observe.metric_names import (
     TRUNCATED_FRAC,
 )
 from rlvr.report.figures import FIGURES, FigureData, Marker
-from rlvr.report.runs import RunData
+from rlvr.report.run_data import RunData
 from rlvr.observe.health import HEALTH_CHECKS
 
 # The metric each warning is about; its markers go on every figure that plots it. A skipped update

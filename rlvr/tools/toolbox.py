@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 
 from rlvr.registry import Registry, did_you_mean
 from rlvr.tasks.external import FORMS, load_reference, split_reference
-from rlvr.tools.schema import function_schema
+from rlvr.tools.tool_schema import function_schema
 
 DEFAULT_TIMEOUT_SECONDS = 5.0  # a call of an in-process tool that takes longer is an error (see execution.py)
 
@@ -40,7 +40,7 @@ class Tool:
 
 def make_tool(function: Callable, name: str | None = None,
               timeout_seconds: Optional[float] = DEFAULT_TIMEOUT_SECONDS) -> Tool:
-    """A `Tool` for `function`, its schema from the signature and docstring (`rlvr.tools.schema`)."""
+    """A `Tool` for `function`, its schema from the signature and docstring (`rlvr.tools.tool_schema`)."""
     if not callable(function):
         raise TypeError(f"a tool must be a function, got {type(function).__name__}")
     schema = function_schema(function, name)

@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from rlvr.models.policy import eos_token_ids  # noqa: F401 - the rollout's name for it (backends import it here)
-from rlvr.tasks.base import Example
+from rlvr.tasks.task import Example
 
 
 @dataclass
