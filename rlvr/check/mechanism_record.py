@@ -5,7 +5,7 @@
 condition is one `rlvr.check.mechanism.run_mechanism` from the same model and seed (a fresh LoRA
 adapter each time), so the two differ in candidate coverage, not in sampling noise. Each record holds the
 verifier's pass rates and statuses, the reward spread, the advantages, the zero-variance guard, the
-policy separation, the clip fraction, time and memory, and the decision of `check_mechanism.decide`.
+policy separation, the clip fraction, time and memory, and the decision of `rlvr.check.mechanism.decide`.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ class FigureData:
     series: list[Series] = field(default_factory=list)  # kind "lines": every series on one axes
     panels: list[tuple[str, list[Series]]] = field(default_factory=list)  # kind "stacked": one panel per run
     kind: str = "lines"
-    markers: list[Marker] = field(default_factory=list)  # health warnings (report/health.py)
+    markers: list[Marker] = field(default_factory=list)  # health warnings (report/health_warnings.py)
 
 
 @dataclass

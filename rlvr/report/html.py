@@ -205,7 +205,7 @@ def _checkpoint_notes(runs: list[RunData]) -> str:
 def render_html(runs: list[RunData], figures: list[tuple[FigureData, bytes]], x: str = ITERATION_AXIS,
                 interactive: bool = True, spans: list[WarningSpan] = ()) -> str:
     """The whole page; `figures` are (data, PNG bytes); `interactive` draws them with plotly; `spans` the health
-    warnings (report/health.py)."""
+    warnings (report/health_warnings.py)."""
     summaries = [summarize(run) for run in runs]
     library = ""
     if interactive and figures:
