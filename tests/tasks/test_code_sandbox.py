@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.tasks import build_task
-from rlvr.tasks.verification.code_jail import detect_jail
+from rlvr.tasks.verification.code_jail import RUNNER, detect_jail
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
 TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert abs(candidate(2, 2) - 4) < 1e-9\n"
@@ -48,11 +48,16 @@ def canary(tmp_path):
     return path
 
 
+# Runners of this checkout only: one started from another checkout on the machine (an evaluation, another
+# test run) is not this test's to count.
+RUNNER_PATH = str(RUNNER).encode()
+
+
 def _runners() -> list[str]:
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and b"code_runner.py" in (entry / "cmdline").read_bytes():
+            if entry.name.isdigit() and RUNNER_PATH in (entry / "cmdline").read_bytes():
                 found.append(entry.name)
         except OSError:
             pass
