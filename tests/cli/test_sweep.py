@@ -231,6 +231,22 @@ def test_only_an_rl_run_is_finished_by_a_checkpoint_at_its_train_iterations(tmp_
         assert status_of(RUN_COMMANDS[command], config, run) == "resume"
 
 
+def test_a_finished_sft_grid_run_stays_finished_when_the_study_raises_train_iterations(tmp_path):
+    """A study's SFT run is done by its done file, whatever train.iterations says later: raising the RL
+    budget (40 -> 60) resumes an RL grid run but must not train a finished SFT run of 3 steps again."""
+    import json
+
+    from rlvr.config import Config
+    from rlvr.sweep_runs import DONE_FILE, RUN_COMMANDS, status_of
+
+    run = tmp_path / "sft_point"
+    (run / "checkpoints" / "iter_000003").mkdir(parents=True)
+    (run / DONE_FILE).write_text(json.dumps({"iterations": 40, "grid": {"sft.demonstrations": 128}}) + "\n")
+    raised = Config(train={"iterations": 60})
+    assert status_of(RUN_COMMANDS["sft"], raised, run) == "finished"
+    assert status_of(RUN_COMMANDS["train"], raised, run) == "resume"  # an RL run of that folder would go on
+
+
 def test_an_eval_run_of_a_sweep_is_a_run_folder_with_its_metrics_at_iteration_0(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
