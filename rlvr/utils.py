@@ -5,6 +5,7 @@ Everything a run writes goes through the atomic helpers so a crash never leaves 
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -13,9 +14,27 @@ import resource
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from rlvr.storage_errors import storage_error
+
+
+def lazy_attributes(package: str, sources: dict[str, str], namespace: dict) -> Callable[[str], Any]:
+    """A package's module-level `__getattr__` (PEP 562) that imports each name from its submodule on first use.
+
+    `sources` maps a name to the submodule (relative to `package`) that defines it; the value found is kept
+    in `namespace` (the package's globals), so the import happens once. Any other name is an AttributeError.
+    """
+
+    def __getattr__(name: str):
+        module = sources.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        namespace[name] = value
+        return value
+
+    return __getattr__
 
 
 def current_umask() -> int:

@@ -13,7 +13,7 @@ The names below are imported on first use, so reading one of them loads only the
 
 from __future__ import annotations
 
-import importlib
+from rlvr.utils import lazy_attributes
 
 # name -> the module that defines it
 _SOURCES = {
@@ -25,11 +25,4 @@ _SOURCES = {
 
 __all__ = sorted(_SOURCES)
 
-
-def __getattr__(name: str):
-    module = _SOURCES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlvr.check' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"rlvr.check.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _SOURCES, globals())

@@ -13,7 +13,7 @@ before torch and transformers are imported (about 6 s of CPU).
 
 from __future__ import annotations
 
-import importlib
+from rlvr.utils import lazy_attributes
 
 # name -> the module that defines it
 _SOURCES = {
@@ -35,11 +35,4 @@ _SOURCES = {
 
 __all__ = sorted(_SOURCES)
 
-
-def __getattr__(name: str):
-    module = _SOURCES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlvr.models' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"rlvr.models.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _SOURCES, globals())
